@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Build, offline, the images shmguard's demo and tests need; reuse each one whose inputs did not change.
+#
+#   shmguard-base:bookworm  debootstrap (minbase + python3) imported with `docker import` (no registry here)
+#   shmguard-torch:2.13.0   the base plus a venv with the torch 2.13.0 CPU wheel
+#   shmguard-demo:latest    the torch image plus shmguard and docker/demo/train.py
+#
+# Each image carries a label `org.shmguard.inputs` with a hash of what it was built from;
+# an image whose label matches is kept, so a second run costs seconds.
+# Wheels are downloaded on the host into $SHMGUARD_CACHE (default ~/.cache/shmguard) and reused.
+#
+# Usage: docker/build.sh [--force]      (--force rebuilds all three)
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/.." && pwd)
+cache=${SHMGUARD_CACHE:-$HOME/.cache/shmguard}
+suite=bookworm
+packages=python3,python3-pip,python3-venv,ca-certificates
+base_image=shmguard-base:$suite
+torch_image=shmguard-torch:2.13.0
+demo_image=${SHMGUARD_DEMO_IMAGE:-shmguard-demo:latest}
+force=0
+[ "${1:-}" = "--force" ] && force=1
+export DOCKER_BUILDKIT=0 # the engine here has no buildx; the classic builder needs nothing else
+
+log() { echo "build: $*" >&2; }
+
+# Temporary folders, removed however the script ends.
+tmpdirs=()
+cleanup() { [ ${#tmpdirs[@]} -eq 0 ] || rm -rf "${tmpdirs[@]}"; }
+trap cleanup EXIT
+tmpdir() { local d; d=$(mktemp -d "${TMPDIR:-/var/tmp}/shmguard-build.XXXXXX"); tmpdirs+=("$d"); echo "$d"; }
+
+docker info >/dev/null 2>&1 || { log "no Docker engine answers (start dockerd, or run .ci/run)"; exit 1; }
+
+# Prints the inputs hash an image was built from, or nothing when the image is missing.
+image_inputs() {
+  docker image inspect --format '{{ index .Config.Labels "org.shmguard.inputs" }}' "$1" 2>/dev/null || true
+}
+
+# True when IMAGE exists and was built from inputs HASH (and --force was not given).
+up_to_date() {
+  [ "$force" = 0 ] && [ "$(image_inputs "$1")" = "$2" ]
+}
+
+# Runs a command with its output kept aside; shows it only when the command fails.
+quiet() {
+  local out
+  out=$(tmpdir)/out
+  "$@" >"$out" 2>&1 || { cat "$out" >&2; log "failed: $*"; exit 1; }
+}
+
+hash_of() { sha256sum | cut -c1-16; }
+
+debian_mirror() {
+  if [ -n "${SHMGUARD_DEBIAN_MIRROR:-}" ]; then echo "$SHMGUARD_DEBIAN_MIRROR"; return; fi
+  local uri
+  uri=$(grep -hoE '^URIs: *http[^ ]*/debian/?$' /etc/apt/sources.list.d/*.sources 2>/dev/null | head -n1 | awk '{print $2}')
+  [ -n "$uri" ] || uri=$(grep -hoE '^deb +http[^ ]*/debian/? ' /etc/apt/sources.list 2>/dev/null | head -n1 | awk '{print $2}')
+  echo "${uri:-http://deb.debian.org/debian}"
+}
+
+build_base() {
+  local inputs
+  inputs=$(printf '%s\n' "$suite" "$packages" "minbase" | hash_of)
+  if up_to_date "$base_image" "$inputs"; then log "$base_image is up to date"; return; fi
+  command -v debootstrap >/dev/null || { log "debootstrap is missing: apt-get install -y debootstrap"; exit 1; }
+  local rootfs
+  rootfs=$(tmpdir)
+  tmpdirs+=("$rootfs.log")
+  log "debootstrap $suite into $rootfs (about a minute)"
+  debootstrap --variant=minbase --include="$packages" "$suite" "$rootfs" "$(debian_mirror)" >"$rootfs.log" 2>&1 \
+    || { tail -n 20 "$rootfs.log" >&2; exit 1; }
+  rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+  tar -C "$rootfs" -c . | docker import \
+    --change "LABEL org.shmguard.inputs=$inputs" \
+    --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'CMD ["/bin/bash"]' - "$base_image" >/dev/null
+  log "imported $base_image"
+}
+
+# Downloads (once) the torch 2.13.0 CPU wheel, numpy (torch warns without it) and their dependencies for this host's Python (cp311 here, as in bookworm).
+torch_wheels() {
+  local dir=$cache/wheels/torch
+  if [ ! -f "$dir/.complete" ]; then
+    mkdir -p "$dir"
+    log "downloading the torch 2.13.0 wheel and its dependencies into $dir"
+    local links=()
+    [ -d /opt/wheels ] && links=(--find-links /opt/wheels)
+    quiet python3 -m pip download "${links[@]}" --only-binary=:all: -d "$dir" torch==2.13.0 numpy
+    touch "$dir/.complete"
+  fi
+  echo "$dir"
+}
+
+build_torch() {
+  local wheels inputs ctx
+  wheels=$(torch_wheels)
+  inputs=$( { cat "$here/Dockerfile.torch"; image_inputs "$base_image"; ls "$wheels"; } | hash_of)
+  if up_to_date "$torch_image" "$inputs"; then log "$torch_image is up to date"; return; fi
+  ctx=$(tmpdir)
+  cp "$here/Dockerfile.torch" "$ctx/Dockerfile"
+  mkdir "$ctx/wheels" && ln "$wheels"/*.whl "$ctx/wheels/" 2>/dev/null || cp "$wheels"/*.whl "$ctx/wheels/"
+  log "building $torch_image"
+  quiet docker build --build-arg "BASE=$base_image" --label "org.shmguard.inputs=$inputs" -t "$torch_image" "$ctx"
+  log "built $torch_image"
+}
+
+build_demo() {
+  local inputs ctx
+  inputs=$( { cat "$here/demo/Dockerfile" "$here/demo/train.py" "$repo/pyproject.toml";
+              (cd "$repo" && find shmguard -name '*.py' -print0 | sort -z | xargs -0 cat);
+              image_inputs "$torch_image"; } | hash_of)
+  if up_to_date "$demo_image" "$inputs"; then log "$demo_image is up to date"; return; fi
+  ctx=$(tmpdir)
+  cp "$here/demo/Dockerfile" "$here/demo/train.py" "$ctx/"
+  mkdir "$ctx/wheels" "$ctx/self"
+  # shmguard itself, built from this checkout, and its runtime dependencies (cached on the host).
+  quiet python3 -m pip wheel --no-deps --no-build-isolation -w "$ctx/self" "$repo"
+  mkdir -p "$cache/wheels/deps"
+  quiet python3 -m pip download --only-binary=:all: -d "$cache/wheels/deps" "$ctx"/self/shmguard-*.whl
+  rm -f "$cache"/wheels/deps/shmguard-*.whl
+  cp "$cache"/wheels/deps/*.whl "$ctx/self"/shmguard-*.whl "$ctx/wheels/"
+  rm -rf "$ctx/self"
+  log "building $demo_image"
+  quiet docker build --build-arg "TORCH_IMAGE=$torch_image" --label "org.shmguard.inputs=$inputs" -t "$demo_image" "$ctx"
+  log "built $demo_image"
+}
+
+build_base
+build_torch
+build_demo

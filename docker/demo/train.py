@@ -1,0 +1,223 @@
+"""shmguard demo trainer: a real multi-worker DataLoader over synthetic image-sized samples.
+
+Each worker builds samples, collates them into a batch tensor in shared memory
+(/dev/shm) and hands it to this process through a queue: exactly the path that
+dies of a Bus error or "unable to allocate shared memory" in a 64 MB container.
+The "training step" consumes every batch (a checksum, plus an optional sleep
+that stands for compute), so batches pile up in the prefetch queue as they do
+in real training.
+
+Every option has an environment default (SHMGUARD_WORKERS, SHMGUARD_BATCH_SIZE,
+...), the same variables `shmguard run` hands to the container, so the job can
+be described once. Options on the command line win.
+
+--watch-shm samples the used bytes of /dev/shm in a background thread and
+reports the peak: the figure shmguard's footprint model is calibrated on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import threading
+import time
+
+import torch
+import torch.multiprocessing
+from torch.utils.data import DataLoader, Dataset
+
+DTYPES = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float64": torch.float64,
+    "uint8": torch.uint8,
+    "int64": torch.int64,
+}
+
+
+def env(name: str, default: str) -> str:
+    return os.environ.get(f"SHMGUARD_{name}", default)
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(part) for part in text.replace("x", ",").split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"sample shape must be integers like 3,224,224, not {text!r}")
+    if not shape or any(dim <= 0 for dim in shape):
+        raise argparse.ArgumentTypeError(f"sample shape needs positive dimensions, not {text!r}")
+    return shape
+
+
+def flag(text: str) -> bool:
+    return text.strip().lower() in ("1", "true", "yes", "on")
+
+
+class SyntheticImages(Dataset):
+    """Image-sized samples filled with a value derived from the index.
+
+    With --variable-size, the last dimension of each sample varies between half
+    and the full shape (seeded), and the collate pads to the largest in the batch,
+    as detection and NLP pipelines do.
+    """
+
+    def __init__(self, length: int, shape: tuple[int, ...], dtype: torch.dtype, variable: bool, seed: int):
+        self.length = length
+        self.shape = shape
+        self.dtype = dtype
+        self.variable = variable
+        self.seed = seed
+
+    def __len__(self) -> int:
+        return self.length
+
+    def sample_shape(self, index: int) -> tuple[int, ...]:
+        if not self.variable:
+            return self.shape
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+        last = self.shape[-1]
+        width = int(torch.randint(max(1, last // 2), last + 1, (1,), generator=generator))
+        return (*self.shape[:-1], width)
+
+    def __getitem__(self, index: int):
+        sample = torch.full(self.sample_shape(index), float(index % 251), dtype=self.dtype)
+        return sample, index % 1000
+
+
+def pad_collate(batch):
+    """Collate samples of different widths by padding to the widest, in shared memory like default_collate."""
+    samples, labels = zip(*batch)
+    width = max(sample.shape[-1] for sample in samples)
+    shape = (len(samples), *samples[0].shape[:-1], width)
+    if torch.utils.data.get_worker_info() is not None:
+        # What default_collate does in a worker: allocate the batch straight in shared memory.
+        numel = 1
+        for dim in shape:
+            numel *= dim
+        storage = samples[0]._typed_storage()._new_shared(numel, device=samples[0].device)
+        padded = samples[0].new(storage).resize_(shape).zero_()
+    else:
+        padded = torch.zeros(shape, dtype=samples[0].dtype)
+    for i, sample in enumerate(samples):
+        padded[i, ..., : sample.shape[-1]] = sample
+    return padded, torch.tensor(labels)
+
+
+class ShmWatcher:
+    """Samples the used bytes of /dev/shm (statvfs) in a thread and keeps the peak."""
+
+    def __init__(self, path: str = "/dev/shm", interval: float = 0.002):
+        self.path = path
+        self.interval = interval
+        self.baseline = self.used()
+        self.peak = self.baseline
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def used(self) -> int:
+        st = os.statvfs(self.path)
+        return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.used())
+            time.sleep(self.interval)
+
+    def __enter__(self) -> "ShmWatcher":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", type=int, default=int(env("WORKERS", "4")), help="DataLoader num_workers")
+    parser.add_argument("--batch-size", type=int, default=int(env("BATCH_SIZE", "64")))
+    parser.add_argument("--prefetch-factor", type=int, default=int(env("PREFETCH_FACTOR", "2")))
+    parser.add_argument("--sample-shape", type=parse_shape, default=parse_shape(env("SAMPLE_SHAPE", "3,224,224")))
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default=env("DTYPE", "float32"))
+    parser.add_argument("--steps", type=int, default=int(env("STEPS", "20")), help="batches to consume")
+    parser.add_argument("--step-time", type=float, default=float(env("STEP_TIME", "0")),
+                        help="seconds of simulated compute per step (lets the prefetch queue fill)")
+    parser.add_argument("--pin-memory", action="store_true", default=flag(env("PIN_MEMORY", "0")))
+    parser.add_argument("--sharing-strategy", choices=("file_descriptor", "file_system"),
+                        default=env("SHARING_STRATEGY", "file_descriptor"))
+    parser.add_argument("--variable-size", action="store_true", default=flag(env("VARIABLE_SIZE", "0")),
+                        help="samples of varying width, padded per batch")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=float(env("DEMO_TIMEOUT", "60")),
+                        help="seconds the trainer waits for one batch (0: forever, PyTorch's default). When a "
+                             "worker's queue thread cannot allocate shm, the batch is lost and the trainer would "
+                             "otherwise wait forever")
+    parser.add_argument("--watch-shm", action="store_true", help="report the peak used bytes of /dev/shm")
+    parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.workers < 0 or args.batch_size < 1 or args.steps < 1 or args.prefetch_factor < 1:
+        print("train.py: workers >= 0, batch size, steps and prefetch factor >= 1", file=sys.stderr)
+        return 2
+    torch.multiprocessing.set_sharing_strategy(args.sharing_strategy)
+    dataset = SyntheticImages(args.steps * args.batch_size, args.sample_shape, DTYPES[args.dtype],
+                              args.variable_size, args.seed)
+    loader = DataLoader(
+        dataset,
+        batch_size=args.batch_size,
+        num_workers=args.workers,
+        prefetch_factor=args.prefetch_factor if args.workers > 0 else None,
+        pin_memory=args.pin_memory,
+        collate_fn=pad_collate if args.variable_size else None,
+        timeout=args.timeout if args.workers > 0 else 0,
+    )
+    # The largest sample: with --variable-size, samples are at most this big.
+    sample_bytes = math.prod(args.sample_shape) * torch.empty((), dtype=DTYPES[args.dtype]).element_size()
+    print(f"demo: workers={args.workers} batch_size={args.batch_size} prefetch_factor={args.prefetch_factor} "
+          f"sample_shape={','.join(map(str, args.sample_shape))} dtype={args.dtype} "
+          f"batch={args.batch_size * sample_bytes / 2**20:.1f} MiB steps={args.steps} "
+          f"pin_memory={args.pin_memory} sharing_strategy={args.sharing_strategy}", flush=True)
+
+    watcher = ShmWatcher() if args.watch_shm else None
+    started = time.monotonic()
+    checksum = 0.0
+    steps = 0
+    if watcher:
+        watcher.__enter__()
+    try:
+        for images, labels in loader:
+            checksum += float(images.float().mean()) + float(labels.sum())
+            steps += 1
+            if args.step_time:
+                time.sleep(args.step_time)
+    finally:
+        if watcher:
+            watcher.__exit__()
+    elapsed = time.monotonic() - started
+    summary = {
+        "status": "completed",
+        "steps": steps,
+        "seconds": round(elapsed, 3),
+        "batches_per_second": round(steps / elapsed, 3) if elapsed else None,
+        "checksum": round(checksum, 3),
+    }
+    if watcher:
+        summary["shm_peak_bytes"] = watcher.peak - watcher.baseline
+        summary["shm_baseline_bytes"] = watcher.baseline
+    if args.json:
+        print(json.dumps(summary), flush=True)
+    else:
+        extra = f" peak_shm={summary['shm_peak_bytes'] / 2**20:.1f} MiB" if watcher else ""
+        print(f"demo: completed {steps} steps in {elapsed:.2f}s{extra}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

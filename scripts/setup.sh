@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Set up a fresh Debian machine for shmguard: apt packages, a running Docker engine,
+# the project with its test extra, and the offline images. Safe to run again: each
+# step is skipped when already done.
+#
+# Needs root (apt-get, dockerd). Set SHMGUARD_SKIP_IMAGES=1 to skip building images.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { echo "setup: $*" >&2; }
+
+need_apt=()
+command -v dockerd >/dev/null || need_apt+=(docker.io)
+command -v debootstrap >/dev/null || need_apt+=(debootstrap)
+command -v docker-compose >/dev/null || need_apt+=(docker-compose)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  log "installing ${need_apt[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if ! docker info >/dev/null 2>&1; then
+  log "starting dockerd (log: /var/log/shmguard-dockerd.log)"
+  nohup dockerd >/var/log/shmguard-dockerd.log 2>&1 &
+  for _ in $(seq 60); do
+    docker info >/dev/null 2>&1 && break
+    sleep 1
+  done
+  docker info >/dev/null 2>&1 || { tail -n 20 /var/log/shmguard-dockerd.log >&2; log "dockerd did not come up"; exit 1; }
+fi
+log "Docker engine $(docker version --format '{{.Server.Version}}') is up"
+
+log "installing shmguard with its test extra"
+python3 -m pip install --quiet --disable-pip-version-check -e '.[test]' 2>&1 | grep -v "Running pip as the 'root' user" || true
+python3 -c 'import shmguard, docker, click, yaml, kubernetes, pytest' || { log "the Python install failed"; exit 1; }
+
+if [ "${SHMGUARD_SKIP_IMAGES:-0}" != 1 ]; then
+  docker/build.sh
+fi
+log "ready"

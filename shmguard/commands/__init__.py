@@ -1,0 +1,1 @@
+"""One module per command; each exposes plain functions the CLI calls."""

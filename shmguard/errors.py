@@ -1,0 +1,31 @@
+"""The one error root of shmguard and the exit codes it maps to.
+
+Every expected failure (bad input, a probe that could not run, an engine that is
+not there) is a ShmguardError: the CLI boundary prints its message on one line
+and exits with its code, never with a traceback.
+"""
+
+from __future__ import annotations
+
+# Exit codes. The README's exit-code table lists the same numbers.
+EXIT_OK = 0
+EXIT_FAIL = 1  # the check found a problem (or the training command failed)
+EXIT_USAGE = 2  # bad usage, bad input, or a probe/engine that could not run
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
+
+
+class ShmguardError(Exception):
+    """An expected failure with a message meant for the user."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class UsageError(ShmguardError):
+    """The user asked for something that cannot be: a bad value or option."""
+
+    exit_code = EXIT_USAGE

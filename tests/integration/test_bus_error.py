@@ -1,0 +1,42 @@
+"""The failure shmguard exists to prevent, reproduced on the real engine with a real DataLoader.
+
+4 workers x batch 64 x 3x224x224 float32 is 36.75 MiB a batch; with prefetch 2
+the workers hold up to 8 batches in /dev/shm. Docker's default 64 MiB cannot
+hold two, 1 GiB holds them all.
+"""
+
+from __future__ import annotations
+
+import re
+
+SHM_ERROR = re.compile(
+    r"unable to allocate shared memory|out of shared memory|Bus error|No space left on device"
+)
+JOB = [
+    "python", "/app/train.py",
+    "--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224", "--dtype", "float32",
+    "--prefetch-factor", "2", "--steps", "20",
+    # A worker whose queue thread fails to allocate shm loses its batch and the trainer would wait
+    # forever (PyTorch's default); with a timeout that hang ends too, after the shm error is logged.
+    "--timeout", "20",
+]
+MIB = 2**20
+
+
+def test_default_shm_kills_the_dataloader(run_container, demo_image):
+    result = run_container(demo_image, JOB)
+    assert result.attrs["HostConfig"]["ShmSize"] == 64 * MIB, "expected Docker's default /dev/shm"
+    # A worker's failed shm allocation surfaces as a RuntimeError in the trainer, or as a lost
+    # batch and the DataLoader's timeout (exit 1 both); a SIGBUS in the trainer would be 128 + 7.
+    assert result.exit_code in (1, 135), result.logs[-2000:]
+    assert SHM_ERROR.search(result.logs), result.logs[-2000:]
+    assert "demo: completed" not in result.logs
+
+
+def test_one_gib_shm_runs_the_same_job(run_container, demo_image):
+    result = run_container(demo_image, [*JOB, "--watch-shm"], shm_size="1g")
+    assert result.attrs["HostConfig"]["ShmSize"] == 1024 * MIB
+    assert result.exit_code == 0, result.logs[-2000:]
+    assert "demo: completed 20 steps" in result.logs
+    peak = float(re.search(r"peak_shm=([\d.]+) MiB", result.logs).group(1))
+    assert peak > 64, f"the job used only {peak} MiB of shm; it would not have needed more than the default"

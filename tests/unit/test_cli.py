@@ -1,0 +1,40 @@
+"""The CLI skeleton: version, help, bad usage, and `python -m shmguard`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from shmguard import __version__
+from shmguard.__main__ import main
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"shmguard, version {__version__}"
+
+
+def test_help_names_the_problem(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "Usage: shmguard" in out
+    assert "/dev/shm" in out
+
+
+def test_unknown_command_is_a_usage_error(capsys):
+    assert main(["no-such-command"]) == 2
+    err = capsys.readouterr().err
+    assert "No such command" in err
+    assert "Traceback" not in err
+
+
+def test_python_dash_m_works():
+    proc = subprocess.run([sys.executable, "-m", "shmguard", "--version"], capture_output=True, text=True)
+    assert proc.returncode == 0
+    assert __version__ in proc.stdout
+
+
+def test_console_script_is_installed():
+    proc = subprocess.run(["shmguard", "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "Usage: shmguard" in proc.stdout
