@@ -136,6 +136,17 @@ class ShmWatcher:
         self._thread.join()
 
 
+def memory_peak() -> int | None:
+    """The container's peak memory use from its cgroup (v2 memory.peak, v1 max_usage_in_bytes), if visible."""
+    for path in ("/sys/fs/cgroup/memory.peak", "/sys/fs/cgroup/memory/memory.max_usage_in_bytes"):
+        try:
+            with open(path) as f:
+                return int(f.read().strip())
+        except (OSError, ValueError):
+            continue
+    return None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=int(env("WORKERS", "4")), help="DataLoader num_workers")
@@ -211,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     if watcher:
         summary["shm_peak_bytes"] = watcher.peak - watcher.baseline
         summary["shm_baseline_bytes"] = watcher.baseline
+        summary["memory_peak_bytes"] = memory_peak()
     if args.json:
         print(json.dumps(summary), flush=True)
     else:

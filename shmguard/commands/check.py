@@ -1,0 +1,50 @@
+"""`shmguard check`: probe this container and judge it against the job."""
+
+from __future__ import annotations
+
+import json
+
+from shmguard.probe.root import Root
+from shmguard.probe.snapshot import take_snapshot
+from shmguard.verdict import Report, evaluate, exit_code
+
+
+def run_check(job, root: Root | None = None, environ=None, nvml=None) -> Report:
+    return evaluate(job, take_snapshot(root, environ=environ, nvml=nvml))
+
+
+def report_json(report: Report, snapshot_probes: dict | None = None) -> str:
+    data = report.as_dict()
+    if snapshot_probes is not None:
+        data["probes"] = snapshot_probes
+    return json.dumps(data, indent=2, sort_keys=False)
+
+
+def report_text(report: Report) -> str:
+    """A short table: status, id, found, needed, message; the fix under each finding that is not PASS."""
+    rows = [("STATUS", "CHECK", "FOUND", "NEEDED")]
+    rows += [(f.status, f.id, f.found or "-", f.needed or "-") for f in report.findings]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = [f"shmguard check: {report.verdict}"]
+    for i, row in enumerate(rows):
+        lines.append("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+        if i == 0:
+            continue
+        finding = report.findings[i - 1]
+        if finding.status != "PASS":
+            lines.append(f"      {finding.message}")
+            if finding.fix:
+                lines.append(f"      fix: {finding.fix}")
+    rec = report.recommended
+    lines.append(f"required: /dev/shm {rec['shm_size'] or '0'}, memory {rec['memory']}; recommended num_workers: {rec['workers']}")
+    return "\n".join(lines)
+
+
+def check(job, as_json: bool, strict: bool, root: Root | None = None, echo=print) -> int:
+    snapshot = take_snapshot(root)
+    report = evaluate(job, snapshot)
+    if as_json:
+        echo(report_json(report, snapshot.as_dict()))
+    else:
+        echo(report_text(report))
+    return exit_code(report, strict)

@@ -1,0 +1,170 @@
+"""What a training job asks for: the DataLoader settings that decide its shared-memory footprint.
+
+A Job comes from command-line options or from SHMGUARD_* environment variables
+(which `shmguard run` and `render` hand to the container so that `health` and
+`check` inside it know the job). Validation happens here, once, with messages
+that name the option. Standard library only: `shmguard health` imports this.
+"""
+
+from __future__ import annotations
+
+import os
+
+from shmguard.errors import UsageError
+from shmguard.record import Record
+from shmguard.units import parse_size
+
+# Bytes per element of the dtypes people load samples as.
+DTYPE_BYTES = {
+    "float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float64": 8, "double": 8,
+    "uint8": 1, "int8": 1, "int16": 2, "int32": 4, "int64": 8, "long": 8, "bool": 1,
+    "complex64": 8, "complex128": 16,
+}
+SHARING_STRATEGIES = ("file_descriptor", "file_system")
+ENV_PREFIX = "SHMGUARD_"
+
+# Option name -> environment variable; the same names `shmguard run` sets.
+ENV_VARS = {
+    "workers": "SHMGUARD_WORKERS",
+    "batch_size": "SHMGUARD_BATCH_SIZE",
+    "sample_shape": "SHMGUARD_SAMPLE_SHAPE",
+    "dtype": "SHMGUARD_DTYPE",
+    "sample_bytes": "SHMGUARD_SAMPLE_BYTES",
+    "prefetch_factor": "SHMGUARD_PREFETCH_FACTOR",
+    "procs_per_node": "SHMGUARD_PROCS_PER_NODE",
+    "gpus": "SHMGUARD_GPUS",
+    "pin_memory": "SHMGUARD_PIN_MEMORY",
+    "sharing_strategy": "SHMGUARD_SHARING_STRATEGY",
+}
+
+
+class Job(Record):
+    """The DataLoader job, per training process; procs_per_node processes each run one."""
+
+    __slots__ = ("workers", "batch_size", "sample_bytes", "prefetch_factor", "procs_per_node",
+                 "gpus", "pin_memory", "sharing_strategy", "sample_shape", "dtype")
+    _defaults = {"prefetch_factor": 2, "procs_per_node": 1, "gpus": 0, "pin_memory": False,
+                 "sharing_strategy": "file_descriptor", "sample_shape": None, "dtype": None}
+
+    @property
+    def batch_bytes(self) -> int:
+        """Payload bytes of one collated batch (the largest, for variable-size samples)."""
+        return self.batch_size * self.sample_bytes
+
+    def to_env(self) -> dict[str, str]:
+        """The SHMGUARD_* variables that describe this job to `health`/`check` inside the container."""
+        env = {
+            ENV_VARS["workers"]: str(self.workers),
+            ENV_VARS["batch_size"]: str(self.batch_size),
+            ENV_VARS["sample_bytes"]: str(self.sample_bytes),
+            ENV_VARS["prefetch_factor"]: str(self.prefetch_factor),
+            ENV_VARS["procs_per_node"]: str(self.procs_per_node),
+            ENV_VARS["gpus"]: str(self.gpus),
+            ENV_VARS["pin_memory"]: "1" if self.pin_memory else "0",
+            ENV_VARS["sharing_strategy"]: self.sharing_strategy,
+        }
+        if self.sample_shape:
+            env[ENV_VARS["sample_shape"]] = ",".join(map(str, self.sample_shape))
+            env[ENV_VARS["dtype"]] = self.dtype or "float32"
+        return env
+
+
+def parse_count(name: str, value, minimum: int = 0) -> int:
+    """A whole number >= minimum, or a UsageError naming the option."""
+    text = str(value).strip()
+    try:
+        number = int(text)
+    except ValueError:
+        raise UsageError(f"--{name.replace('_', '-')} must be a whole number, not {text!r}") from None
+    if number < minimum:
+        raise UsageError(f"--{name.replace('_', '-')} must be at least {minimum}, not {number}")
+    return number
+
+
+def parse_shape(value) -> tuple[int, ...]:
+    """`3,224,224` (or `3x224x224`) into a tuple of positive ints."""
+    text = str(value).strip()
+    parts = text.replace("x", ",").replace("X", ",").split(",")
+    try:
+        shape = tuple(int(p) for p in parts)
+    except ValueError:
+        raise UsageError(f"--sample-shape must be positive integers like 3,224,224, not {text!r}") from None
+    if any(d <= 0 for d in shape):
+        raise UsageError(f"--sample-shape must be positive integers like 3,224,224, not {text!r}")
+    return shape
+
+
+def parse_flag(name: str, value) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise UsageError(f"--{name.replace('_', '-')} must be true or false, not {value!r}")
+
+
+def make_job(
+    workers=None, batch_size=None, sample_shape=None, dtype=None, sample_bytes=None,
+    prefetch_factor=None, procs_per_node=None, gpus=None, pin_memory=None, sharing_strategy=None,
+) -> Job:
+    """Validate raw option values (strings or numbers; None = not given) into a Job.
+
+    The sample size is either sample_bytes (a size: `602112`, `588KiB`) or
+    sample_shape with dtype (default float32); exactly one of the two is needed.
+    """
+    if workers is None or batch_size is None:
+        raise UsageError("the job needs --workers and --batch-size (or SHMGUARD_WORKERS and SHMGUARD_BATCH_SIZE)")
+    workers_n = parse_count("workers", workers, 0)
+    batch_n = parse_count("batch_size", batch_size, 1)
+    shape = None
+    dtype_name = None
+    if sample_bytes is not None and sample_shape is not None:
+        raise UsageError("give the sample size once: --sample-shape (with --dtype) or --sample-bytes, not both")
+    if sample_bytes is not None:
+        try:
+            per_sample = parse_size(sample_bytes)
+        except ValueError as exc:
+            raise UsageError(f"--sample-bytes: {exc}") from None
+        if per_sample <= 0:
+            raise UsageError("--sample-bytes must be more than 0")
+    elif sample_shape is not None:
+        shape = sample_shape if isinstance(sample_shape, tuple) else parse_shape(sample_shape)
+        dtype_name = (dtype or "float32").strip().lower().removeprefix("torch.")
+        if dtype_name not in DTYPE_BYTES:
+            raise UsageError(f"--dtype must be one of {', '.join(sorted(DTYPE_BYTES))}, not {dtype!r}")
+        per_sample = DTYPE_BYTES[dtype_name]
+        for dim in shape:
+            per_sample *= dim
+    else:
+        raise UsageError("the job needs the sample size: --sample-shape 3,224,224 [--dtype float32] or --sample-bytes SIZE")
+    strategy = (sharing_strategy or "file_descriptor").strip()
+    if strategy not in SHARING_STRATEGIES:
+        raise UsageError(f"--sharing-strategy must be file_descriptor or file_system, not {strategy!r}")
+    return Job(
+        workers=workers_n,
+        batch_size=batch_n,
+        sample_bytes=per_sample,
+        prefetch_factor=parse_count("prefetch_factor", 2 if prefetch_factor is None else prefetch_factor, 1),
+        procs_per_node=parse_count("procs_per_node", 1 if procs_per_node is None else procs_per_node, 1),
+        gpus=parse_count("gpus", 0 if gpus is None else gpus, 0),
+        pin_memory=parse_flag("pin_memory", False if pin_memory is None else pin_memory),
+        sharing_strategy=strategy,
+        sample_shape=shape,
+        dtype=dtype_name,
+    )
+
+
+def env_values(environ=None) -> dict[str, str]:
+    """The job values set in SHMGUARD_* variables, keyed by option name (empty strings count as unset)."""
+    environ = os.environ if environ is None else environ
+    return {name: environ[var] for name, var in ENV_VARS.items() if environ.get(var, "").strip() != ""}
+
+
+def job_from_env(environ=None) -> Job | None:
+    """The job described by SHMGUARD_* variables, or None when they do not describe one."""
+    values = env_values(environ)
+    if "workers" not in values and "batch_size" not in values:
+        return None
+    return make_job(**values)

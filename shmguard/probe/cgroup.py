@@ -1,0 +1,254 @@
+"""cgroup v1 and v2: where this process's cgroup is, and the memory and CPU limits along its path.
+
+The directory of a controller is found as the kernel describes it, never assumed
+at /sys/fs/cgroup: the process's path from /proc/self/cgroup, made relative to the
+root of the cgroup mount (mountinfo field 4) and joined to its mount point. When a
+host-namespace path does not exist under the mount (a container without a cgroup
+namespace), leading components are trimmed until it does (as OpenJDK does).
+
+Limits are the smallest along the path from the process's cgroup up to the mount
+root: a `max` child under a limited parent is limited (JDK-8322420). Missing files
+and `max`/-1 mean "no limit at that level"; garbage is recorded, never raised.
+See https://docs.kernel.org/admin-guide/cgroup-v2.html and cgroup-v1/memory.rst.
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+from shmguard.probe.mountinfo import Mount
+from shmguard.record import Record
+
+# v1 memory.limit_in_bytes for "unlimited" is PAGE_COUNTER_MAX rounded to pages
+# (9223372036854771712 on 4 KiB pages); any value at or above the host's RAM means no limit.
+V1_UNLIMITED_FLOOR = 1 << 62
+
+
+class CgroupEntry(Record):
+    """One line of /proc/self/cgroup: `hierarchy-id:controller,list:/path`."""
+
+    __slots__ = ("hierarchy", "controllers", "path")
+
+
+class Level(Record):
+    """One directory on the walk from the process's cgroup to the mount root."""
+
+    __slots__ = ("path", "version")
+
+
+class Limit(Record):
+    """A limit found on the walk: value (None = no limit), where it came from, and problems met."""
+
+    __slots__ = ("value", "source", "errors")
+    _defaults = {"value": None, "source": None, "errors": ()}
+
+
+def parse_proc_cgroup(text: str) -> list[CgroupEntry]:
+    """/proc/self/cgroup lines; the path may itself contain colons. Malformed lines are skipped."""
+    entries = []
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        hierarchy, controllers, path = parts
+        try:
+            hid = int(hierarchy)
+        except ValueError:
+            continue
+        names = tuple(c for c in controllers.split(",") if c)
+        entries.append(CgroupEntry(hierarchy=hid, controllers=names, path=path or "/"))
+    return entries
+
+
+def relative_to_mount(path: str, mount_root: str) -> str | None:
+    """The cgroup path as seen under a mount whose root is mount_root, or None if it lies outside."""
+    path = posixpath.normpath(path)
+    mount_root = posixpath.normpath(mount_root)
+    if mount_root == "/":
+        return path
+    if path == mount_root:
+        return "/"
+    if path.startswith(mount_root + "/"):
+        return path[len(mount_root):]
+    return None
+
+
+def controller_dirs(root, mounts: list[Mount], entries: list[CgroupEntry], controller: str) -> tuple[list[Level], str | None]:
+    """The directories to read for a controller, from the process's own up to the mount root.
+
+    v1 is preferred where the controller is mounted there (hybrid hosts mount
+    cgroup2 without controllers); otherwise the v2 unified hierarchy.
+    """
+    for entry in entries:
+        if controller in entry.controllers:
+            for mount in mounts:
+                if mount.fstype == "cgroup" and controller in mount.super_options.split(","):
+                    return _walk(root, mount, entry.path, "v1")
+    for entry in entries:
+        if entry.hierarchy == 0 and entry.controllers == ():
+            for mount in mounts:
+                if mount.fstype != "cgroup2":
+                    continue
+                listed = root.read_or_none(posixpath.join(mount.mount_point, "cgroup.controllers"))
+                if listed is not None and controller not in listed.split():
+                    continue  # e.g. the controller-less cgroup2 of a hybrid host
+                return _walk(root, mount, entry.path, "v2")
+    return [], f"no cgroup {controller} controller is mounted"
+
+
+def _walk(root, mount: Mount, path: str, version: str) -> tuple[list[Level], str | None]:
+    rel = relative_to_mount(path, mount.root)
+    note = None
+    if rel is None:
+        # The process's path lies outside the mount's root (`/..` in a nested namespace): only the mount itself is visible.
+        rel = "/"
+        note = f"cgroup path {path} lies outside the mount root {mount.root}; using {mount.mount_point}"
+    # A host-namespace path that does not exist here: trim leading components until it does.
+    parts = [p for p in rel.split("/") if p]
+    while parts and not root.isdir(posixpath.join(mount.mount_point, *parts)):
+        parts = parts[1:]
+    levels = []
+    while True:
+        levels.append(Level(path=posixpath.join(mount.mount_point, *parts), version=version))
+        if not parts:
+            break
+        parts = parts[:-1]
+    return levels, note
+
+
+def parse_limit_value(text: str, version: str) -> int | None:
+    """memory.max / memory.limit_in_bytes: bytes, or None for no limit. ValueError on garbage."""
+    value = text.strip()
+    if value == "max":
+        return None
+    number = int(value)
+    if number < 0 or number >= V1_UNLIMITED_FLOOR:
+        return None
+    return number
+
+
+def parse_cpu_max(text: str) -> float | None:
+    """v2 cpu.max `quota period` (or `max period`, or a lone quota) into CPUs; None = no limit. ValueError on garbage."""
+    fields = text.split()
+    if not fields or len(fields) > 2:
+        raise ValueError(f"cpu.max should be `quota period`, not {text.strip()!r}")
+    if fields[0] == "max":
+        if len(fields) == 2:
+            int(fields[1])  # still validate the period
+        return None
+    quota = int(fields[0])
+    period = int(fields[1]) if len(fields) == 2 else 100000
+    if period <= 0:
+        raise ValueError(f"cpu.max has a period of {period}")
+    if quota <= 0:
+        raise ValueError(f"cpu.max has a quota of {quota}")
+    return quota / period
+
+
+def parse_v1_quota(quota_text: str, period_text: str) -> float | None:
+    """v1 cpu.cfs_quota_us and cpu.cfs_period_us into CPUs; -1 (or any negative) = no limit."""
+    quota = int(quota_text.strip())
+    if quota < 0:
+        return None
+    period = int(period_text.strip())
+    if period <= 0:
+        raise ValueError(f"cpu.cfs_period_us is {period}")
+    if quota == 0:
+        raise ValueError("cpu.cfs_quota_us is 0")
+    return quota / period
+
+
+def _read(root, path: str, errors: list[str]) -> str | None:
+    try:
+        return root.read(path)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        errors.append(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}")
+        return None
+
+
+def memory_limit(root, levels: list[Level], host_memory: int | None) -> Limit:
+    """The smallest memory limit on the walk; values at or above the host's RAM mean no limit."""
+    best = None
+    source = None
+    errors: list[str] = []
+    for level in levels:
+        name = "memory.max" if level.version == "v2" else "memory.limit_in_bytes"
+        path = posixpath.join(level.path, name)
+        text = _read(root, path, errors)
+        if text is None:
+            continue
+        try:
+            value = parse_limit_value(text, level.version)
+        except ValueError:
+            errors.append(f"{path} holds {text.strip()[:40]!r}, not a number")
+            continue
+        if value is not None and host_memory and value >= host_memory:
+            value = None
+        if value is not None and (best is None or value < best):
+            best, source = value, path
+    return Limit(value=best, source=source, errors=tuple(errors))
+
+
+def memory_usage(root, levels: list[Level]) -> Limit:
+    """Memory charged to the process's own cgroup, less inactive file cache (what the OOM killer would not reclaim last)."""
+    errors: list[str] = []
+    if not levels:
+        return Limit(errors=("no memory cgroup",))
+    level = levels[0]
+    current_name = "memory.current" if level.version == "v2" else "memory.usage_in_bytes"
+    path = posixpath.join(level.path, current_name)
+    text = _read(root, path, errors)
+    if text is None:
+        return Limit(errors=tuple(errors) or (f"{path} is missing",))
+    try:
+        usage = int(text.strip())
+    except ValueError:
+        return Limit(errors=(f"{path} holds {text.strip()[:40]!r}, not a number",))
+    stat = _read(root, posixpath.join(level.path, "memory.stat"), errors) or ""
+    inactive_key = "inactive_file" if level.version == "v2" else "total_inactive_file"
+    for line in stat.splitlines():
+        key, _, value = line.partition(" ")
+        if key == inactive_key:
+            try:
+                usage -= int(value)
+            except ValueError:
+                pass
+            break
+    return Limit(value=max(0, usage), source=path, errors=tuple(errors))
+
+
+def cpu_quota(root, levels: list[Level]) -> Limit:
+    """The smallest CPU quota on the walk, in CPUs (a float: 1.5 means 150 ms per 100 ms)."""
+    best = None
+    source = None
+    errors: list[str] = []
+    for level in levels:
+        try:
+            if level.version == "v2":
+                path = posixpath.join(level.path, "cpu.max")
+                text = _read(root, path, errors)
+                if text is None:
+                    continue
+                value = parse_cpu_max(text)
+            else:
+                path = posixpath.join(level.path, "cpu.cfs_quota_us")
+                quota = _read(root, path, errors)
+                period = _read(root, posixpath.join(level.path, "cpu.cfs_period_us"), errors)
+                if quota is None or period is None:
+                    continue
+                value = parse_v1_quota(quota, period)
+        except ValueError as exc:
+            errors.append(f"{path}: {exc}")
+            continue
+        if value is not None and (best is None or value < best):
+            best, source = value, path
+    return Limit(value=best, source=source, errors=tuple(errors))
+
+
+def read_proc_cgroup(root) -> tuple[list[CgroupEntry], str | None]:
+    try:
+        return parse_proc_cgroup(root.read("/proc/self/cgroup")), None
+    except (OSError, ValueError) as exc:
+        return [], f"cannot read /proc/self/cgroup: {getattr(exc, 'strerror', None) or exc}"

@@ -1,0 +1,91 @@
+"""/proc/self/mountinfo: which filesystem is mounted where, and from which root.
+
+Format (proc(5)): `id parent major:minor root mount-point options [optional...] - fstype source super-options`.
+The optional fields end at a lone `-`; paths escape space, tab, newline and
+backslash as octal (`\\040`). A malformed line is skipped and counted, not fatal.
+"""
+
+from __future__ import annotations
+
+from shmguard.record import Record
+
+
+class Mount(Record):
+    __slots__ = ("mount_id", "parent_id", "root", "mount_point", "options", "fstype", "source", "super_options")
+
+
+def unescape(field: str) -> str:
+    """Undo the kernel's octal escapes (`\\040` -> space)."""
+    if "\\" not in field:
+        return field
+    out = []
+    i = 0
+    while i < len(field):
+        c = field[i]
+        digits = field[i + 1:i + 4]
+        if c == "\\" and len(digits) == 3 and all(d in "01234567" for d in digits):
+            out.append(chr(int(digits, 8)))
+            i += 4
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def parse_line(line: str) -> Mount | None:
+    """One mountinfo line into a Mount, or None when it is malformed."""
+    fields = line.split()
+    try:
+        sep = fields.index("-", 6)
+    except ValueError:
+        return None
+    if len(fields) < sep + 3 or sep < 6:
+        return None
+    try:
+        mount_id, parent_id = int(fields[0]), int(fields[1])
+    except ValueError:
+        return None
+    return Mount(
+        mount_id=mount_id,
+        parent_id=parent_id,
+        root=unescape(fields[3]),
+        mount_point=unescape(fields[4]),
+        options=fields[5],
+        fstype=fields[sep + 1],
+        source=unescape(fields[sep + 2]),
+        super_options=",".join(fields[sep + 3:]),
+    )
+
+
+def parse_mountinfo(text: str) -> tuple[list[Mount], int]:
+    """All mounts in the text, and how many non-empty lines were malformed."""
+    mounts = []
+    bad = 0
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        mount = parse_line(line)
+        if mount is None:
+            bad += 1
+        else:
+            mounts.append(mount)
+    return mounts, bad
+
+
+def mount_at(mounts: list[Mount], mount_point: str) -> Mount | None:
+    """The mount visible at a path: the last one mounted there (later mounts hide earlier ones)."""
+    found = None
+    for mount in mounts:
+        if mount.mount_point == mount_point:
+            found = mount
+    return found
+
+
+def read_mountinfo(root) -> tuple[list[Mount], str | None]:
+    """The mounts of this process, and an error message when mountinfo could not be read."""
+    try:
+        text = root.read("/proc/self/mountinfo")
+    except (OSError, ValueError) as exc:
+        return [], f"cannot read /proc/self/mountinfo: {exc.strerror if isinstance(exc, OSError) else exc}"
+    mounts, _bad = parse_mountinfo(text)
+    return mounts, None

@@ -1,0 +1,82 @@
+"""/dev/shm: its size and free space, whether it is a tmpfs, and segments left by dead processes.
+
+Size and free space come from statvfs. A /dev/shm that is not a tmpfs (a plain
+directory of the image, or a bind of the host's) is reported. Leftover segments:
+PyTorch's file_system strategy names them `torch_<pid>_...`; a segment whose
+creator pid no longer exists in this pid namespace is stale and holds memory
+until someone deletes it. Other segments (`psm_*` from multiprocessing,
+`sem.*`, ...) are listed with their size; their owner cannot be told from the name.
+"""
+
+from __future__ import annotations
+
+import os
+
+from shmguard.probe.mountinfo import Mount, mount_at
+from shmguard.record import Record
+
+SHM = "/dev/shm"
+DOCKER_DEFAULT_SHM = 64 * 1024 * 1024
+
+
+class Segment(Record):
+    __slots__ = ("name", "bytes", "pid", "stale")
+
+
+class ShmInfo(Record):
+    __slots__ = ("total", "free", "fstype", "segments", "errors")
+    _defaults = {"total": None, "free": None, "fstype": None, "segments": (), "errors": ()}
+
+    @property
+    def used(self) -> int | None:
+        if self.total is None or self.free is None:
+            return None
+        return self.total - self.free
+
+    @property
+    def stale_bytes(self) -> int:
+        return sum(s.bytes for s in self.segments if s.stale)
+
+
+def segment_pid(name: str) -> int | None:
+    """The creator pid in a PyTorch file_system segment name (`torch_1234_987654_0`), if any."""
+    if not name.startswith("torch_"):
+        return None
+    parts = name.split("_")
+    try:
+        return int(parts[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def list_segments(root) -> list[Segment]:
+    segments = []
+    for name in root.listdir(SHM):
+        path = root.join(f"{SHM}/{name}")
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not (st.st_mode & 0o170000 == 0o100000):  # regular files only
+            continue
+        pid = segment_pid(name)
+        stale = pid is not None and not root.exists(f"/proc/{pid}")
+        segments.append(Segment(name=name, bytes=st.st_blocks * 512, pid=pid, stale=stale))
+    return segments
+
+
+def probe_shm(root, mounts: list[Mount]) -> ShmInfo:
+    errors = []
+    mount = mount_at(mounts, SHM)
+    fstype = mount.fstype if mount else None
+    if mounts and mount is None:
+        errors.append(f"no filesystem is mounted at {SHM}")
+    try:
+        st = root.statvfs(SHM)
+    except OSError as exc:
+        errors.append(f"cannot statvfs {SHM}: {exc.strerror}")
+        return ShmInfo(fstype=fstype, errors=tuple(errors))
+    total = st.f_blocks * st.f_frsize
+    free = st.f_bavail * st.f_frsize
+    return ShmInfo(total=total, free=free, fstype=fstype,
+                   segments=tuple(list_segments(root)), errors=tuple(errors))

@@ -1,0 +1,34 @@
+"""All probes at once: what `check` compares with the job."""
+
+from __future__ import annotations
+
+from shmguard.probe import cgroup
+from shmguard.probe.cpu import CpuInfo, probe_cpu
+from shmguard.probe.gpu import GpuInfo, probe_gpu
+from shmguard.probe.memory import MemoryInfo, probe_memory
+from shmguard.probe.mountinfo import read_mountinfo
+from shmguard.probe.nofile import NofileInfo, probe_nofile
+from shmguard.probe.root import Root
+from shmguard.probe.shm import ShmInfo, probe_shm
+from shmguard.record import Record
+
+
+class Snapshot(Record):
+    __slots__ = ("root", "shm", "memory", "cpu", "gpu", "nofile", "errors")
+
+
+def take_snapshot(root: Root | None = None, environ=None, nvml=None, use_nvml: bool = True) -> Snapshot:
+    root = root or Root()
+    errors = []
+    mounts, error = read_mountinfo(root)
+    if error:
+        errors.append(error)
+    entries, error = cgroup.read_proc_cgroup(root)
+    if error:
+        errors.append(error)
+    shm: ShmInfo = probe_shm(root, mounts)
+    memory: MemoryInfo = probe_memory(root, mounts, entries)
+    cpu: CpuInfo = probe_cpu(root, mounts, entries)
+    gpu: GpuInfo = probe_gpu(root, environ=environ, nvml=nvml, use_nvml=use_nvml)
+    nofile: NofileInfo = probe_nofile(root)
+    return Snapshot(root=root.path, shm=shm, memory=memory, cpu=cpu, gpu=gpu, nofile=nofile, errors=tuple(errors))

@@ -1,0 +1,74 @@
+"""Sizes as people type them, and as Docker and Kubernetes want them.
+
+The rule (stated in every --help that takes a size): a plain number is bytes;
+k, m, g, t — with or without a trailing b, or as KiB/MiB/GiB/TiB or Ki/Mi/Gi/Ti —
+are powers of 1024, as in Docker, where `--shm-size 2g` means 2 GiB. So
+`2g` = `2gb` = `2GiB` = `2Gi` = 2147483648 bytes. Fractions are allowed (`1.5g`)
+and rounded up to a whole byte.
+
+Standard library only: `shmguard health` imports this.
+"""
+
+from __future__ import annotations
+
+KIB = 1024
+MIB = 1024**2
+GIB = 1024**3
+TIB = 1024**4
+
+_MULTIPLIERS = {
+    "": 1, "b": 1,
+    "k": KIB, "kb": KIB, "kib": KIB, "ki": KIB,
+    "m": MIB, "mb": MIB, "mib": MIB, "mi": MIB,
+    "g": GIB, "gb": GIB, "gib": GIB, "gi": GIB,
+    "t": TIB, "tb": TIB, "tib": TIB, "ti": TIB,
+}
+
+SIZE_RULE = "bytes, or k/m/g/t (also kb, KiB, Ki …), all powers of 1024 as in Docker: 2g = 2GiB"
+
+
+def parse_size(text: str) -> int:
+    """Parse `64m`, `2g`, `2GiB`, `512MB`, `1.5g` or `1048576` into bytes; ValueError if it is not a size."""
+    raw = str(text).strip()
+    number = raw.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ").strip()
+    unit = raw[len(number):].strip().lower() if number else ""
+    if not number or unit not in _MULTIPLIERS:
+        raise ValueError(f"{raw!r} is not a size ({SIZE_RULE})")
+    try:
+        value = float(number) if any(c in number for c in ".eE") else int(number)
+    except ValueError:
+        raise ValueError(f"{raw!r} is not a size ({SIZE_RULE})") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"{raw!r} is not a size ({SIZE_RULE})")
+    if value < 0:
+        raise ValueError(f"{raw!r}: a size cannot be negative")
+    scaled = value * _MULTIPLIERS[unit]
+    whole = int(scaled)
+    return whole if whole == scaled else whole + 1
+
+
+def format_size(n: int | float) -> str:
+    """Human-readable binary size: `64.0 MiB`, `1.5 GiB`, `512 B`."""
+    n = float(n)
+    for unit, scale in (("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB)):
+        if abs(n) >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def docker_size(n: int) -> str:
+    """A Docker size flag value that is at least n bytes, in whole MiB (`--shm-size=337m`)."""
+    if n % GIB == 0 and n:
+        return f"{n // GIB}g"
+    return f"{max(1, ceil_div(n, MIB))}m"
+
+
+def k8s_quantity(n: int) -> str:
+    """A Kubernetes quantity that is at least n bytes, in whole Mi (`337Mi`, `2Gi`)."""
+    if n % GIB == 0 and n:
+        return f"{n // GIB}Gi"
+    return f"{max(1, ceil_div(n, MIB))}Mi"
