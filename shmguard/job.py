@@ -56,7 +56,6 @@ class Job(Record):
         env = {
             ENV_VARS["workers"]: str(self.workers),
             ENV_VARS["batch_size"]: str(self.batch_size),
-            ENV_VARS["sample_bytes"]: str(self.sample_bytes),
             ENV_VARS["prefetch_factor"]: str(self.prefetch_factor),
             ENV_VARS["procs_per_node"]: str(self.procs_per_node),
             ENV_VARS["gpus"]: str(self.gpus),
@@ -66,6 +65,8 @@ class Job(Record):
         if self.sample_shape:
             env[ENV_VARS["sample_shape"]] = ",".join(map(str, self.sample_shape))
             env[ENV_VARS["dtype"]] = self.dtype or "float32"
+        else:
+            env[ENV_VARS["sample_bytes"]] = str(self.sample_bytes)
         return env
 
 

@@ -1,0 +1,88 @@
+"""`shmguard health`: its rule, its usage errors, and that it stays off heavy imports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from shmguard.commands.health import assess, main
+from shmguard.job import make_job
+from tests.unit.conftest import MIB, SHM_LINE, mountinfo
+
+JOB = make_job(workers=4, batch_size=64, sample_shape="3,224,224")  # needs 368.5 MiB
+
+
+def test_default_shm_is_unhealthy_for_the_job(tree):
+    healthy, message = assess(None, JOB, tree(base="docker-v1", shm=(64 * MIB, 64 * MIB)))
+    assert not healthy and message.startswith("unhealthy: /dev/shm has 64.0 MiB free")
+
+
+def test_enough_shm_is_healthy(tree):
+    healthy, message = assess(None, JOB, tree(base="docker-v1", shm=(400 * MIB, 400 * MIB)))
+    assert healthy and message.startswith("healthy")
+
+
+def test_the_jobs_own_segments_count_as_used_not_missing(tree):
+    # Mid-run: 300 MiB of the job's batches are in /dev/shm, 100 MiB free; the job needs 68.5 MiB more.
+    healthy, _ = assess(None, JOB, tree(base="docker-v1", shm=(400 * MIB, 100 * MIB)))
+    assert healthy
+
+
+def test_memory_headroom(tree):
+    root = tree(base="docker-v1", shm=(2**30, 2**30), files={"sys/fs/cgroup/memory/memory.usage_in_bytes": str(2**30 - 100 * MIB)})
+    healthy, message = assess(None, JOB, root)
+    assert not healthy and "memory limit" in message
+
+
+def test_min_free(tree):
+    root = tree({"proc/self/mountinfo": mountinfo(SHM_LINE)}, shm=(64 * MIB, 10 * MIB))
+    assert assess(5 * MIB, None, root)[0]
+    assert not assess(20 * MIB, None, root)[0]
+
+
+def test_not_tmpfs_is_unhealthy(tree):
+    root = tree({"proc/self/mountinfo": mountinfo("1 0 254:0 / /dev/shm rw - ext4 /dev/vda rw")}, shm=(2**30, 2**30))
+    healthy, message = assess(None, None, root)
+    assert not healthy and "not a tmpfs" in message
+
+
+def test_missing_shm_is_unhealthy(tree):
+    healthy, message = assess(None, None, tree({}))
+    assert not healthy and "cannot statvfs" in message
+
+
+@pytest.mark.parametrize("argv", [["--min-free", "lots"], ["--min-free"], ["--bogus"], ["--min-free=-1m"]])
+def test_bad_usage_exits_2(capsys, argv):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("shmguard health: error:") and "Traceback" not in err
+
+
+def test_bad_job_environment_exits_2(capsys, monkeypatch):
+    monkeypatch.setenv("SHMGUARD_WORKERS", "many")
+    monkeypatch.setenv("SHMGUARD_BATCH_SIZE", "1")
+    assert main([]) == 2
+
+
+def test_help(capsys):
+    assert main(["--help"]) == 0
+    assert "usage: shmguard health" in capsys.readouterr().out
+
+
+HEAVY = {"click", "docker", "kubernetes", "yaml", "torch", "requests", "urllib3", "dataclasses", "typing", "inspect"}
+
+
+def test_imports_no_heavy_module(tmp_path):
+    code = (
+        "import sys, json\n"
+        "before = set(sys.modules)\n"
+        "from shmguard.__main__ import main\n"
+        "rc = main(['health', '--min-free', '1'])\n"
+        f"print(json.dumps(sorted(m.split('.')[0] for m in set(sys.modules) - before if m.split('.')[0] in {sorted(HEAVY)!r})))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == []
