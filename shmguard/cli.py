@@ -71,7 +71,7 @@ def check(as_json: bool, strict: bool, root: str | None, **options) -> int:
     2 on bad usage or when the probes cannot run.
     """
     from shmguard.commands.check import check as run
-    from shmguard.probe.root import Root
+    from shmguard.probe import Root
 
     job = job_from_options(options)
     return run(job, as_json=as_json, strict=strict, root=Root(root), echo=click.echo)

@@ -5,8 +5,6 @@ not there) is a ShmguardError: the CLI boundary prints its message on one line
 and exits with its code, never with a traceback.
 """
 
-from __future__ import annotations
-
 # Exit codes. The README's exit-code table lists the same numbers.
 EXIT_OK = 0
 EXIT_FAIL = 1  # the check found a problem (or the training command failed)

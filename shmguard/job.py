@@ -6,8 +6,6 @@ A Job comes from command-line options or from SHMGUARD_* environment variables
 that name the option. Standard library only: `shmguard health` imports this.
 """
 
-from __future__ import annotations
-
 import os
 
 from shmguard.errors import UsageError

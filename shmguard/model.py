@@ -22,8 +22,6 @@ The memory the job needs is that shared memory (tmpfs pages are charged to the
 container's memory cgroup) plus the processes' own memory. Standard library only.
 """
 
-from __future__ import annotations
-
 from shmguard.units import MIB
 
 PAGE = 4096

@@ -8,8 +8,6 @@ results) are Records: fields declared in __slots__, keyword construction with
 defaults, equality, repr and as_dict, and no assignment after construction.
 """
 
-from __future__ import annotations
-
 
 
 class Record:
@@ -18,16 +16,20 @@ class Record:
 
     def __init__(self, **fields) -> None:
         cls = type(self)
+        setter = object.__setattr__
+        defaults = cls._defaults
+        given = 0
         for name in cls.__slots__:
             if name in fields:
-                value = fields.pop(name)
-            elif name in cls._defaults:
-                value = cls._defaults[name]
+                setter(self, name, fields[name])
+                given += 1
+            elif name in defaults:
+                setter(self, name, defaults[name])
             else:
                 raise TypeError(f"{cls.__name__} needs {name!r}")
-            object.__setattr__(self, name, value)
-        if fields:
-            raise TypeError(f"{cls.__name__} has no field {sorted(fields)[0]!r}")
+        if given != len(fields):
+            unknown = sorted(set(fields) - set(cls.__slots__))
+            raise TypeError(f"{cls.__name__} has no field {unknown[0]!r}")
 
     def __setattr__(self, name: str, value) -> None:
         raise AttributeError(f"{type(self).__name__} is immutable")

@@ -9,8 +9,6 @@ and rounded up to a whole byte.
 Standard library only: `shmguard health` imports this.
 """
 
-from __future__ import annotations
-
 KIB = 1024
 MIB = 1024**2
 GIB = 1024**3

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from shmguard.probe.root import Root
+from shmguard.probe import Root
 from shmguard.probe.snapshot import take_snapshot
 from shmguard.verdict import Report, evaluate, exit_code
 

@@ -12,8 +12,6 @@ and `max`/-1 mean "no limit at that level"; garbage is recorded, never raised.
 See https://docs.kernel.org/admin-guide/cgroup-v2.html and cgroup-v1/memory.rst.
 """
 
-from __future__ import annotations
-
 import posixpath
 
 from shmguard.probe.mountinfo import Mount
@@ -252,3 +250,39 @@ def read_proc_cgroup(root) -> tuple[list[CgroupEntry], str | None]:
         return parse_proc_cgroup(root.read("/proc/self/cgroup")), None
     except (OSError, ValueError) as exc:
         return [], f"cannot read /proc/self/cgroup: {getattr(exc, 'strerror', None) or exc}"
+
+
+# The container's memory: /dev/shm pages are charged to the memory cgroup of the process
+# that touches them (moby #47967), so the job's shared memory must fit under this limit too.
+
+class MemoryInfo(Record):
+    __slots__ = ("host", "limit", "limit_source", "usage", "errors")
+
+
+def parse_meminfo_total(text: str) -> int | None:
+    for line in text.splitlines():
+        if line.startswith("MemTotal:"):
+            fields = line.split()
+            try:
+                value = int(fields[1])
+            except (IndexError, ValueError):
+                return None
+            unit = fields[2].lower() if len(fields) > 2 else "kb"
+            return value * 1024 if unit == "kb" else value
+    return None
+
+
+def probe_memory(root, mounts, entries) -> MemoryInfo:
+    errors = []
+    meminfo = root.read_or_none("/proc/meminfo")
+    host = parse_meminfo_total(meminfo) if meminfo else None
+    if host is None:
+        errors.append("cannot read MemTotal from /proc/meminfo")
+    levels, note = controller_dirs(root, mounts, entries, "memory")
+    if note:
+        errors.append(note)
+    limit = memory_limit(root, levels, host)
+    usage = memory_usage(root, levels) if levels else Limit()
+    errors.extend(limit.errors)
+    return MemoryInfo(host=host, limit=limit.value, limit_source=limit.source, usage=usage.value,
+                      errors=tuple(errors))

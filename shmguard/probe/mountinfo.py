@@ -5,8 +5,6 @@ The optional fields end at a lone `-`; paths escape space, tab, newline and
 backslash as octal (`\\040`). A malformed line is skipped and counted, not fatal.
 """
 
-from __future__ import annotations
-
 from shmguard.record import Record
 
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from shmguard.probe.root import Root
+from shmguard.probe import Root
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 MIB = 2**20

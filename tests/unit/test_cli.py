@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from shmguard import __version__
-from shmguard.__main__ import main
+from shmguard import main
 
 
 def test_version(capsys):

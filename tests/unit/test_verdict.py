@@ -8,7 +8,7 @@ from shmguard import model
 from shmguard.job import make_job
 from shmguard.probe.cpu import CpuInfo
 from shmguard.probe.gpu import GpuInfo
-from shmguard.probe.memory import MemoryInfo
+from shmguard.probe.cgroup import MemoryInfo
 from shmguard.probe.nofile import NofileInfo
 from shmguard.probe.shm import Segment, ShmInfo
 from shmguard.probe.snapshot import Snapshot

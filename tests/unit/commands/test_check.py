@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from shmguard.__main__ import main
+from shmguard import main
 from shmguard.commands.check import check
 from shmguard.job import make_job
 from tests.unit.conftest import MIB

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from shmguard.probe import cgroup
-from shmguard.probe.memory import parse_meminfo_total, probe_memory
+from shmguard.probe.cgroup import parse_meminfo_total, probe_memory
 from shmguard.probe.mountinfo import parse_mountinfo
 
 

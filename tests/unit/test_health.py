@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from shmguard.commands.health import assess, main
+from shmguard.health import assess, main
 from shmguard.job import make_job
 from tests.unit.conftest import MIB, SHM_LINE, mountinfo
 
@@ -79,7 +79,7 @@ def test_imports_no_heavy_module(tmp_path):
     code = (
         "import sys, json\n"
         "before = set(sys.modules)\n"
-        "from shmguard.__main__ import main\n"
+        "from shmguard import main\n"
         "rc = main(['health', '--min-free', '1'])\n"
         f"print(json.dumps(sorted(m.split('.')[0] for m in set(sys.modules) - before if m.split('.')[0] in {sorted(HEAVY)!r})))\n"
     )

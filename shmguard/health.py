@@ -16,8 +16,6 @@ shared memory the job needs at its peak, R. Healthy when:
   charged to the container's memory cgroup).
 """
 
-from __future__ import annotations
-
 import sys
 
 USAGE = """usage: shmguard health [--min-free SIZE] [--root DIR]
@@ -55,7 +53,7 @@ def assess(min_free: int | None, job, root) -> tuple[bool, str]:
     """(healthy, one-line message) for the given requirement; pure except for reading through root."""
     from shmguard import model
     from shmguard.probe import cgroup
-    from shmguard.probe.memory import probe_memory
+    from shmguard.probe.cgroup import probe_memory
     from shmguard.probe.mountinfo import mount_at, read_mountinfo
     from shmguard.units import format_size
 
@@ -97,7 +95,7 @@ def assess(min_free: int | None, job, root) -> tuple[bool, str]:
 def main(argv: list[str]) -> int:
     from shmguard.errors import ShmguardError
     from shmguard.job import job_from_env
-    from shmguard.probe.root import Root
+    from shmguard.probe import Root
     from shmguard.units import parse_size
 
     try:
