@@ -54,10 +54,10 @@ def assess(min_free: int | None, job, root) -> tuple[bool, str]:
     from shmguard import model
     from shmguard.probe import cgroup
     from shmguard.probe.cgroup import probe_memory
-    from shmguard.probe.mountinfo import mount_at, read_mountinfo
+    from shmguard.probe.mountinfo import mount_at, read_mountinfo, shm_or_cgroup
     from shmguard.units import format_size
 
-    mounts, error = read_mountinfo(root)
+    mounts, error = read_mountinfo(root, keep=shm_or_cgroup)
     mount = mount_at(mounts, "/dev/shm")
     if mount is not None and mount.fstype != "tmpfs":
         return False, f"unhealthy: /dev/shm is a {mount.fstype}, not a tmpfs"

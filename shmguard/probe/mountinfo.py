@@ -30,8 +30,8 @@ def unescape(field: str) -> str:
     return "".join(out)
 
 
-def parse_line(line: str) -> Mount | None:
-    """One mountinfo line into a Mount, or None when it is malformed."""
+def parse_line(line: str, keep=None) -> Mount | None:
+    """One mountinfo line into a Mount, or None when it is malformed (or `keep(mount_point, fstype)` says no)."""
     fields = line.split()
     try:
         sep = fields.index("-", 6)
@@ -42,6 +42,8 @@ def parse_line(line: str) -> Mount | None:
     try:
         mount_id, parent_id = int(fields[0]), int(fields[1])
     except ValueError:
+        return None
+    if keep is not None and not keep(unescape(fields[4]), fields[sep + 1]):
         return None
     return Mount(
         mount_id=mount_id,
@@ -55,19 +57,24 @@ def parse_line(line: str) -> Mount | None:
     )
 
 
-def parse_mountinfo(text: str) -> tuple[list[Mount], int]:
-    """All mounts in the text, and how many non-empty lines were malformed."""
+def parse_mountinfo(text: str, keep=None) -> tuple[list[Mount], int]:
+    """The mounts in the text (those `keep(mount_point, fstype)` accepts, if given), and how many lines were malformed."""
     mounts = []
     bad = 0
     for line in text.splitlines():
         if not line.strip():
             continue
-        mount = parse_line(line)
-        if mount is None:
-            bad += 1
-        else:
+        mount = parse_line(line, keep)
+        if mount is not None:
             mounts.append(mount)
+        elif keep is None or parse_line(line) is None:
+            bad += 1
     return mounts, bad
+
+
+def shm_or_cgroup(mount_point: str, fstype: str) -> bool:
+    """The mounts `health` needs: /dev/shm and the cgroup hierarchies."""
+    return mount_point == "/dev/shm" or fstype in ("cgroup", "cgroup2")
 
 
 def mount_at(mounts: list[Mount], mount_point: str) -> Mount | None:
@@ -79,11 +86,11 @@ def mount_at(mounts: list[Mount], mount_point: str) -> Mount | None:
     return found
 
 
-def read_mountinfo(root) -> tuple[list[Mount], str | None]:
-    """The mounts of this process, and an error message when mountinfo could not be read."""
+def read_mountinfo(root, keep=None) -> tuple[list[Mount], str | None]:
+    """The mounts of this process (filtered by keep), and an error message when mountinfo could not be read."""
     try:
         text = root.read("/proc/self/mountinfo")
     except (OSError, ValueError) as exc:
         return [], f"cannot read /proc/self/mountinfo: {exc.strerror if isinstance(exc, OSError) else exc}"
-    mounts, _bad = parse_mountinfo(text)
+    mounts, _bad = parse_mountinfo(text, keep)
     return mounts, None

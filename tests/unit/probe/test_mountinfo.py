@@ -62,3 +62,13 @@ def test_last_mount_at_a_point_wins():
 def test_missing_mountinfo_is_an_error_message(tree):
     mounts, error = read_mountinfo(tree({}))
     assert mounts == [] and "cannot read /proc/self/mountinfo" in error
+
+
+def test_keep_filters_before_building_and_still_counts_malformed_lines():
+    text = (DATA / "docker-v1/proc/self/mountinfo").read_text() + "garbage line\n"
+    from shmguard.probe.mountinfo import shm_or_cgroup
+
+    mounts, bad = parse_mountinfo(text, keep=shm_or_cgroup)
+    assert bad == 1
+    assert {m.fstype for m in mounts} == {"tmpfs", "cgroup"}
+    assert mount_at(mounts, "/dev/shm") is not None and mount_at(mounts, "/proc") is None
