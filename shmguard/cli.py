@@ -6,12 +6,13 @@ exit code, and Ctrl-C becomes 130. Command logic lives in shmguard.commands.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
 
 from shmguard import __version__
-from shmguard.errors import EXIT_INTERRUPTED, EXIT_USAGE, ShmguardError
+from shmguard.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, ShmguardError
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -41,7 +42,7 @@ def job_options(command):
         ("--sample-bytes", "sample_bytes", f"Size of one sample instead of a shape: {SIZE_RULE}."),
         ("--prefetch-factor", "prefetch_factor", "Batches each worker loads ahead (default 2, as PyTorch)."),
         ("--procs-per-node", "procs_per_node", "Training processes in the container, each with its own DataLoader (default 1)."),
-        ("--gpus", "gpus", "GPUs the job needs (default 0)."),
+        ("--gpus", "gpus", "GPUs the job needs (default 0; `run` also takes all)."),
         ("--sharing-strategy", "sharing_strategy", "torch.multiprocessing sharing strategy: file_descriptor (default) or file_system."),
     ]
     for flag, name, help_text in reversed(specs):
@@ -77,6 +78,56 @@ def check(as_json: bool, strict: bool, root: str | None, **options) -> int:
     return run(job, as_json=as_json, strict=strict, root=Root(root), echo=click.echo)
 
 
+@cli.command(context_settings={"allow_interspersed_args": False})
+@job_options
+@click.option("--cpus", type=float, help="CPUs for the container (docker run --cpus).")
+@click.option("--memory", "memory", metavar="SIZE", help="Memory limit of the container, /dev/shm included (docker run --memory).")
+@click.option("--name", help="Container name.")
+@click.option("-e", "--env", "env", multiple=True, metavar="NAME[=VALUE]", help="Environment variable (repeatable).")
+@click.option("-v", "--volume", "volumes", multiple=True, metavar="HOST:CONTAINER[:ro]", help="Bind mount (repeatable).")
+@click.option("-w", "--workdir", help="Working directory in the container.")
+@click.option("--rm/--keep", "remove", default=True, help="Remove the container when it ends (default), or keep it.")
+@click.option("-d", "--detach", is_flag=True, help="Start it and print its id; no log streaming, no peak report.")
+@click.option("--shm-size", "shm_size", metavar="SIZE", help="Override the computed /dev/shm size.")
+@click.option("--ipc", type=click.Choice(["host"]), help="Share the host's IPC namespace (only when you must).")
+@click.option("--init/--no-init", default=True, help="Run an init as PID 1 so Ctrl-C and SIGTERM stop the job (default on).")
+@click.option("--healthcheck/--no-healthcheck", default=None, help="Docker healthcheck `shmguard health` (default: when the image has shmguard).")
+@click.option("--dry-run", is_flag=True, help="Print the plan and the equivalent docker run command; start nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result (or the plan) as one JSON object.")
+@click.argument("image")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def run(image, command, cpus, memory, name, env, volumes, workdir, remove, detach, shm_size, ipc, init,
+        healthcheck, dry_run, as_json, **options) -> int:
+    """Run IMAGE [-- COMMAND...] with /dev/shm, memory, CPUs and ulimits sized for the job.
+
+    Streams the logs, returns the container's exit code, stops and removes the
+    container on Ctrl-C, reports the peak /dev/shm use, and explains a death by
+    shared-memory exhaustion. Exit 125 when the container cannot be run (engine
+    unreachable, image missing, a --memory that cannot hold the job).
+    """
+    from shmguard.commands.run import RunError, RunOptions, parse_memory
+    from shmguard.commands.run import run as execute
+    from shmguard.units import parse_size
+
+    gpus = options["gpus"]
+    if gpus is not None and gpus.strip().lower() == "all":
+        options["gpus"] = None  # every GPU: the count is the engine's to know
+    job = job_from_options(options)
+    if cpus is not None and cpus <= 0:
+        raise click.BadParameter("must be more than 0", param_hint="--cpus")
+    try:
+        shm = parse_size(shm_size) if shm_size is not None else None
+    except ValueError as exc:
+        raise RunError(f"--shm-size: {exc}") from None
+    if command and command[0] == "--":
+        command = command[1:]
+    opts = RunOptions(image=image, command=tuple(command), cpus=cpus, memory=parse_memory(memory),
+                      gpus=gpus if gpus and gpus.strip() not in ("0", "") else None, name=name,
+                      env=tuple(env), volumes=tuple(volumes), workdir=workdir, remove=remove, detach=detach,
+                      shm_size=shm, ipc_host=ipc == "host", init=init, healthcheck=healthcheck)
+    return execute(job, opts, dry_run=dry_run, as_json=as_json)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code instead of exiting."""
     try:
@@ -95,6 +146,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         click.echo("shmguard: interrupted", err=True)
         return EXIT_INTERRUPTED
+    except Exception as exc:  # a bug: say so in one line; SHMGUARD_DEBUG=1 shows the traceback
+        if os.environ.get("SHMGUARD_DEBUG"):
+            raise
+        click.echo(f"shmguard: internal error: {type(exc).__name__}: {exc} "
+                   f"(set SHMGUARD_DEBUG=1 for the traceback, and please report it)", err=True)
+        return EXIT_INTERNAL
     if isinstance(result, int):
         return result
     return 0

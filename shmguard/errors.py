@@ -9,6 +9,8 @@ and exits with its code, never with a traceback.
 EXIT_OK = 0
 EXIT_FAIL = 1  # the check found a problem (or the training command failed)
 EXIT_USAGE = 2  # bad usage, bad input, or a probe/engine that could not run
+EXIT_RUN_FAILED = 125  # `run`: the container could not be run at all (as `docker run`)
+EXIT_INTERNAL = 70  # a bug in shmguard (EX_SOFTWARE)
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT)
 
 
