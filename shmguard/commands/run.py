@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from shmguard import model
 from shmguard.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED, ShmguardError
@@ -329,11 +329,8 @@ class ShmWatcher:
             self._thread.join(timeout=5)
 
 
-def host_shm_path(client, container) -> str | None:
-    try:
-        root = client.info().get("DockerRootDir")
-    except Exception:
-        return None
+def host_shm_path(engine_info: dict, container) -> str | None:
+    root = engine_info.get("DockerRootDir")
     if not root:
         return None
     path = os.path.join(root, "containers", container.id, "mounts", "shm")
@@ -352,24 +349,50 @@ def connect():
     return client
 
 
-def image_has_shmguard(client, image: str) -> bool:
-    """Whether `shmguard` is on the image's PATH: a created (never started) container is looked into."""
+def cache_dir() -> str:
+    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "shmguard")
+
+
+def image_has_shmguard(client, image) -> bool:
+    """Whether `shmguard` is on the image's PATH: a created (never started) container is looked into.
+
+    The answer is cached per image id (an id names exactly one content) in
+    ~/.cache/shmguard/images.json, so only the first run of an image pays for the look.
+    """
     import docker
 
-    config = client.images.get(image).attrs.get("Config") or {}
+    cache_file = os.path.join(cache_dir(), "images.json")
+    try:
+        with open(cache_file) as f:
+            cache = json.load(f)
+        if isinstance(cache.get(image.id), bool):
+            return cache[image.id]
+    except (OSError, ValueError, AttributeError):
+        cache = {}
+    config = image.attrs.get("Config") or {}
     path = next((e.split("=", 1)[1] for e in config.get("Env") or [] if e.startswith("PATH=")),
                 "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
-    probe = client.containers.create(image, command=["true"], entrypoint=[], labels={"org.shmguard.probe": "1"})
+    found = False
+    probe = client.containers.create(image.id, command=["true"], entrypoint=[], labels={"org.shmguard.probe": "1"})
     try:
         for directory in path.split(":"):
             try:
                 probe.get_archive(f"{directory.rstrip('/')}/shmguard")
-                return True
+                found = True
+                break
             except docker.errors.NotFound:
                 continue
-        return False
     finally:
         probe.remove(force=True)
+    if isinstance(cache, dict):
+        cache[image.id] = found
+        try:
+            from shmguard.files import write_atomic
+
+            write_atomic(cache_file, json.dumps(cache))
+        except OSError:
+            pass  # a cache that cannot be written only costs the next run a look
+    return found
 
 
 @dataclass
@@ -384,26 +407,30 @@ class RunResult:
     interrupted: bool = False
 
 
-def execute(plan: RunPlan, out=sys.stdout, err=sys.stderr, labels: dict[str, str] | None = None,
-            on_started: Callable[[Any], None] | None = None) -> RunResult:
+def local_image(client, name: str):
+    import docker
+
+    try:
+        return client.images.get(name)
+    except docker.errors.ImageNotFound:
+        raise RunError(f"image {name!r} is not present on this Docker host, and shmguard does not pull "
+                       f"(no registry may be reachable): build or load it first (docker build / docker load; "
+                       f"for the demo, docker/build.sh)") from None
+
+
+def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
+            labels: dict[str, str] | None = None) -> RunResult:
     """Run the plan on the engine; always remove the container unless --keep or --detach."""
     import docker
 
-    client = connect()
+    out = out or sys.stdout
+    err = err or sys.stderr
     opts = plan.options
-    try:
-        client.images.get(opts.image)
-    except docker.errors.ImageNotFound:
-        raise RunError(f"image {opts.image!r} is not present on this Docker host, and shmguard does not pull "
-                       f"(no registry may be reachable): build or load it first (docker build / docker load; "
-                       f"for the demo, docker/build.sh)") from None
-    healthcheck = opts.healthcheck if opts.healthcheck is not None else image_has_shmguard(client, opts.image)
+    healthcheck = opts.healthcheck if opts.healthcheck is not None else image_has_shmguard(client, image)
     try:
         container = client.containers.create(**create_kwargs(plan, labels, healthcheck))
     except docker.errors.APIError as exc:
         raise RunError(f"the engine refused the container: {exc.explanation or exc}") from None
-    if on_started:
-        on_started(container)
     removed = False
     interrupted = False
     watcher = None
@@ -422,7 +449,7 @@ def execute(plan: RunPlan, out=sys.stdout, err=sys.stderr, labels: dict[str, str
             print(container.id, file=out)
             return RunResult(0, container.id, container.name, plan.shm_bytes, None, None, False)
         if not opts.ipc_host:
-            watcher = ShmWatcher(container, host_shm_path(client, container)).start()
+            watcher = ShmWatcher(container, host_shm_path(engine_info, container)).start()
         try:
             for stdout_chunk, stderr_chunk in stream:
                 for chunk, target in ((stdout_chunk, out), (stderr_chunk, err)):
@@ -471,12 +498,16 @@ def report_lines(result: RunResult) -> list[str]:
     return lines
 
 
-def run(job, options: RunOptions, dry_run: bool, as_json: bool, out=sys.stdout, err=sys.stderr) -> int:
-    host_memory = None
+def run(job, options: RunOptions, dry_run: bool, as_json: bool, out=None, err=None) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
+    client = image = None
+    engine_info: dict = {}
     if not dry_run:
         client = connect()
-        host_memory = client.info().get("MemTotal")
-    plan = make_plan(job, options, host_memory)
+        engine_info = client.info()
+        image = local_image(client, options.image)
+    plan = make_plan(job, options, engine_info.get("MemTotal"))
     for warning in plan.warnings:
         print(f"shmguard: warning: {warning}", file=err)
     healthcheck_hint = bool(options.healthcheck)
@@ -501,7 +532,7 @@ def run(job, options: RunOptions, dry_run: bool, as_json: bool, out=sys.stdout, 
 
     signal.signal(signal.SIGTERM, terminate)
     try:
-        result = execute(plan, out=out, err=err)
+        result = execute(plan, client, image, engine_info, out=out, err=err)
     finally:
         signal.signal(signal.SIGTERM, previous)
     if options.detach:
