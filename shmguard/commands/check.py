@@ -9,10 +9,6 @@ from shmguard.probe.snapshot import take_snapshot
 from shmguard.verdict import Report, evaluate, exit_code
 
 
-def run_check(job, root: Root | None = None, environ=None, nvml=None) -> Report:
-    return evaluate(job, take_snapshot(root, environ=environ, nvml=nvml))
-
-
 def report_json(report: Report, snapshot_probes: dict | None = None) -> str:
     data = report.as_dict()
     if snapshot_probes is not None:

@@ -21,18 +21,16 @@ import shlex
 import signal
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from shmguard import model
 from shmguard.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED, ShmguardError
 from shmguard.probe.cgroup import MemoryInfo
-from shmguard.probe.shm import ShmInfo
+from shmguard.probe.shm import DOCKER_DEFAULT_SHM, ShmInfo
 from shmguard.units import MIB, docker_size, format_size, parse_size
 from shmguard.verdict import FAIL, WARN, check_memory, fds_needed
 
-DOCKER_DEFAULT_SHM = 64 * MIB
 NOFILE_COMMON_SOFT = 1024
 STOP_TIMEOUT = 10  # seconds between SIGTERM and SIGKILL on Ctrl-C
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
@@ -431,7 +429,6 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
         container = client.containers.create(**create_kwargs(plan, labels, healthcheck))
     except docker.errors.APIError as exc:
         raise RunError(f"the engine refused the container: {exc.explanation or exc}") from None
-    removed = False
     interrupted = False
     watcher = None
     tail: list[bytes] = []
@@ -483,7 +480,6 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
         if opts.remove and not opts.detach:
             try:
                 container.remove(force=True)
-                removed = True
             except docker.errors.APIError:
                 pass
 
