@@ -128,6 +128,95 @@ def run(image, command, cpus, memory, name, env, volumes, workdir, remove, detac
     return execute(job, opts, dry_run=dry_run, as_json=as_json)
 
 
+@cli.group()
+def render() -> None:
+    """Print manifests with a memory-backed /dev/shm sized for the job."""
+
+
+def target_options(command):
+    command = click.option("--image", required=True, help="Container image.")(command)
+    command = click.option("--name", default="train", show_default=True, help="Name of the workload and container.")(command)
+    command = click.option("--cpus", type=float, help="CPUs (default: one per worker plus one per process).")(command)
+    command = click.option("--memory", metavar="SIZE", help="Memory limit; at least the shm plus the processes.")(command)
+    command = click.option("-e", "--env", "env", multiple=True, metavar="NAME=VALUE", help="Environment variable (repeatable).")(command)
+    return command
+
+
+def target_values(job, image, name, cpus, memory, env, command) -> dict:
+    from shmguard.errors import UsageError
+    from shmguard.units import parse_size
+
+    try:
+        memory_bytes = parse_size(memory) if memory is not None else None
+    except ValueError as exc:
+        raise UsageError(f"--memory: {exc}") from None
+    variables = {}
+    for item in env:
+        key, eq, value = item.partition("=")
+        if not key or not eq:
+            raise UsageError(f"-e {item!r}: use NAME=VALUE")
+        variables[key] = value
+    if cpus is not None and cpus <= 0:
+        raise UsageError("--cpus must be more than 0")
+    if command and command[0] == "--":
+        command = command[1:]
+    return {"image": image, "name": name, "cpus": cpus, "memory": memory_bytes, "gpus": job.gpus,
+            "env": variables, "command": list(command)}
+
+
+@render.command("k8s", context_settings={"allow_interspersed_args": False})
+@job_options
+@target_options
+@click.option("--namespace", help="Namespace of the workload.")
+@click.option("--kind", type=click.Choice(["pod", "job", "deployment", "pytorchjob"], case_sensitive=False), default="job",
+              show_default=True, help="What to render (a PyTorchJob has a Master and --replicas Workers).")
+@click.option("--replicas", type=click.IntRange(min=0), default=1, show_default=True, help="PyTorchJob Worker replicas.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def render_k8s_command(image, name, cpus, memory, env, namespace, kind, replicas, command, **options) -> int:
+    """Print a Kubernetes manifest: an emptyDir of medium Memory at /dev/shm with a sizeLimit, memory limits
+    that include it, CPUs for the workers, GPUs, the SHMGUARD_* environment and `shmguard health` probes."""
+    from shmguard.commands.render import render_k8s
+
+    job = job_from_options(options)
+    values = target_values(job, image, name, cpus, memory, env, command)
+    click.echo(render_k8s(job, kind=kind, namespace=namespace, workers_replicas=replicas, **values), nl=False)
+    return 0
+
+
+@render.command("compose", context_settings={"allow_interspersed_args": False})
+@job_options
+@target_options
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def render_compose_command(image, name, cpus, memory, env, command, **options) -> int:
+    """Print a compose service with shm_size, mem_limit, cpus, GPU reservations and a healthcheck."""
+    from shmguard.commands.render import render_compose
+
+    job = job_from_options(options)
+    click.echo(render_compose(job, **target_values(job, image, name, cpus, memory, env, command)), nl=False)
+    return 0
+
+
+@cli.command()
+@job_options
+@click.option("-i", "--in-place", is_flag=True, help="Rewrite the files (atomically) instead of printing.")
+@click.option("--check", is_flag=True, help="Change nothing; list what would change and exit 1 if anything would.")
+@click.argument("files", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
+def patch(in_place, check, files, **options) -> int:
+    """Add or fix the /dev/shm emptyDir, its mount and the memory limits in every pod template of FILES (or stdin).
+
+    Handles Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob and
+    PyTorchJob; other documents pass through. Patching twice changes nothing.
+    """
+    from shmguard.commands.patch import patch as run_patch
+    from shmguard.errors import UsageError
+
+    if in_place and check:
+        raise UsageError("-i and --check do not go together")
+    if in_place and (not files or "-" in files):
+        raise UsageError("-i needs files to rewrite, not stdin")
+    return run_patch(job_from_options(options), list(files), in_place=in_place, check=check)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code instead of exiting."""
     try:

@@ -70,3 +70,37 @@ def k8s_quantity(n: int) -> str:
     if n % GIB == 0 and n:
         return f"{n // GIB}Gi"
     return f"{max(1, ceil_div(n, MIB))}Mi"
+
+
+_K8S_SUFFIXES = {
+    "Ki": KIB, "Mi": MIB, "Gi": GIB, "Ti": TIB, "Pi": 1024**5, "Ei": 1024**6,
+    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18, "m": None,
+}
+
+
+def parse_quantity(value) -> int:
+    """A Kubernetes memory quantity (`369Mi`, `2Gi`, `1G`, `512M`, `1e9`, `1048576`) in bytes, rounded up.
+
+    Unlike the Docker-style sizes above, Kubernetes' M, G, k are decimal and Mi, Gi, Ki binary
+    (https://kubernetes.io/docs/reference/kubernetes-api/common-definitions/quantity/).
+    ValueError for anything else, including millibytes (`m`).
+    """
+    text = str(value).strip()
+    for suffix in sorted(_K8S_SUFFIXES, key=len, reverse=True):
+        if text.endswith(suffix) and text[:-len(suffix)]:
+            scale = _K8S_SUFFIXES[suffix]
+            number = text[:-len(suffix)]
+            break
+    else:
+        scale, number = 1, text
+    if scale is None:
+        raise ValueError(f"{text!r}: millibytes make no sense for memory")
+    try:
+        amount = float(number) if any(c in number for c in ".eE") else int(number)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a Kubernetes quantity") from None
+    if amount != amount or amount in (float("inf"), float("-inf")) or amount < 0:
+        raise ValueError(f"{text!r} is not a Kubernetes quantity")
+    scaled = amount * scale
+    whole = int(scaled)
+    return whole if whole == scaled else whole + 1

@@ -1,0 +1,93 @@
+"""`shmguard patch` and `render` at the command line: files, stdin, -i, --check, and bad input."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import yaml
+
+from shmguard import main
+
+JOB = ["--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224"]
+MANIFEST = """\
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings}
+data: {lr: "0.1"}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: train}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: trainer
+        image: demo:1
+"""
+
+
+def test_patch_in_place_then_check_is_clean(tmp_path, capsys):
+    path = tmp_path / "job.yaml"
+    path.write_text(MANIFEST)
+    assert main(["patch", *JOB, "--check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "Job/train" in out and "added dshm" in out
+    assert path.read_text() == MANIFEST  # --check writes nothing
+    assert main(["patch", *JOB, "-i", str(path)]) == 0
+    docs = list(yaml.safe_load_all(path.read_text()))
+    assert docs[0] == yaml.safe_load(MANIFEST.split("---")[0])
+    assert docs[1]["spec"]["template"]["spec"]["volumes"][0]["emptyDir"]["medium"] == "Memory"
+    assert main(["patch", *JOB, "--check", str(path)]) == 0
+    before = path.read_text()
+    assert main(["patch", *JOB, "-i", str(path)]) == 0 and path.read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml"]
+
+
+def test_patch_stdin_to_stdout(monkeypatch, capsys):
+    monkeypatch.setattr("sys.stdin", io.StringIO(MANIFEST))
+    assert main(["patch", *JOB]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert len(docs) == 2 and docs[1]["spec"]["template"]["spec"]["containers"][0]["volumeMounts"][0]["mountPath"] == "/dev/shm"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("kind: Pod\nspec: [unclosed\n", "not valid YAML at line"),
+    ("- just\n- a list\n", "document 1: a manifest must be a mapping, not list"),
+    ("kind: Job\nmetadata: {name: j}\nspec:\n  template:\n    spec: {containers: []}\n", "containers is missing or empty"),
+    ("kind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n    name: c\n", "spec.containers should be a list"),
+])
+def test_bad_manifests_exit_2_and_write_nothing(tmp_path, capsys, text, message):
+    good = tmp_path / "a.yaml"
+    good.write_text(MANIFEST)
+    bad = tmp_path / "b.yaml"
+    bad.write_text(text)
+    assert main(["patch", *JOB, "-i", str(good), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert str(bad) in err and message in err and "Traceback" not in err
+    assert good.read_text() == MANIFEST and bad.read_text() == text
+
+
+def test_not_utf8_and_missing_files(tmp_path, capsys):
+    binary = tmp_path / "x.yaml"
+    binary.write_bytes(b"kind: Pod\n\xff\xfe\n")
+    assert main(["patch", *JOB, str(binary)]) == 2
+    assert "not UTF-8" in capsys.readouterr().err
+    assert main(["patch", *JOB, str(tmp_path / "missing.yaml")]) == 2
+
+
+def test_in_place_needs_files(capsys):
+    assert main(["patch", *JOB, "-i"]) == 2
+    assert main(["patch", *JOB, "-i", "--check", "x.yaml"]) == 2
+
+
+def test_render_cli(capsys):
+    assert main(["render", "k8s", *JOB, "--image", "demo:1", "--kind", "deployment", "--", "python", "t.py"]) == 0
+    doc = yaml.safe_load(capsys.readouterr().out)
+    assert doc["kind"] == "Deployment" and doc["spec"]["template"]["spec"]["containers"][0]["command"] == ["python", "t.py"]
+    assert main(["render", "compose", *JOB, "--image", "demo:1"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["services"]["train"]["shm_size"] == "369m"
+    assert main(["render", "k8s", *JOB, "--image", "demo:1", "--memory", "100m"]) == 2
+    assert "cannot hold" in capsys.readouterr().err

@@ -1,0 +1,214 @@
+"""Rendered and patched manifests: valid against the Kubernetes schemas (strict), round-trip through the client's
+models, memory limits that hold the shm, idempotent patches, and clear errors for bad manifests."""
+
+from __future__ import annotations
+
+import copy
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from kubernetes.client import ApiClient
+
+from shmguard import k8s
+from shmguard.commands.render import dump
+from shmguard.errors import UsageError
+from shmguard.job import make_job
+from shmguard.units import GIB, MIB, parse_quantity
+
+K8S_VERSION = kubernetes_validate.latest_version()
+JOB = make_job(workers=4, batch_size=64, sample_shape="3,224,224")
+MODELS = {"Pod": "V1Pod", "Job": "V1Job", "Deployment": "V1Deployment", "StatefulSet": "V1StatefulSet",
+          "DaemonSet": "V1DaemonSet", "CronJob": "V1CronJob", "ConfigMap": "V1ConfigMap"}
+
+# The parts of the training operator's PyTorchJob (kubeflow.org/v1) CRD that shmguard writes.
+PYTORCHJOB_SCHEMA = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "kubeflow.org/v1"},
+        "kind": {"const": "PyTorchJob"},
+        "metadata": {"type": "object", "required": ["name"]},
+        "spec": {
+            "type": "object", "required": ["pytorchReplicaSpecs"], "additionalProperties": False,
+            "properties": {"pytorchReplicaSpecs": {
+                "type": "object", "additionalProperties": False, "minProperties": 1,
+                "patternProperties": {"^(Master|Worker)$": {
+                    "type": "object", "required": ["replicas", "template"], "additionalProperties": False,
+                    "properties": {"replicas": {"type": "integer", "minimum": 1},
+                                   "restartPolicy": {"enum": ["Always", "OnFailure", "Never", "ExitCode"]},
+                                   "template": {"type": "object"}}}}}},
+        },
+    },
+}
+
+
+def validate(doc: dict) -> None:
+    """Strict schema validation of the current Kubernetes version, and a round trip through the client's model."""
+    if doc["kind"] == "PyTorchJob":
+        jsonschema.validate(doc, PYTORCHJOB_SCHEMA)
+        for replica_type, replica in doc["spec"]["pytorchReplicaSpecs"].items():
+            assert all(c["name"] == "pytorch" for c in replica["template"]["spec"]["containers"])
+            pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": replica_type.lower()}, **replica["template"]}
+            validate(pod)
+        return
+    kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    api = ApiClient()
+    model = api._ApiClient__deserialize(copy.deepcopy(doc), MODELS[doc["kind"]])
+    assert api.sanitize_for_serialization(model) == doc
+
+
+def shm_and_memory(doc):
+    for spec, container in k8s.containers_of(doc):
+        volume = next(v for v in spec["volumes"] if v["name"] == next(
+            m["name"] for m in container["volumeMounts"] if m["mountPath"] == "/dev/shm"))
+        yield volume["emptyDir"], container["resources"]["limits"]["memory"]
+
+
+@pytest.mark.parametrize("kind", ["pod", "job", "deployment", "pytorchjob"])
+def test_rendered_manifests_are_valid_and_hold_their_shm(kind):
+    doc = k8s.render_k8s(JOB, kind=kind, image="demo:1", name="train", namespace="ml", command=["python", "t.py"],
+                         gpus=2, env={"A": "1"}, workers_replicas=2)
+    validate(yaml.safe_load(dump([doc])))
+    for empty_dir, memory in shm_and_memory(doc):
+        assert empty_dir["medium"] == "Memory"
+        size = parse_quantity(empty_dir["sizeLimit"])
+        assert size >= k8s.model.shm_bytes(JOB)
+        assert parse_quantity(memory) >= size + k8s.model.process_memory_bytes(JOB)
+
+
+def test_rendered_container_details():
+    doc = k8s.render_k8s(JOB, kind="job", image="demo:1", name="train", gpus=1, cpus=3.5)
+    (container,) = doc["spec"]["template"]["spec"]["containers"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert container["resources"]["limits"]["cpu"] == "3500m"
+    assert {"name": "SHMGUARD_WORKERS", "value": "4"} in container["env"]
+    assert container["startupProbe"]["exec"]["command"] == ["shmguard", "health"]
+    assert container["livenessProbe"]["exec"]["command"] == ["shmguard", "health"]
+    assert container["securityContext"] == {"privileged": False, "allowPrivilegeEscalation": False}
+    assert doc["spec"]["template"]["spec"]["restartPolicy"] == "Never"
+    assert "&id" not in dump([doc])
+    default_cpu = k8s.render_k8s(JOB, kind="pod", image="x", name="p")["spec"]["containers"][0]["resources"]["limits"]["cpu"]
+    assert default_cpu == "5"  # 4 workers + the trainer
+
+
+def test_memory_below_the_shm_is_refused_and_above_is_kept():
+    with pytest.raises(UsageError, match="cannot hold"):
+        k8s.render_k8s(JOB, kind="pod", image="x", name="p", memory=512 * MIB)
+    doc = k8s.render_k8s(JOB, kind="pod", image="x", name="p", memory=8 * GIB)
+    assert doc["spec"]["containers"][0]["resources"]["limits"]["memory"] == "8Gi"
+    with pytest.raises(UsageError):
+        k8s.render_k8s(JOB, kind="statefulset", image="x", name="p")
+
+
+def test_compose_service():
+    doc = k8s.render_compose(JOB, image="demo:1", name="train", command=["python", "t.py"], cpus=2, gpus=1)
+    service = doc["services"]["train"]
+    assert service["shm_size"] == "369m" and parse_quantity(service["mem_limit"].replace("m", "Mi")) >= 369 * MIB
+    assert service["healthcheck"]["test"] == ["CMD", "shmguard", "health"]
+    assert service["deploy"]["resources"]["reservations"]["devices"][0]["count"] == 1
+    assert service["environment"]["SHMGUARD_BATCH_SIZE"] == "64"
+
+
+# ---- patch -------------------------------------------------------------------------------------------------------
+
+def deployment(**pod_spec_extra):
+    spec = {"containers": [{"name": "t", "image": "x"}], **pod_spec_extra}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+            "spec": {"selector": {"matchLabels": {"a": "b"}},
+                     "template": {"metadata": {"labels": {"a": "b"}}, "spec": spec}}}
+
+
+KINDS = [
+    {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}},
+    deployment(),
+    {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "s"},
+     "spec": {"selector": {"matchLabels": {"a": "b"}}, "serviceName": "s",
+              "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}},
+    {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "d"},
+     "spec": {"selector": {"matchLabels": {"a": "b"}},
+              "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}},
+    {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+     "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}},
+    {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "cj"},
+     "spec": {"schedule": "0 * * * *", "jobTemplate": {"spec": {"template": {"spec": {
+         "restartPolicy": "OnFailure", "containers": [{"name": "c", "image": "x"}]}}}}}},
+]
+
+
+@pytest.mark.parametrize("doc", KINDS, ids=[d["kind"] for d in KINDS])
+def test_patch_every_kind_valid_and_idempotent(doc):
+    docs = [copy.deepcopy(doc)]
+    changes = k8s.patch_documents(docs, JOB)
+    assert changes and any("added dshm" in c for c in changes)
+    validate(docs[0])
+    for empty_dir, memory in shm_and_memory(docs[0]):
+        assert parse_quantity(memory) >= parse_quantity(empty_dir["sizeLimit"]) + k8s.model.process_memory_bytes(JOB)
+    again = copy.deepcopy(docs)
+    assert k8s.patch_documents(again, JOB) == [] and again == docs
+
+
+def test_patch_pytorchjob():
+    doc = k8s.render_k8s(JOB, kind="pytorchjob", image="x", name="ptj")
+    for replica in doc["spec"]["pytorchReplicaSpecs"].values():
+        spec = replica["template"]["spec"]
+        spec["volumes"] = []
+        spec["containers"][0]["volumeMounts"] = []
+    changes = k8s.patch_documents([doc], JOB)
+    assert len([c for c in changes if "added dshm" in c]) == 2
+    validate(doc)
+
+
+def test_multi_document_other_documents_untouched():
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "b"}}
+    docs = [copy.deepcopy(config), deployment(), None]
+    k8s.patch_documents(docs, JOB)
+    assert docs[0] == config and docs[2] is None
+
+
+def test_existing_shm_too_small_or_without_size_limit_is_fixed():
+    small = deployment(volumes=[{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}}])
+    small["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "shm", "mountPath": "/dev/shm"}]
+    changes = k8s.patch_documents([small], JOB)
+    volume = small["spec"]["template"]["spec"]["volumes"][0]
+    assert volume["emptyDir"]["sizeLimit"] == "369Mi" and any("64Mi -> 369Mi" in c for c in changes)
+    assert len(small["spec"]["template"]["spec"]["volumes"]) == 1  # fixed in place, not duplicated
+
+    unbounded = deployment(volumes=[{"name": "shm", "emptyDir": {}}])
+    unbounded["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "shm", "mountPath": "/dev/shm"}]
+    changes = k8s.patch_documents([unbounded], JOB)
+    assert unbounded["spec"]["template"]["spec"]["volumes"][0]["emptyDir"] == {"medium": "Memory", "sizeLimit": "369Mi"}
+    assert any("had none" in c for c in changes) and any("medium: set to Memory" in c for c in changes)
+
+
+def test_a_big_enough_size_limit_is_kept_and_the_memory_follows_it():
+    doc = deployment(volumes=[{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}}])
+    container = doc["spec"]["template"]["spec"]["containers"][0]
+    container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    container["resources"] = {"limits": {"memory": "1Gi"}, "requests": {"memory": "4Gi"}}
+    k8s.patch_documents([doc], JOB)
+    assert doc["spec"]["template"]["spec"]["volumes"][0]["emptyDir"]["sizeLimit"] == "2Gi"
+    limit = parse_quantity(container["resources"]["limits"]["memory"])
+    assert limit >= 2 * GIB + k8s.model.process_memory_bytes(JOB)
+    assert container["resources"]["requests"]["memory"] == container["resources"]["limits"]["memory"]
+
+
+@pytest.mark.parametrize("docs, message", [
+    ([["a", "b"]], "document 1: a manifest must be a mapping, not list"),
+    ([{"kind": "Deployment", "metadata": {"name": "w"}, "spec": {"template": {"spec": {"containers": []}}}}],
+     "document 1 (Deployment/w): spec.template.spec.containers is missing or empty"),
+    ([{"kind": "Deployment", "metadata": {"name": "w"}, "spec": {"template": ["x"]}}],
+     "spec.template should be a mapping, not list"),
+    ([{"kind": "Job", "metadata": {"name": "j"}, "spec": {}}], "spec.template is missing"),
+    ([{"kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": {"name": "c"}}}],
+     "spec.containers should be a list, not dict"),
+    ([{"kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "resources": {"limits": {"memory": "lots"}}}]}}],
+     "resources.limits.memory"),
+    ([{"kind": "Pod", "metadata": {"name": "p"}, "spec": {"volumes": [{"name": "s", "hostPath": {"path": "/dev/shm"}}],
+                                                           "containers": [{"name": "c", "volumeMounts": [{"name": "s", "mountPath": "/dev/shm"}]}]}}],
+     "is a hostPath volume, not an emptyDir"),
+])
+def test_bad_manifests_name_the_document_and_path(docs, message):
+    with pytest.raises(k8s.ManifestError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        k8s.patch_documents(docs, JOB)
