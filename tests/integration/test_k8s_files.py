@@ -1,0 +1,85 @@
+"""The shipped k8s/ kustomize files and compose.yaml: built with kubectl kustomize and validated, their numbers
+checked against the model, and compose.yaml run on the real engine (and failing with Docker's default shm)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from shmguard import k8s, main
+from shmguard.job import make_job
+from shmguard.units import parse_quantity
+from tests.integration.conftest import unavailable
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO_JOB = make_job(workers=4, batch_size=64, sample_shape="3,224,224")
+
+
+def kustomize(path: str) -> list[dict]:
+    if shutil.which("kubectl") is None:
+        unavailable("kubectl is not installed (kubectl kustomize builds the k8s/ files)")
+    proc = subprocess.run(["kubectl", "kustomize", str(ROOT / path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def test_demo_overlay_has_the_models_shm_and_is_valid(tmp_path, capsys):
+    (doc,) = kustomize("k8s/overlays/demo")
+    kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
+    spec = doc["spec"]["template"]["spec"]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "dshm"]
+    assert volume["emptyDir"]["medium"] == "Memory"
+    assert parse_quantity(volume["emptyDir"]["sizeLimit"]) == k8s.shm_size_limit(DEMO_JOB)
+    limit = parse_quantity(spec["containers"][0]["resources"]["limits"]["memory"])
+    assert limit >= k8s.memory_limit(DEMO_JOB, k8s.shm_size_limit(DEMO_JOB))
+    built = tmp_path / "demo.yaml"
+    built.write_text(yaml.safe_dump(doc))
+    job_args = ["--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224"]
+    assert main(["patch", *job_args, "--check", str(built)]) == 0  # nothing left to fix
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump_all(kustomize("k8s/base")))
+    assert main(["patch", *job_args, "--check", str(base)]) == 1  # the base alone lacks the shm
+    assert "added dshm" in capsys.readouterr().out
+
+
+def compose(project: str, file: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker-compose", "-f", str(file), "-p", project, *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def compose_project(docker_client, demo_image):
+    if shutil.which("docker-compose") is None:
+        unavailable("docker-compose is not installed (apt-get install docker-compose)")
+    project = f"shmguardtest{uuid.uuid4().hex[:8]}"
+    files: list[Path] = []
+    yield project, files
+    for file in files:
+        compose(project, file, "down", "--remove-orphans")
+    assert not docker_client.containers.list(all=True, filters={"label": f"com.docker.compose.project={project}"})
+
+
+def test_compose_file_runs_the_demo_and_fails_with_the_default_shm(compose_project, tmp_path):
+    project, files = compose_project
+    shipped = ROOT / "compose.yaml"
+    files.append(shipped)
+    service = yaml.safe_load(shipped.read_text())["services"]["train"]
+    assert service["shm_size"] == k8s.render_compose(DEMO_JOB, image="x", name="train")["services"]["train"]["shm_size"]
+    ok = compose(project, shipped, "up", "--abort-on-container-exit", "--exit-code-from", "train")
+    assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:]
+    assert "demo: completed 20 steps" in ok.stdout
+
+    default = tmp_path / "compose.yaml"
+    data = yaml.safe_load(shipped.read_text())
+    del data["services"]["train"]["shm_size"]
+    default.write_text(yaml.safe_dump(data))
+    files.append(default)
+    failed = compose(project, default, "up", "--abort-on-container-exit", "--exit-code-from", "train")
+    assert failed.returncode == 1, failed.stdout[-3000:]
+    assert "unable to allocate shared memory" in failed.stdout
