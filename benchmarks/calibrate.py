@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import docker  # noqa: E402
 
+from common import together  # noqa: E402
 from shmguard import model  # noqa: E402
 from shmguard.job import make_job  # noqa: E402
 from shmguard.units import MIB  # noqa: E402
@@ -63,7 +64,7 @@ def run_config(client, workers, batch, prefetch, pin, procs, shape, extra, step_
     args = (f"python /app/train.py --workers {workers} --batch-size {batch} --prefetch-factor {prefetch} "
             f"--sample-shape {shape} --steps {steps} --step-time {step_time} --watch-shm --json "
             f"{'--pin-memory' if pin else ''} {extra}")
-    command = ["sh", "-c", " & ".join([args] * procs) + " & wait"]
+    command = ["sh", "-c", together(args, procs)]
     container = client.containers.run(IMAGE, command, shm_size="8g", detach=True, labels={LABEL: "1"})
     try:
         status = container.wait(timeout=600)

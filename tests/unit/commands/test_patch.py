@@ -91,3 +91,41 @@ def test_render_cli(capsys):
     assert yaml.safe_load(capsys.readouterr().out)["services"]["train"]["shm_size"] == "369m"
     assert main(["render", "k8s", *JOB, "--image", "demo:1", "--memory", "100m"]) == 2
     assert "cannot hold" in capsys.readouterr().err
+
+
+BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
+    f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n" for i in range(8)) + "kind: Pod\n"
+
+
+@pytest.mark.parametrize("text, message", [
+    (BOMB, "alias bomb"),
+    ("a: " + "[" * 100_000 + "]" * 100_000 + "\n", "nested too deeply"),
+    ("a:\n" + "".join(" " * (2 * i) + f"k{i}:\n" for i in range(1, 600)), "nested too deeply"),
+    ("kind: !!python/object/apply:os.system ['echo pwned']\n", "not valid YAML"),
+    ("kind: Pod\nkind: Deployment\n", "duplicate key 'kind'"),
+])
+def test_hostile_yaml_is_refused_without_writing(tmp_path, capsys, text, message):
+    path = tmp_path / "evil.yaml"
+    path.write_text(text)
+    assert main(["patch", *JOB, "-i", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and "pwned" not in capsys.readouterr().out
+    assert path.read_text() == text
+
+
+def test_modest_aliases_are_fine(capsys):
+    from shmguard.commands.patch import load
+
+    docs = load("base: &b {image: x}\nkind: ConfigMap\ndata: {a: *b}\n", "x")
+    assert docs[0]["data"]["a"] == {"image": "x"}
+
+
+def test_too_large_input_is_refused(monkeypatch, tmp_path, capsys):
+    import shmguard.commands.patch as patch_module
+
+    monkeypatch.setattr(patch_module, "MAX_INPUT_BYTES", 100)
+    path = tmp_path / "big.yaml"
+    path.write_text("kind: ConfigMap\ndata:\n" + "".join(f"  k{i}: v\n" for i in range(50)))
+    assert main(["patch", *JOB, str(path)]) == 2
+    assert "split the manifest" in capsys.readouterr().err
