@@ -37,7 +37,7 @@ def parse_cuda_visible_devices(value: str | None) -> list[str] | None:
             continue
         digits = ""
         for ch in entry:
-            if ch.isdigit():
+            if ch in "0123456789":  # not str.isdigit(): '²' is a digit to it, and int() refuses it
                 digits += ch
             else:
                 break
@@ -63,7 +63,7 @@ def device_nodes(root) -> list[int]:
     nodes = []
     for name in root.listdir("/dev"):
         suffix = name[len("nvidia"):]
-        if name.startswith("nvidia") and suffix.isdigit():
+        if name.startswith("nvidia") and suffix.isascii() and suffix.isdigit():
             nodes.append(int(suffix))
     return sorted(nodes)
 

@@ -14,6 +14,7 @@ from tests.unit.conftest import DIR
     (None, None), ("", []), ("-1", []), ("0", ["0"]), ("0,1", ["0", "1"]), ("0,2,-1,1", ["0", "2"]),
     ("0,0", []), ("1gpu2", ["1"]), (" 1 , 3 ", ["1", "3"]), ("NoDevFiles", []),
     ("GPU-8d3e6a7b-aaaa,MIG-1234", ["GPU-8d3e6a7b-aaaa", "MIG-1234"]), ("GPU-a,GPU-a", []), ("02", ["2"]),
+    ("²", []), ("1²", ["1"]),  # found by hypothesis: str.isdigit() accepts '²', int() does not
 ])
 def test_cuda_visible_devices(value, expected):
     assert parse_cuda_visible_devices(value) == expected

@@ -1,0 +1,129 @@
+"""Property tests for the parsers and pure functions: no input crashes them, and their rules hold.
+
+Seeded (derandomize) and bounded, so CI runs the same examples every time in a few seconds.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from shmguard import k8s, model
+from shmguard.job import make_job
+from shmguard.probe import cgroup
+from shmguard.probe.cpu import parse_cpu_list
+from shmguard.probe.gpu import parse_cuda_visible_devices, parse_nvidia_visible_devices
+from shmguard.probe.mountinfo import parse_line, parse_mountinfo
+from shmguard.probe.nofile import parse_limits
+from shmguard.units import docker_size, k8s_quantity, parse_quantity, parse_size
+
+SETTINGS = settings(max_examples=300, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+sizes = st.integers(min_value=0, max_value=2**62)
+
+
+@SETTINGS
+@given(sizes)
+def test_sizes_round_trip_never_below(n):
+    assert parse_size(str(n)) == n
+    assert parse_size(docker_size(n)) >= n
+    assert parse_quantity(k8s_quantity(n)) >= n
+
+
+@SETTINGS
+@given(st.text(max_size=40))
+def test_size_parsers_raise_only_value_error(text):
+    for parse in (parse_size, parse_quantity):
+        try:
+            assert parse(text) >= 0
+        except ValueError:
+            pass
+
+
+@SETTINGS
+@given(st.text(max_size=300))
+def test_text_parsers_never_crash(text):
+    parse_mountinfo(text)
+    cgroup.parse_proc_cgroup(text)
+    parse_cuda_visible_devices(text)
+    parse_nvidia_visible_devices(text)
+    for parse in (cgroup.parse_cpu_max, lambda t: cgroup.parse_limit_value(t, "v2"), parse_cpu_list, parse_limits,
+                  lambda t: cgroup.parse_v1_quota(t, "100000")):
+        try:
+            parse(text)
+        except ValueError:
+            pass
+
+
+path_chars = st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00")
+
+
+@SETTINGS
+@given(st.text(path_chars, min_size=1, max_size=30), st.lists(st.sampled_from(["shared:1", "master:2", "unbindable"]), max_size=3))
+def test_mountinfo_escapes_round_trip(name, optional):
+    escaped = "".join(f"\\{ord(c):03o}" if c in " \t\n\\" else c for c in "/mnt/" + name)
+    if any(c.isspace() for c in escaped):
+        return  # other whitespace cannot appear unescaped in a field
+    mount = parse_line(f"36 35 98:0 / {escaped} rw {' '.join(optional)} - tmpfs shm rw,size=1k".replace("  ", " "))
+    assert mount is not None and mount.mount_point == "/mnt/" + name and mount.fstype == "tmpfs"
+
+
+@SETTINGS
+@given(st.text(alphabet="0123456789,-GPUMI abcdef", max_size=30))
+def test_cuda_visible_devices_rules(value):
+    selected = parse_cuda_visible_devices(value)
+    assert selected is not None
+    assert len(set(selected)) == len(selected)  # duplicates empty the list instead
+
+
+jobs = st.builds(
+    lambda w, b, s, p, procs, pin: make_job(workers=w, batch_size=b, sample_bytes=s, prefetch_factor=p,
+                                            procs_per_node=procs, pin_memory=pin),
+    st.integers(0, 64), st.integers(1, 1024), st.integers(1, 2**24), st.integers(1, 16), st.integers(1, 8), st.booleans())
+
+
+@SETTINGS
+@given(jobs, st.sampled_from(["workers", "batch_size", "prefetch_factor", "procs_per_node"]), st.integers(1, 8))
+def test_model_is_monotone_and_never_negative(job, field, step):
+    bigger = job.replace(**{field: getattr(job, field) + step})
+    assert 0 <= model.shm_bytes(job) <= model.shm_bytes(bigger)
+    assert 0 < model.memory_bytes(job) <= model.memory_bytes(bigger)
+    assert model.memory_bytes(job) >= model.shm_bytes(job)
+    if job.workers == 0:
+        assert model.shm_bytes(job) == 0
+    else:
+        assert model.shm_bytes(job) > model.seeds_formula_bytes(job)
+
+
+extra_fields = st.dictionaries(st.sampled_from(["imagePullPolicy", "workingDir", "tty", "stdin"]),
+                               st.sampled_from(["IfNotPresent", "/w", True, False]), max_size=3)
+
+
+@SETTINGS
+@given(st.lists(extra_fields, min_size=1, max_size=3), st.sampled_from([None, "256Mi", "1Gi", "64Gi"]),
+       st.sampled_from([None, "32Mi", "2Gi"]), jobs)
+def test_patch_keeps_every_field_and_is_idempotent(containers_extra, limit, size_limit, job):
+    containers = []
+    for i, extra in enumerate(containers_extra):
+        container = {"name": f"c{i}", "image": "x", **extra}
+        if limit:
+            container["resources"] = {"limits": {"memory": limit}}
+        containers.append(container)
+    spec = {"containers": containers}
+    if size_limit:
+        spec["volumes"] = [{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": size_limit}}]
+        containers[0]["volumeMounts"] = [{"name": "shm", "mountPath": "/dev/shm"}]
+    doc = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
+    original = copy.deepcopy(doc)
+    k8s.patch_documents([doc], job)
+    for before, after in zip(original["spec"]["containers"], doc["spec"]["containers"]):
+        for key, value in before.items():
+            if key not in ("resources", "volumeMounts"):
+                assert after[key] == value
+        limit_after = parse_quantity(after["resources"]["limits"]["memory"])
+        if "resources" in before:
+            assert limit_after >= parse_quantity(before["resources"]["limits"]["memory"])
+        assert any(m["mountPath"] == "/dev/shm" for m in after["volumeMounts"])
+    again = copy.deepcopy(doc)
+    assert k8s.patch_documents([again], job) == [] and again == doc
