@@ -33,6 +33,7 @@ from shmguard.verdict import FAIL, WARN, check_memory, fds_needed
 
 NOFILE_COMMON_SOFT = 1024
 STOP_TIMEOUT = 10  # seconds between SIGTERM and SIGKILL on Ctrl-C
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
 SHM_DEATH = re.compile(r"unable to allocate shared memory|out of shared memory|Bus error|"
                        r"No space left on device|insufficient shared memory", re.IGNORECASE)
@@ -255,8 +256,12 @@ def describe(plan: RunPlan) -> list[str]:
 
 
 def diagnose(exit_code: int, logs_tail: str, oom_killed: bool, plan: RunPlan) -> str | None:
-    """One paragraph on a shared-memory death, with the fix; None when the exit does not look like one."""
+    """One paragraph on a shared-memory death (or a missing command), with the fix; None when the exit does not look like one."""
     needed = docker_size(max(plan.required_shm, plan.shm_bytes * 2))
+    if exit_code == 127 and re.search(r"exec .* failed: No such file or directory|executable file not found", logs_tail):
+        command = shlex.join(plan.options.command) or "its default command"
+        return (f"The container's command was not found in the image (exit 127): {command}. Check the command after "
+                f"`--` and the image's PATH.")
     if exit_code == 137 and oom_killed:
         return (f"The container was killed by the kernel's OOM killer (exit 137): its memory limit of "
                 f"{format_size(plan.mem_limit or 0)} was full. /dev/shm pages count against that limit, so a job whose "
@@ -441,7 +446,11 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
             if "rlimit" in str(exc) and plan.nofile:
                 hint = (f" (the open-file limit {plan.nofile} the job needs is above the engine's own; raise dockerd's "
                         f"LimitNOFILE, or use --sharing-strategy file_system)")
-            raise RunError(f"the container did not start: {exc.explanation or exc}{hint}") from None
+            text = str(exc.explanation or exc)
+            # As `docker run`: 127 when the command is not found, 126 when it cannot be invoked.
+            code = 127 if ("executable file not found" in text or "no such file or directory" in text) else (
+                126 if "permission denied" in text else EXIT_RUN_FAILED)
+            raise RunError(f"the container did not start: {text}{hint}", exit_code=code) from None
         if opts.detach:
             print(container.id, file=out)
             return RunResult(0, container.id, container.name, plan.shm_bytes, None, None, False)
@@ -459,12 +468,19 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
             exit_code = int(status.get("StatusCode", 1))
         except KeyboardInterrupt:
             interrupted = True
-            print(f"\nshmguard: interrupted; stopping {container.name} (SIGTERM, SIGKILL after {STOP_TIMEOUT}s)", file=err)
+            print(f"\nshmguard: interrupted; stopping {container.name} (SIGTERM, SIGKILL after {STOP_TIMEOUT}s; "
+                  f"interrupt again to kill it now)", file=err)
             try:
                 container.stop(timeout=STOP_TIMEOUT)
+            except KeyboardInterrupt:
+                print(f"shmguard: killing {container.name}", file=err)
+                container.kill()
             except docker.errors.APIError:
                 pass
             exit_code = EXIT_INTERRUPTED
+        except (docker.errors.DockerException, OSError) as exc:
+            raise RunError(f"lost the Docker engine while {container.name} was running ({type(exc).__name__}: {exc}); "
+                           f"the container's state is unknown: check it with docker ps -a") from None
         if watcher:
             watcher.stop()
         container.reload()
@@ -478,10 +494,14 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
         if watcher:
             watcher.stop()
         if opts.remove and not opts.detach:
+            # No interrupt may cut the removal short; one that arrives now is delivered right after it.
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
             try:
                 container.remove(force=True)
-            except docker.errors.APIError:
+            except Exception:  # the engine may be gone; nothing more can be done, and the error was reported
                 pass
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def report_lines(result: RunResult) -> list[str]:
@@ -521,16 +541,18 @@ def run(job, options: RunOptions, dry_run: bool, as_json: bool, out=None, err=No
         return 0
     for line in describe(plan):
         print(f"shmguard: {line}", file=err)
-    previous = signal.getsignal(signal.SIGTERM)
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
 
-    def terminate(signum, frame):  # SIGTERM to shmguard: stop the container as for Ctrl-C
+    def terminate(signum, frame):  # SIGTERM, or the terminal closing: stop the container as for Ctrl-C
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, terminate)
+    for sig in previous:
+        signal.signal(sig, terminate)
     try:
         result = execute(plan, client, image, engine_info, out=out, err=err)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if options.detach:
         return 0
     if as_json:

@@ -129,3 +129,24 @@ def test_too_large_input_is_refused(monkeypatch, tmp_path, capsys):
     path.write_text("kind: ConfigMap\ndata:\n" + "".join(f"  k{i}: v\n" for i in range(50)))
     assert main(["patch", *JOB, str(path)]) == 2
     assert "split the manifest" in capsys.readouterr().err
+
+
+def test_two_processes_patching_one_file_leave_one_complete_result(tmp_path):
+    import subprocess
+    import sys
+
+    path = tmp_path / "job.yaml"
+    small = ["--workers", "1", "--batch-size", "8", "--sample-shape", "3,224,224"]
+    big = ["--workers", "8", "--batch-size", "128", "--sample-shape", "3,224,224"]
+    expected = []
+    for job in (small, big):
+        path.write_text(MANIFEST)
+        subprocess.run([sys.executable, "-m", "shmguard", "patch", *job, "-i", str(path)], check=True, capture_output=True)
+        expected.append(path.read_text())
+    for _ in range(5):
+        path.write_text(MANIFEST)
+        procs = [subprocess.Popen([sys.executable, "-m", "shmguard", "patch", *job, "-i", str(path)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for job in (small, big)]
+        assert [p.wait(timeout=60) for p in procs] == [0, 0]
+        assert path.read_text() in expected
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml"]

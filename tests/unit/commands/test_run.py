@@ -120,6 +120,7 @@ def test_diagnose():
     assert diagnose(137, "", False, p) is None
     assert diagnose(1, "ValueError: bad learning rate", False, p) is None
     assert diagnose(0, "No space left on device", False, p) is None
+    assert "not found in the image" in diagnose(127, "[FATAL tini (7)] exec nope failed: No such file or directory", False, p)
 
 
 def test_dry_run_cli(capsys):
