@@ -92,8 +92,8 @@ def load(text: str, source: str) -> list:
     import yaml
 
     if len(text) > MAX_INPUT_BYTES:
-        raise ManifestError(f"{source}: {len(text) // 2**20} MiB is more than the {MAX_INPUT_BYTES // 2**20} MiB "
-                            f"shmguard patch reads; split the manifest")
+        raise ManifestError(f"{source}: more than the {MAX_INPUT_BYTES // 2**20} MiB shmguard patch reads; "
+                            f"split the manifest")
     if too_deep(text):
         raise ManifestError(f"{source}: nested too deeply to be a manifest (more than {MAX_NESTING} levels)")
     try:
@@ -122,7 +122,12 @@ def patch(job, paths: list[str], in_place: bool, check: bool, out=None, err=None
     for path in sources:
         name = "stdin" if path == "-" else path
         try:
-            text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+            # Never more than the limit (+1, to tell that it was exceeded) in memory, however big the input.
+            if path == "-":
+                text = sys.stdin.read(MAX_INPUT_BYTES + 1)
+            else:
+                with open(path, encoding="utf-8") as f:
+                    text = f.read(MAX_INPUT_BYTES + 1)
         except OSError as exc:
             raise ManifestError(f"{name}: cannot read: {exc.strerror}") from None
         except UnicodeDecodeError as exc:

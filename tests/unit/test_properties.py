@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 
+import kubernetes_validate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,7 +20,7 @@ from shmguard.probe.mountinfo import parse_line, parse_mountinfo
 from shmguard.probe.nofile import parse_limits
 from shmguard.units import docker_size, k8s_quantity, parse_quantity, parse_size
 
-SETTINGS = settings(max_examples=300, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=200, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 sizes = st.integers(min_value=0, max_value=2**62)
 
 
@@ -96,8 +97,10 @@ def test_model_is_monotone_and_never_negative(job, field, step):
         assert model.shm_bytes(job) > model.seeds_formula_bytes(job)
 
 
-extra_fields = st.dictionaries(st.sampled_from(["imagePullPolicy", "workingDir", "tty", "stdin"]),
-                               st.sampled_from(["IfNotPresent", "/w", True, False]), max_size=3)
+extra_fields = st.lists(st.sampled_from([("imagePullPolicy", "IfNotPresent"), ("imagePullPolicy", "Always"),
+                                         ("workingDir", "/w"), ("tty", True), ("stdin", False),
+                                         ("args", ["--lr", "0.1"]), ("ports", [{"containerPort": 8080}])]),
+                        max_size=4, unique_by=lambda kv: kv[0]).map(dict)
 
 
 @SETTINGS
@@ -125,5 +128,6 @@ def test_patch_keeps_every_field_and_is_idempotent(containers_extra, limit, size
         if "resources" in before:
             assert limit_after >= parse_quantity(before["resources"]["limits"]["memory"])
         assert any(m["mountPath"] == "/dev/shm" for m in after["volumeMounts"])
+    kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)  # still a valid Pod
     again = copy.deepcopy(doc)
     assert k8s.patch_documents([again], job) == [] and again == doc

@@ -150,3 +150,19 @@ def test_two_processes_patching_one_file_leave_one_complete_result(tmp_path):
         assert [p.wait(timeout=60) for p in procs] == [0, 0]
         assert path.read_text() in expected
         assert sorted(p.name for p in tmp_path.iterdir()) == ["job.yaml"]
+
+
+def test_a_100_mb_document_is_refused_in_bounded_memory(tmp_path, capsys):
+    import resource
+
+    path = tmp_path / "huge.yaml"
+    with open(path, "w") as f:
+        f.write("kind: ConfigMap\ndata:\n")
+        line = "  k: " + "v" * 1000 + "\n"
+        for _ in range(100 * 1024):
+            f.write(line)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    assert main(["patch", *JOB, "-i", str(path)]) == 2
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert "split the manifest" in capsys.readouterr().err
+    assert grown_kib < 400 * 1024  # the 64 MiB read limit (as str), not the 100 MiB file and a parse of it
