@@ -19,7 +19,20 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
+# A live (not zombie) dockerd process, if any.
+live_dockerd() {
+  local pid
+  for pid in $(pgrep -x dockerd 2>/dev/null); do
+    [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ] && return 0
+  done
+  return 1
+}
+
 if ! docker info >/dev/null 2>&1; then
+  if ! live_dockerd; then
+    # Pid files left by an engine that was killed make a new one refuse to start.
+    rm -f /var/run/docker.pid /var/run/docker/containerd/containerd.pid
+  fi
   log "starting dockerd (log: /var/log/shmguard-dockerd.log)"
   nohup dockerd >/var/log/shmguard-dockerd.log 2>&1 &
   for _ in $(seq 60); do
@@ -33,6 +46,14 @@ log "Docker engine $(docker version --format '{{.Server.Version}}') is up"
 log "installing shmguard with its test extra"
 python3 -m pip install --quiet --disable-pip-version-check -e '.[test]' 2>&1 | grep -v "Running pip as the 'root' user" || true
 python3 -c 'import shmguard, docker, click, yaml, kubernetes, pytest' || { log "the Python install failed"; exit 1; }
+# `shmguard measure` and its tests need torch on the host; never a newer one than the CPU wheel on disk.
+if ! python3 -c 'import torch' 2>/dev/null; then
+  log "installing torch==2.13.0 (the CPU wheel)"
+  links=()
+  [ -d /opt/wheels ] && links=(--find-links /opt/wheels)
+  python3 -m pip install --quiet --disable-pip-version-check "${links[@]}" torch==2.13.0 2>&1 | grep -v "Running pip as the 'root' user" || true
+  python3 -c 'import torch' || { log "torch did not install"; exit 1; }
+fi
 
 if [ "${SHMGUARD_SKIP_IMAGES:-0}" != 1 ]; then
   docker/build.sh

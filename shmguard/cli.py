@@ -49,15 +49,38 @@ def job_options(command):
         command = click.option(flag, name, envvar=ENV_VARS[name], show_envvar=True, metavar="VALUE", help=help_text)(command)
     command = click.option("--pin-memory/--no-pin-memory", "pin_memory", default=None, envvar=ENV_VARS["pin_memory"],
                            show_envvar=True, help="The DataLoader pins memory.")(command)
+    command = click.option("--dataset", metavar="MODULE:CALLABLE",
+                           help="Measure the sample size from real batches of this dataset factory (needs torch) "
+                                "instead of --sample-shape/--sample-bytes.")(command)
+    command = click.option("--collate-fn", "collate_fn", metavar="MODULE:CALLABLE",
+                           help="With --dataset: the DataLoader's collate_fn (default: default_collate).")(command)
     return command
 
 
 def job_from_options(values: dict):
-    from shmguard.job import make_job
+    """The Job from the job options (popped from values); with --dataset, the sample size is measured."""
+    from shmguard.errors import UsageError
+    from shmguard.job import make_job, parse_count
 
     keys = ("workers", "batch_size", "sample_shape", "dtype", "sample_bytes", "prefetch_factor",
             "procs_per_node", "gpus", "pin_memory", "sharing_strategy")
-    return make_job(**{key: values.pop(key) for key in keys})
+    raw = {key: values.pop(key) for key in keys}
+    dataset, collate_fn = values.pop("dataset", None), values.pop("collate_fn", None)
+    if dataset:
+        if raw["sample_shape"] is not None or raw["sample_bytes"] is not None:
+            raise UsageError("give the sample size once: --dataset, --sample-shape or --sample-bytes")
+        if raw["batch_size"] is None:
+            raise UsageError("--dataset needs --batch-size: the batches are built with it")
+        from shmguard.commands.measure import measure
+
+        measured = measure(dataset, parse_count("batch_size", raw["batch_size"], 1), collate_spec=collate_fn)
+        click.echo(f"shmguard: measured {dataset}: largest batch {measured.max_batch_bytes:,} bytes "
+                   f"({measured.options()})", err=True)
+        raw["sample_bytes"] = str(measured.sample_bytes)
+        raw["dtype"] = None
+    elif collate_fn:
+        raise UsageError("--collate-fn goes with --dataset")
+    return make_job(**raw)
 
 
 @cli.command()
@@ -215,6 +238,31 @@ def patch(in_place, check, files, **options) -> int:
     if in_place and (not files or "-" in files):
         raise UsageError("-i needs files to rewrite, not stdin")
     return run_patch(job_from_options(options), list(files), in_place=in_place, check=check)
+
+
+@cli.command("measure")
+@click.option("--dataset", required=True, metavar="MODULE:CALLABLE", help="A callable returning your Dataset or IterableDataset.")
+@click.option("--batch-size", required=True, envvar="SHMGUARD_BATCH_SIZE", metavar="B", help="Samples per batch.")
+@click.option("--collate-fn", "collate_fn", metavar="MODULE:CALLABLE", help="Your DataLoader's collate_fn (default: default_collate).")
+@click.option("--samples", type=click.IntRange(min=1), default=32, show_default=True, help="Samples to read (random, seeded).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for the sample order.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def measure_command(dataset, batch_size, collate_fn, samples, seed, as_json) -> int:
+    """Measure the bytes a real batch of your dataset puts through shared memory.
+
+    Builds batches with the DataLoader's collate, adds up every tensor in them (the
+    largest batch counts when samples vary), and prints the options that use it.
+    Needs torch. Exit 2 when the module cannot be imported or your code raises
+    (its traceback is shown).
+    """
+    import json
+
+    from shmguard.commands.measure import measure, report_json, report_text
+    from shmguard.job import parse_count
+
+    result = measure(dataset, parse_count("batch_size", batch_size, 1), samples=samples, seed=seed, collate_spec=collate_fn)
+    click.echo(json.dumps(report_json(result), indent=2) if as_json else report_text(result))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -88,6 +88,13 @@ class SyntheticImages(Dataset):
         return sample, index % 1000
 
 
+def make_dataset() -> SyntheticImages:
+    """The demo dataset as the trainer builds it from the SHMGUARD_* environment (for `shmguard measure`)."""
+    args = build_parser().parse_args([])
+    return SyntheticImages(args.steps * args.batch_size, args.sample_shape, DTYPES[args.dtype],
+                           args.variable_size, args.seed)
+
+
 def pad_collate(batch):
     """Collate samples of different widths by padding to the widest, in shared memory like default_collate."""
     samples, labels = zip(*batch)

@@ -49,3 +49,12 @@ def test_health(run_container, demo_image, shm, code):
     assert result.exit_code == code, result.logs
     assert result.logs.startswith("healthy" if code == 0 else "unhealthy")
     assert len(result.logs.strip().splitlines()) == 1
+
+
+def test_measure_in_the_demo_image_matches_the_readme(run_container, demo_image):
+    result = run_container(demo_image, ["shmguard", "measure", "--json", "--dataset", "train:make_dataset",
+                                        "--batch-size", "64"], working_dir="/app")
+    assert result.exit_code == 0, result.logs
+    data = json.loads(result.logs[result.logs.index("{"):])
+    assert data["max_batch_bytes"] == 64 * 3 * 224 * 224 * 4 + 64 * 8
+    assert data["options"] == "--batch-size 64 --sample-bytes 602120"

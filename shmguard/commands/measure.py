@@ -1,0 +1,186 @@
+"""`shmguard measure`: the bytes a real batch of the user's dataset puts through shared memory.
+
+Users rarely know their sample size in bytes. This imports their dataset factory
+(`module:callable`, returning a Dataset or an IterableDataset), builds real batches
+with the collate the DataLoader would use (default_collate, or --collate-fn), and
+adds up every tensor in the collated structure (dicts, tuples, lists, nested): in a
+worker, each of them is allocated in /dev/shm. With samples of varying size, the
+largest batch seen counts. torch is imported here and nowhere else in shmguard.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import sys
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from shmguard.errors import ShmguardError, UsageError
+from shmguard.units import format_size
+
+
+class UserCodeError(ShmguardError):
+    """The user's dataset code raised: their traceback is the message, since it is their code to fix."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    path: str
+    dtype: str
+    shape: tuple[int, ...]
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Measurement:
+    dataset: str
+    batch_size: int
+    samples: int
+    batches: int
+    max_batch_bytes: int
+    mean_batch_bytes: int
+    tensors: tuple[TensorInfo, ...] = field(default=())  # of the largest batch
+
+    @property
+    def sample_bytes(self) -> int:
+        """Per-sample bytes such that batch_size x sample_bytes covers the largest batch."""
+        return math.ceil(self.max_batch_bytes / self.batch_size)
+
+    def options(self) -> str:
+        return f"--batch-size {self.batch_size} --sample-bytes {self.sample_bytes}"
+
+
+def import_torch():
+    try:
+        import torch
+    except ImportError:
+        raise UsageError("measuring a dataset needs PyTorch in this Python: pip install torch "
+                         "(or give --sample-shape/--sample-bytes instead of --dataset)") from None
+    return torch
+
+
+def user_traceback(exc: BaseException) -> str:
+    """The traceback of an exception, without shmguard's own frames (the user's code is what matters)."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.sep + "shmguard" + os.sep not in f.filename]
+    lines = ["Traceback (most recent call last):\n", *traceback.format_list(frames),
+             *traceback.format_exception_only(type(exc), exc)]
+    return "".join(lines).rstrip()
+
+
+def load_callable(spec: str, option: str):
+    """`package.module:attr.attr` -> the object; the current directory is importable, as with `python -m`."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError(f"{option} must be module:callable (e.g. mydata:make_dataset), not {spec!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            raise UsageError(f"{option}: cannot import {module_name!r} (no module named {exc.name!r}; "
+                             f"run from the directory that holds it, or set PYTHONPATH)") from None
+        raise UserCodeError(f"{option}: importing {module_name} failed:\n{user_traceback(exc)}") from None
+    except Exception as exc:
+        raise UserCodeError(f"{option}: importing {module_name} failed:\n{user_traceback(exc)}") from None
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise UsageError(f"{option}: {module_name} has no {attr!r}") from None
+    if not callable(obj):
+        raise UsageError(f"{option}: {spec} is not callable")
+    return obj
+
+
+def tensors_in(obj, torch, path: str = "batch") -> list[TensorInfo]:
+    """Every tensor (or numpy array) in a collated structure, with where it sits."""
+    if isinstance(obj, torch.Tensor):
+        return [TensorInfo(path, str(obj.dtype).removeprefix("torch."), tuple(obj.shape), obj.numel() * obj.element_size())]
+    if type(obj).__module__ == "numpy" and hasattr(obj, "nbytes"):
+        return [TensorInfo(path, str(obj.dtype), tuple(obj.shape), int(obj.nbytes))]
+    if isinstance(obj, dict):
+        return [t for key, value in obj.items() for t in tensors_in(value, torch, f"{path}[{key!r}]")]
+    if isinstance(obj, (list, tuple)):
+        return [t for i, value in enumerate(obj) for t in tensors_in(value, torch, f"{path}[{i}]")]
+    return []
+
+
+def measure(dataset_spec: str, batch_size: int, samples: int = 32, seed: int = 0,
+            collate_spec: str | None = None) -> Measurement:
+    if batch_size < 1:
+        raise UsageError("--batch-size must be at least 1")
+    if samples < 1:
+        raise UsageError("--samples must be at least 1")
+    torch = import_torch()
+    from torch.utils.data import IterableDataset, default_collate
+
+    factory = load_callable(dataset_spec, "--dataset")
+    collate = load_callable(collate_spec, "--collate-fn") if collate_spec else default_collate
+    try:
+        dataset = factory()
+    except Exception as exc:
+        raise UserCodeError(f"--dataset {dataset_spec} raised:\n{user_traceback(exc)}") from None
+    count = max(samples, batch_size)
+    try:
+        if isinstance(dataset, IterableDataset):
+            items = []
+            for item in dataset:
+                items.append(item)
+                if len(items) >= count:
+                    break
+        else:
+            length = len(dataset)
+            if length == 0:
+                raise UsageError(f"--dataset {dataset_spec} is empty")
+            generator = torch.Generator().manual_seed(seed)
+            order = torch.randperm(length, generator=generator).tolist()
+            items = [dataset[i] for i in (order * (count // length + 1))[:count]]
+    except ShmguardError:
+        raise
+    except Exception as exc:
+        raise UserCodeError(f"reading samples of {dataset_spec} raised:\n{user_traceback(exc)}") from None
+    if not items:
+        raise UsageError(f"--dataset {dataset_spec} yielded no samples")
+    batches = [items[i:i + batch_size] for i in range(0, len(items), batch_size)]
+    if len(batches) > 1 and len(batches[-1]) < batch_size:
+        batches = batches[:-1]  # a short last batch is never the largest
+    sizes = []
+    largest: list[TensorInfo] = []
+    for batch in batches:
+        try:
+            collated = collate(batch)
+        except Exception as exc:
+            raise UserCodeError(f"collating a batch of {dataset_spec} raised:\n{user_traceback(exc)}") from None
+        tensors = tensors_in(collated, torch)
+        size = sum(t.bytes for t in tensors)
+        if not sizes or size > max(sizes):
+            largest = tensors
+        sizes.append(size)
+    if max(sizes) == 0:
+        raise UsageError(f"the batches of {dataset_spec} hold no tensors: nothing goes through shared memory")
+    return Measurement(dataset=dataset_spec, batch_size=batch_size, samples=len(items), batches=len(sizes),
+                       max_batch_bytes=max(sizes), mean_batch_bytes=sum(sizes) // len(sizes), tensors=tuple(largest))
+
+
+def report_text(m: Measurement) -> str:
+    lines = [f"shmguard measure: {m.dataset}, {m.samples} samples in {m.batches} batches of {m.batch_size}",
+             f"  largest batch through shared memory: {format_size(m.max_batch_bytes)} ({m.max_batch_bytes:,} bytes)"
+             + (f"; mean {format_size(m.mean_batch_bytes)}" if m.mean_batch_bytes != m.max_batch_bytes else "")]
+    for t in m.tensors:
+        lines.append(f"    {t.path}: {t.dtype} {list(t.shape)} = {format_size(t.bytes)}")
+    lines.append(f"  per sample: {format_size(m.sample_bytes)}; use {m.options()}")
+    lines.append(f"  e.g. shmguard check --workers N {m.options()}")
+    return "\n".join(lines)
+
+
+def report_json(m: Measurement) -> dict:
+    return {"dataset": m.dataset, "batch_size": m.batch_size, "samples": m.samples, "batches": m.batches,
+            "max_batch_bytes": m.max_batch_bytes, "mean_batch_bytes": m.mean_batch_bytes,
+            "sample_bytes": m.sample_bytes, "options": m.options(),
+            "tensors": [{"path": t.path, "dtype": t.dtype, "shape": list(t.shape), "bytes": t.bytes} for t in m.tensors]}

@@ -1,0 +1,108 @@
+"""`shmguard measure` with real torch: measured bytes match an independent computation for fixed tensors,
+dicts of tensors, variable-size samples and an IterableDataset; the user's errors are shown as theirs."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from shmguard import main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+@pytest.fixture(autouse=True)
+def torch_needed():
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail("CI=true: torch must be installed (scripts/setup.sh installs torch==2.13.0)", pytrace=False)
+        pytest.skip("torch is not installed")
+
+
+@pytest.fixture(autouse=True)
+def in_repo(monkeypatch):
+    monkeypatch.chdir(ROOT)
+
+
+def measured(capsys, *args):
+    assert main(["measure", "--json", *args]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_fixed_tensors(capsys):
+    data = measured(capsys, "--dataset", "tests.data.measure_datasets:fixed", "--batch-size", "16")
+    assert data["max_batch_bytes"] == 16 * 3 * 32 * 32 * 4 + 16 * 8  # images float32 + labels int64
+    assert data["sample_bytes"] * 16 >= data["max_batch_bytes"]
+    assert [t["shape"] for t in data["tensors"]] == [[16, 3, 32, 32], [16]]
+
+
+def test_dicts_of_tensors(capsys):
+    data = measured(capsys, "--dataset", "tests.data.measure_datasets:dicts", "--batch-size", "8")
+    assert data["max_batch_bytes"] == 8 * (3 * 16 * 16 + 16 * 16 + 4 * 4 * 4 + 8)
+    assert {t["path"] for t in data["tensors"]} == {"batch['image']", "batch['mask']", "batch['meta']['boxes']",
+                                                    "batch['meta']['id']"}
+
+
+def test_variable_size_takes_the_largest_batch(capsys):
+    from tests.data.measure_datasets import Variable
+
+    data = measured(capsys, "--dataset", "tests.data.measure_datasets:variable", "--collate-fn",
+                    "tests.data.measure_datasets:pad", "--batch-size", "4", "--samples", "40", "--seed", "3")
+    longest = max(len(Variable()[i]) for i in range(len(Variable())))
+    assert data["max_batch_bytes"] == 4 * longest * 8  # 40 samples read every index once: the longest is in a batch
+    again = measured(capsys, "--dataset", "tests.data.measure_datasets:variable", "--collate-fn",
+                     "tests.data.measure_datasets:pad", "--batch-size", "4", "--samples", "8", "--seed", "3")
+    import torch
+
+    order = torch.randperm(len(Variable()), generator=torch.Generator().manual_seed(3)).tolist()[:8]
+    lengths = [len(Variable()[i]) for i in order]
+    assert again["max_batch_bytes"] == 4 * 8 * max(max(lengths[:4]), max(lengths[4:]))
+
+
+def test_iterable_dataset(capsys):
+    data = measured(capsys, "--dataset", "tests.data.measure_datasets:stream", "--batch-size", "10")
+    assert data["max_batch_bytes"] == 10 * 8 * 8 + 10 * 8 and data["batches"] == 3
+
+
+def test_human_output_names_the_options(capsys):
+    assert main(["measure", "--dataset", "tests.data.measure_datasets:fixed", "--batch-size", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "--batch-size 16 --sample-bytes 12296" in out and "batch[0]: float32 [16, 3, 32, 32]" in out
+
+
+def test_check_takes_a_dataset(capsys):
+    main(["check", "--json", "--workers", "2", "--dataset", "tests.data.measure_datasets:fixed", "--batch-size", "16"])
+    data = json.loads(capsys.readouterr().out)
+    assert data["job"]["sample_bytes"] * 16 >= 16 * 3 * 32 * 32 * 4 + 16 * 8
+
+
+def test_the_users_error_is_shown_as_theirs(capsys):
+    assert main(["measure", "--dataset", "tests.data.measure_datasets:broken", "--batch-size", "4"]) == 2
+    err = capsys.readouterr().err
+    assert "ValueError: my dataset is broken: no files in /data/train" in err
+    assert "helper_that_fails" in err and "measure_datasets.py" in err
+    assert "shmguard/commands" not in err  # our frames are left out
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("no_such_module_xyz:make", "cannot import 'no_such_module_xyz'"),
+    ("tests.data.measure_datasets:nothing_here", "has no 'nothing_here'"),
+    ("tests.data.measure_datasets:not_callable", "is not callable"),
+    ("just_a_module", "must be module:callable"),
+])
+def test_bad_specs(capsys, spec, message):
+    assert main(["measure", "--dataset", spec, "--batch-size", "4"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_without_torch(capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torch", None)
+    assert main(["measure", "--dataset", "tests.data.measure_datasets:fixed", "--batch-size", "4"]) == 2
+    assert "needs PyTorch" in capsys.readouterr().err
