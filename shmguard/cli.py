@@ -265,6 +265,41 @@ def measure_command(dataset, batch_size, collate_fn, samples, seed, as_json) -> 
     return 0
 
 
+@cli.command("tune")
+@click.option("--dataset", required=True, metavar="MODULE:CALLABLE", help="A callable returning your Dataset.")
+@click.option("--batch-size", required=True, envvar="SHMGUARD_BATCH_SIZE", metavar="B", help="Samples per batch.")
+@click.option("--collate-fn", "collate_fn", metavar="MODULE:CALLABLE", help="Your DataLoader's collate_fn.")
+@click.option("--workers", "workers", metavar="LIST", help="num_workers to try, e.g. 0,2,4,8 (default: 0, 1, 2, 4, … up to the CPUs).")
+@click.option("--prefetch-factors", metavar="LIST", help="prefetch factors to try (default: 2).")
+@click.option("--batches", type=click.IntRange(min=1), default=20, show_default=True, help="Batches timed per step.")
+@click.option("--plot", "plot", metavar="FILE.png", help="Also write a bar chart of the throughput as a PNG.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def tune_command(dataset, batch_size, collate_fn, workers, prefetch_factors, batches, plot, as_json) -> int:
+    """Sweep num_workers on your DataLoader and recommend the smallest within 5% of the best throughput.
+
+    Each step runs real batches and reports batches/s, the peak /dev/shm and memory;
+    steps that would not fit in the free /dev/shm are skipped. Needs torch.
+    """
+    import json
+
+    from shmguard.commands import tune as tuning
+    from shmguard.job import parse_count
+
+    sweep = tuning.parse_list(workers, "--workers", 0) if workers else None
+    factors = tuning.parse_list(prefetch_factors, "--prefetch-factors", 1) if prefetch_factors else None
+
+    def progress(step) -> None:
+        what = step.skipped or f"{step.batches_per_second:.1f} batches/s"
+        click.echo(f"shmguard tune: num_workers={step.workers} prefetch_factor={step.prefetch_factor}: {what}", err=True)
+
+    result = tuning.tune(dataset, parse_count("batch_size", batch_size, 1), sweep, factors, batches, collate_fn,
+                         progress=progress)
+    if plot:
+        tuning.write_png(plot, result)
+    click.echo(json.dumps(tuning.as_json(result), indent=2) if as_json else tuning.table(result))
+    return 0 if result.recommended else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code instead of exiting."""
     try:

@@ -57,6 +57,17 @@ def flag(text: str) -> bool:
     return text.strip().lower() in ("1", "true", "yes", "on")
 
 
+# CPU time each sample costs to "decode", in seconds (SHMGUARD_DEMO_SAMPLE_WORK): makes loading CPU-bound,
+# as JPEG decoding and augmentation are, so that more workers help until the CPUs run out.
+SAMPLE_WORK = float(os.environ.get("SHMGUARD_DEMO_SAMPLE_WORK", "0") or 0)
+
+
+def busy(seconds: float) -> None:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+
 class SyntheticImages(Dataset):
     """Image-sized samples filled with a value derived from the index.
 
@@ -85,6 +96,8 @@ class SyntheticImages(Dataset):
 
     def __getitem__(self, index: int):
         sample = torch.full(self.sample_shape(index), float(index % 251), dtype=self.dtype)
+        if SAMPLE_WORK:
+            busy(SAMPLE_WORK)
         return sample, index % 1000
 
 

@@ -1,0 +1,269 @@
+"""`shmguard tune`: sweep num_workers (and prefetch factors) on the user's DataLoader and recommend the knee.
+
+For each step, the user's dataset runs through a real DataLoader for a fixed number
+of batches; shmguard measures batches per second (after the first batch, so worker
+start-up is not counted), the peak of /dev/shm used and the peak memory of the
+container's cgroup. The batches prefetched while the workers start are drained before the clock starts. A step whose predicted shm (the footprint model on the measured
+batch size) does not fit in the free /dev/shm is skipped and reported, not run into
+a Bus error. The recommendation: the smallest num_workers within 5% of the best
+throughput, with the shm it needs. torch is imported here only.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import threading
+import time
+import zlib
+from dataclasses import dataclass
+
+from shmguard import model
+from shmguard.commands.measure import Measurement, UserCodeError, load_callable, measure, user_traceback
+from shmguard.errors import UsageError
+from shmguard.job import make_job
+from shmguard.probe import Root
+from shmguard.units import docker_size, format_size
+
+KNEE_TOLERANCE = 0.05
+
+
+@dataclass(frozen=True)
+class Step:
+    workers: int
+    prefetch_factor: int
+    predicted_shm: int
+    batches_per_second: float | None = None
+    peak_shm: int | None = None
+    peak_memory: int | None = None
+    skipped: str | None = None
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    measurement: Measurement
+    steps: tuple[Step, ...]
+    recommended: Step | None
+
+
+def default_sweep(effective_cpus: float | None) -> list[int]:
+    """0, 1, 2, 4, … up to the effective CPUs (and the CPU count itself)."""
+    top = max(1, int(effective_cpus or os.cpu_count() or 1))
+    sweep = [0]
+    n = 1
+    while n <= top:
+        sweep.append(n)
+        n *= 2
+    if sweep[-1] != top:
+        sweep.append(top)
+    return sweep
+
+
+def parse_list(text: str, option: str, minimum: int) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"{option} takes comma-separated whole numbers like 0,2,4,8, not {text!r}") from None
+    if not values or any(v < minimum for v in values):
+        raise UsageError(f"{option} takes numbers of at least {minimum}, not {text!r}")
+    return sorted(set(values))
+
+
+def recommend(steps: list[Step]) -> Step | None:
+    """The smallest num_workers whose throughput is within 5% of the best step's."""
+    ran = [s for s in steps if s.batches_per_second]
+    if not ran:
+        return None
+    best = max(s.batches_per_second for s in ran)
+    good = [s for s in ran if s.batches_per_second >= (1 - KNEE_TOLERANCE) * best]
+    return min(good, key=lambda s: (s.workers, s.prefetch_factor, -s.batches_per_second))
+
+
+class Sampler:
+    """Peak of /dev/shm used (statvfs) and of the cgroup's memory, sampled in a thread every 2 ms."""
+
+    def __init__(self, root: Root, memory_file: str | None):
+        self.root = root
+        self.memory_file = memory_file
+        self.base_shm = self.shm_used()
+        self.peak_shm = 0
+        self.peak_memory = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def shm_used(self) -> int:
+        try:
+            st = self.root.statvfs("/dev/shm")
+        except OSError:
+            return 0
+        return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+    def memory(self) -> int:
+        if not self.memory_file:
+            return 0
+        try:
+            with open(self.memory_file) as f:
+                return int(f.read().strip())
+        except (OSError, ValueError):
+            return 0
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak_shm = max(self.peak_shm, self.shm_used() - self.base_shm)
+            self.peak_memory = max(self.peak_memory, self.memory())
+            self._stop.wait(0.002)
+
+    def __enter__(self) -> "Sampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def memory_file(root: Root) -> str | None:
+    """The memory usage file of this process's cgroup (v2 memory.current or v1 usage_in_bytes), if found."""
+    from shmguard.probe import cgroup
+    from shmguard.probe.mountinfo import read_mountinfo
+
+    mounts, _ = read_mountinfo(root)
+    entries, _ = cgroup.read_proc_cgroup(root)
+    levels, _ = cgroup.controller_dirs(root, mounts, entries, "memory")
+    if not levels:
+        return None
+    name = "memory.current" if levels[0].version == "v2" else "memory.usage_in_bytes"
+    path = root.join(os.path.join(levels[0].path, name))
+    return path if os.path.exists(path) else None
+
+
+def run_step(dataset, collate, batch_size: int, workers: int, prefetch: int, batches: int, root: Root,
+             mem_file: str | None) -> tuple[float, int, int]:
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, collate_fn=collate,
+                        prefetch_factor=prefetch if workers else None, timeout=120 if workers else 0,
+                        persistent_workers=False)
+    with Sampler(root, mem_file) as sampler:
+        iterator = iter(loader)
+        try:
+            # Worker start-up, and the batches prefetched meanwhile, are not throughput: drain them first.
+            for _ in range(prefetch * workers + 1):
+                next(iterator)
+            started = time.perf_counter()
+            done = 0
+            for _ in range(batches):
+                try:
+                    next(iterator)
+                except StopIteration:
+                    break
+                done += 1
+            elapsed = time.perf_counter() - started
+        except StopIteration:
+            raise UsageError(f"the dataset is too small to time num_workers={workers}: it needs more than "
+                             f"{prefetch * workers + 1 + batches} batches of {batch_size}") from None
+        except Exception as exc:
+            raise UserCodeError(f"the DataLoader with num_workers={workers} raised:\n{user_traceback(exc)}") from None
+        finally:
+            del iterator
+    if done == 0:
+        raise UsageError(f"the dataset has too few samples for {batches} batches of {batch_size}")
+    return done / elapsed, sampler.peak_shm, sampler.peak_memory
+
+
+def tune(dataset_spec: str, batch_size: int, workers: list[int] | None = None, prefetch_factors: list[int] | None = None,
+         batches: int = 20, collate_spec: str | None = None, root: Root | None = None, progress=None) -> TuneResult:
+    from torch.utils.data import default_collate
+
+    from shmguard.probe.snapshot import take_snapshot
+
+    root = root or Root()
+    measurement = measure(dataset_spec, batch_size, collate_spec=collate_spec)
+    snapshot = take_snapshot(root, use_nvml=False)
+    sweep = workers if workers is not None else default_sweep(snapshot.cpu.effective)
+    factors = prefetch_factors or [2]
+    factory = load_callable(dataset_spec, "--dataset")
+    collate = load_callable(collate_spec, "--collate-fn") if collate_spec else default_collate
+    try:
+        dataset = factory()
+    except Exception as exc:
+        raise UserCodeError(f"--dataset {dataset_spec} raised:\n{user_traceback(exc)}") from None
+    free = snapshot.shm.free
+    mem_file = memory_file(root)
+    steps: list[Step] = []
+    for prefetch in factors:
+        for n in sweep:
+            job = make_job(workers=n, batch_size=batch_size, sample_bytes=str(measurement.sample_bytes),
+                           prefetch_factor=prefetch)
+            predicted = model.shm_bytes(job)
+            if free is not None and predicted > free:
+                steps.append(Step(n, prefetch, predicted, skipped=f"needs {format_size(predicted)} of /dev/shm, "
+                                                                  f"{format_size(free)} is free"))
+                if progress:
+                    progress(steps[-1])
+                continue
+            rate, peak_shm, peak_memory = run_step(dataset, collate, batch_size, n, prefetch, batches, root, mem_file)
+            steps.append(Step(n, prefetch, predicted, rate, peak_shm, peak_memory or None))
+            if progress:
+                progress(steps[-1])
+    return TuneResult(measurement, tuple(steps), recommend(steps))
+
+
+def table(result: TuneResult) -> str:
+    best = max((s.batches_per_second for s in result.steps if s.batches_per_second), default=0)
+    lines = [f"{'workers':>7} {'prefetch':>8} {'batches/s':>10} {'peak shm':>10} {'model shm':>10} {'peak mem':>10}  "]
+    for s in result.steps:
+        if s.skipped:
+            lines.append(f"{s.workers:>7} {s.prefetch_factor:>8} {'skipped':>10}  {s.skipped}")
+            continue
+        bar = "#" * int(round(30 * s.batches_per_second / best)) if best else ""
+        mem = format_size(s.peak_memory) if s.peak_memory else "-"
+        shm = format_size(s.peak_shm) if s.peak_shm is not None else "-"
+        lines.append(f"{s.workers:>7} {s.prefetch_factor:>8} {s.batches_per_second:>10.1f} {shm:>10} "
+                     f"{format_size(s.predicted_shm):>10} {mem:>10}  {bar}")
+    rec = result.recommended
+    if rec:
+        lines.append(f"recommended: num_workers={rec.workers} (prefetch_factor={rec.prefetch_factor}), "
+                     f"{rec.batches_per_second:.1f} batches/s, within {KNEE_TOLERANCE:.0%} of the best; "
+                     f"it needs /dev/shm {format_size(rec.predicted_shm)} (--shm-size={docker_size(max(rec.predicted_shm, 2**20))})")
+    else:
+        lines.append("no step could run: give the container more /dev/shm (shmguard check says how much)")
+    return "\n".join(lines)
+
+
+def as_json(result: TuneResult) -> dict:
+    def step(s: Step) -> dict:
+        return {"workers": s.workers, "prefetch_factor": s.prefetch_factor, "batches_per_second": s.batches_per_second,
+                "peak_shm_bytes": s.peak_shm, "predicted_shm_bytes": s.predicted_shm, "peak_memory_bytes": s.peak_memory,
+                "skipped": s.skipped}
+
+    return {"dataset": result.measurement.dataset, "batch_size": result.measurement.batch_size,
+            "batch_bytes": result.measurement.max_batch_bytes, "steps": [step(s) for s in result.steps],
+            "recommended": step(result.recommended) if result.recommended else None}
+
+
+def write_png(path: str, result: TuneResult, width: int = 480, height: int = 240) -> None:
+    """A bar chart of batches/s per step as a PNG (no plotting library needed); the recommended bar is green."""
+    from shmguard.files import write_atomic_bytes
+
+    ran = [s for s in result.steps if s.batches_per_second]
+    best = max((s.batches_per_second for s in ran), default=1.0)
+    pixels = [[(255, 255, 255)] * width for _ in range(height)]
+    slot = width // max(1, len(result.steps))
+    for i, s in enumerate(result.steps):
+        if not s.batches_per_second:
+            color, bar_height = (200, 200, 200), 4
+        else:
+            color = (40, 160, 60) if s == result.recommended else (60, 90, 200)
+            bar_height = max(2, int((height - 20) * s.batches_per_second / best))
+        for y in range(height - bar_height, height):
+            for x in range(i * slot + slot // 6, (i + 1) * slot - slot // 6):
+                pixels[y][x] = color
+    raw = b"".join(b"\x00" + bytes(c for px in row for c in px) for row in pixels)
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+           + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
+    write_atomic_bytes(path, png)

@@ -1,0 +1,37 @@
+"""`shmguard tune` in the demo image on this 2-CPU machine: the knee is at the CPUs, and the sweep's peak
+/dev/shm stays within the footprint model's prediction."""
+
+from __future__ import annotations
+
+import json
+
+
+def test_tune_finds_the_knee_at_the_cpus(run_container, demo_image):
+    result = run_container(
+        demo_image,
+        ["shmguard", "tune", "--json", "--dataset", "train:make_dataset", "--batch-size", "16",
+         "--workers", "0,1,2,4,8", "--batches", "40"],
+        working_dir="/app", shm_size="2g", nano_cpus=2 * 10**9,
+        environment={"SHMGUARD_DEMO_SAMPLE_WORK": "0.004", "SHMGUARD_STEPS": "80"})
+    assert result.exit_code == 0, result.logs[-3000:]
+    data = json.loads(result.logs[result.logs.index("{\n"):])
+    rate = {s["workers"]: s["batches_per_second"] for s in data["steps"]}
+    assert data["recommended"]["workers"] in (2, 3), rate  # the CPUs (2), with one step of tolerance
+    assert rate[2] >= 1.5 * rate[1], rate  # a second worker doubles a CPU-bound pipeline...
+    assert rate[8] <= 1.10 * rate[2], rate  # ...and workers beyond the CPUs do not help
+    for step in data["steps"]:
+        assert step["skipped"] is None
+        if step["workers"]:
+            assert 0 < step["peak_shm_bytes"] <= step["predicted_shm_bytes"], step
+        else:
+            assert step["predicted_shm_bytes"] == 0
+
+
+def test_steps_that_do_not_fit_are_skipped(run_container, demo_image):
+    result = run_container(
+        demo_image,
+        ["shmguard", "tune", "--dataset", "train:make_dataset", "--batch-size", "64", "--workers", "0,1,8", "--batches", "3"],
+        working_dir="/app", shm_size="200m", environment={"SHMGUARD_STEPS": "30"})
+    assert result.exit_code == 0, result.logs[-3000:]
+    assert "num_workers=8 prefetch_factor=2: needs" in result.logs and "is free" in result.logs
+    assert "recommended: num_workers=" in result.logs
