@@ -116,11 +116,14 @@ def check(as_json: bool, strict: bool, root: str | None, **options) -> int:
 @click.option("--init/--no-init", default=True, help="Run an init as PID 1 so Ctrl-C and SIGTERM stop the job (default on).")
 @click.option("--healthcheck/--no-healthcheck", default=None, help="Docker healthcheck `shmguard health` (default: when the image has shmguard).")
 @click.option("--dry-run", is_flag=True, help="Print the plan and the equivalent docker run command; start nothing.")
+@click.option("--tune", "tune_first", is_flag=True,
+              help="First sweep num_workers in the image with `shmguard tune` on --dataset (imported in the container) "
+                   "and run the job with the recommendation (as SHMGUARD_WORKERS).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result (or the plan) as one JSON object.")
 @click.argument("image")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(image, command, cpus, memory, name, env, volumes, workdir, remove, detach, shm_size, ipc, init,
-        healthcheck, dry_run, as_json, **options) -> int:
+        healthcheck, dry_run, tune_first, as_json, **options) -> int:
     """Run IMAGE [-- COMMAND...] with /dev/shm, memory, CPUs and ulimits sized for the job.
 
     Streams the logs, returns the container's exit code, stops and removes the
@@ -135,13 +138,30 @@ def run(image, command, cpus, memory, name, env, volumes, workdir, remove, detac
     gpus = options["gpus"]
     if gpus is not None and gpus.strip().lower() == "all":
         options["gpus"] = None  # every GPU: the count is the engine's to know
-    job = job_from_options(options)
     if cpus is not None and cpus <= 0:
         raise click.BadParameter("must be more than 0", param_hint="--cpus")
     try:
         shm = parse_size(shm_size) if shm_size is not None else None
     except ValueError as exc:
         raise RunError(f"--shm-size: {exc}") from None
+    if tune_first:
+        from shmguard.commands.run import tune_in_container
+        from shmguard.errors import UsageError
+        from shmguard.job import parse_count
+
+        if not options.get("dataset") or options.get("batch_size") is None:
+            raise UsageError("--tune needs --dataset and --batch-size: the sweep runs your DataLoader in the image")
+        base = RunOptions(image=image, cpus=cpus, memory=parse_memory(memory), env=tuple(env), volumes=tuple(volumes),
+                          workdir=workdir, shm_size=shm)
+        tuned = tune_in_container(base, options.pop("dataset"), parse_count("batch_size", options["batch_size"], 1),
+                                  options.pop("collate_fn", None))
+        recommended = tuned["recommended"]["workers"]
+        click.echo(f"shmguard: tuned: num_workers={recommended} "
+                   f"({tuned['recommended']['batches_per_second']:.1f} batches/s)", err=True)
+        options["workers"] = str(recommended)
+        options["sample_bytes"] = str(-(-tuned["batch_bytes"] // parse_count("batch_size", options["batch_size"], 1)))
+        options["sample_shape"] = None
+    job = job_from_options(options)
     if command and command[0] == "--":
         command = command[1:]
     opts = RunOptions(image=image, command=tuple(command), cpus=cpus, memory=parse_memory(memory),

@@ -573,3 +573,63 @@ def parse_memory(value: str | None) -> int | None:
         return parse_size(value)
     except ValueError as exc:
         raise RunError(f"--memory: {exc}") from None
+
+
+TUNE_SHM_CAP = 4 * 1024**3  # /dev/shm for the tuning container when --shm-size is not given
+
+
+def tune_in_container(options: RunOptions, dataset: str, batch_size: int, collate: str | None = None,
+                      err=None) -> dict:
+    """Run `shmguard tune --json` in a container of the target image (same CPUs, memory, env, volumes,
+    workdir) and return its result: the sweep runs where the job will, on the dataset the image has."""
+    import docker
+
+    err = err or sys.stderr
+    client = connect()
+    engine_info = client.info()
+    local_image(client, options.image)
+    shm = options.shm_size or min(TUNE_SHM_CAP, (engine_info.get("MemTotal") or TUNE_SHM_CAP * 2) // 2)
+    command = ["shmguard", "tune", "--json", "--dataset", dataset, "--batch-size", str(batch_size)]
+    if collate:
+        command += ["--collate-fn", collate]
+    kwargs: dict[str, Any] = {"command": command, "environment": parse_env(options.env), "shm_size": shm,
+                              "labels": {"org.shmguard.run": "1"}, "init": True, "detach": True}
+    if options.cpus is not None:
+        kwargs["nano_cpus"] = int(round(options.cpus * 1e9))
+    if options.memory is not None:
+        kwargs["mem_limit"] = options.memory
+    if options.workdir:
+        kwargs["working_dir"] = options.workdir
+    if options.volumes:
+        kwargs["volumes"] = dict(parse_volume(v) for v in options.volumes)
+    print(f"shmguard: tuning num_workers in {options.image} (/dev/shm {format_size(shm)})", file=err)
+    container = client.containers.create(options.image, **kwargs)
+    blocked = None
+    try:
+        container.start()
+        status = container.wait()
+        logs = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
+        progress = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+    except KeyboardInterrupt:
+        container.stop(timeout=STOP_TIMEOUT)
+        raise
+    except docker.errors.APIError as exc:
+        raise RunError(f"the tuning container failed: {exc.explanation or exc}") from None
+    finally:
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            container.remove(force=True)
+        except Exception:
+            pass
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    for line in progress.splitlines():
+        if line.startswith("shmguard tune:"):
+            print(f"shmguard: {line.removeprefix('shmguard ')}", file=err)
+    if status.get("StatusCode") != 0 or "{" not in logs:
+        raise RunError(f"tuning in {options.image} failed (exit {status.get('StatusCode')}); does the image have "
+                       f"shmguard and torch, and can it import {dataset}? Its last words:\n{progress[-1500:]}")
+    result = json.loads(logs[logs.index("{"):])
+    if not result.get("recommended"):
+        raise RunError("tuning found no num_workers that fits the /dev/shm it had; give it --shm-size")
+    return result

@@ -35,3 +35,21 @@ def test_steps_that_do_not_fit_are_skipped(run_container, demo_image):
     assert result.exit_code == 0, result.logs[-3000:]
     assert "num_workers=8 prefetch_factor=2: needs" in result.logs and "is free" in result.logs
     assert "recommended: num_workers=" in result.logs
+
+
+def test_run_tune_uses_the_recommendation(demo_image):
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "shmguard", "run", "--tune", "--dataset", "train:make_dataset", "--batch-size", "16",
+         "--workdir", "/app", "--cpus", "2", "-e", "SHMGUARD_DEMO_SAMPLE_WORK=0.004", "-e", "SHMGUARD_STEPS=80",
+         "--json", demo_image, "--", "python", "/app/train.py", "--steps", "10"],
+        capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "shmguard: tune: num_workers=1" in proc.stderr  # the sweep ran in the image, 0..2 for 2 CPUs
+    tuned = int(proc.stderr.split("shmguard: tuned: num_workers=")[1].split()[0])
+    assert tuned in (2, 3)
+    assert f"demo: workers={tuned} batch_size=16" in proc.stdout  # the job got it as SHMGUARD_WORKERS
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["exit_code"] == 0 and report["required_shm_bytes"] > 0
