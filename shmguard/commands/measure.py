@@ -111,14 +111,10 @@ def tensors_in(obj, torch, path: str = "batch") -> list[TensorInfo]:
     return []
 
 
-def measure(dataset_spec: str, batch_size: int, samples: int = 32, seed: int = 0,
-            collate_spec: str | None = None) -> Measurement:
-    if batch_size < 1:
-        raise UsageError("--batch-size must be at least 1")
-    if samples < 1:
-        raise UsageError("--samples must be at least 1")
-    torch = import_torch()
-    from torch.utils.data import IterableDataset, default_collate
+def load_dataset(dataset_spec: str, collate_spec: str | None = None):
+    """(dataset, collate) from `module:callable` specs: the user's factory is called once, here."""
+    import_torch()
+    from torch.utils.data import default_collate
 
     factory = load_callable(dataset_spec, "--dataset")
     collate = load_callable(collate_spec, "--collate-fn") if collate_spec else default_collate
@@ -126,6 +122,25 @@ def measure(dataset_spec: str, batch_size: int, samples: int = 32, seed: int = 0
         dataset = factory()
     except Exception as exc:
         raise UserCodeError(f"--dataset {dataset_spec} raised:\n{user_traceback(exc)}") from None
+    return dataset, collate
+
+
+def measure(dataset_spec: str, batch_size: int, samples: int = 32, seed: int = 0,
+            collate_spec: str | None = None) -> Measurement:
+    if batch_size < 1:
+        raise UsageError("--batch-size must be at least 1")
+    if samples < 1:
+        raise UsageError("--samples must be at least 1")
+    dataset, collate = load_dataset(dataset_spec, collate_spec)
+    return measure_dataset(dataset, collate, dataset_spec, batch_size, samples, seed)
+
+
+def measure_dataset(dataset, collate, dataset_spec: str, batch_size: int, samples: int = 32,
+                    seed: int = 0) -> Measurement:
+    """Measure an already built dataset (see measure)."""
+    torch = import_torch()
+    from torch.utils.data import IterableDataset
+
     count = max(samples, batch_size)
     try:
         if isinstance(dataset, IterableDataset):

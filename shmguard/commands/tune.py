@@ -19,7 +19,7 @@ import zlib
 from dataclasses import dataclass
 
 from shmguard import model
-from shmguard.commands.measure import Measurement, UserCodeError, load_callable, measure, user_traceback
+from shmguard.commands.measure import Measurement, UserCodeError, load_dataset, measure_dataset, user_traceback
 from shmguard.errors import UsageError
 from shmguard.job import make_job
 from shmguard.probe import Root
@@ -173,21 +173,14 @@ def run_step(dataset, collate, batch_size: int, workers: int, prefetch: int, bat
 
 def tune(dataset_spec: str, batch_size: int, workers: list[int] | None = None, prefetch_factors: list[int] | None = None,
          batches: int = 20, collate_spec: str | None = None, root: Root | None = None, progress=None) -> TuneResult:
-    from torch.utils.data import default_collate
-
     from shmguard.probe.snapshot import take_snapshot
 
     root = root or Root()
-    measurement = measure(dataset_spec, batch_size, collate_spec=collate_spec)
+    dataset, collate = load_dataset(dataset_spec, collate_spec)
+    measurement = measure_dataset(dataset, collate, dataset_spec, batch_size)
     snapshot = take_snapshot(root, use_nvml=False)
     sweep = workers if workers is not None else default_sweep(snapshot.cpu.effective)
     factors = prefetch_factors or [2]
-    factory = load_callable(dataset_spec, "--dataset")
-    collate = load_callable(collate_spec, "--collate-fn") if collate_spec else default_collate
-    try:
-        dataset = factory()
-    except Exception as exc:
-        raise UserCodeError(f"--dataset {dataset_spec} raised:\n{user_traceback(exc)}") from None
     free = snapshot.shm.free
     mem_file = memory_file(root)
     steps: list[Step] = []

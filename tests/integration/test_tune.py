@@ -16,9 +16,10 @@ def test_tune_finds_the_knee_at_the_cpus(run_container, demo_image):
     assert result.exit_code == 0, result.logs[-3000:]
     data = json.loads(result.logs[result.logs.index("{\n"):])
     rate = {s["workers"]: s["batches_per_second"] for s in data["steps"]}
-    assert data["recommended"]["workers"] in (2, 3), rate  # the CPUs (2), with one step of tolerance
-    assert rate[2] >= 1.5 * rate[1], rate  # a second worker doubles a CPU-bound pipeline...
-    assert rate[8] <= 1.10 * rate[2], rate  # ...and workers beyond the CPUs do not help
+    # The knee is at the CPUs (2); the tolerance allows the noise of a shared 2-CPU machine to push it one step.
+    assert data["recommended"]["workers"] in (2, 4), rate
+    assert rate[2] >= 1.5 * rate[1], rate  # a second worker nearly doubles a CPU-bound pipeline...
+    assert rate[8] <= 1.15 * rate[2], rate  # ...and workers beyond the CPUs do not help
     for step in data["steps"]:
         assert step["skipped"] is None
         if step["workers"]:
@@ -49,7 +50,7 @@ def test_run_tune_uses_the_recommendation(demo_image):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "shmguard: tune: num_workers=1" in proc.stderr  # the sweep ran in the image, 0..2 for 2 CPUs
     tuned = int(proc.stderr.split("shmguard: tuned: num_workers=")[1].split()[0])
-    assert tuned in (2, 3)
+    assert tuned == 2  # the default sweep on 2 CPUs is 0, 1, 2; one worker is about half as fast
     assert f"demo: workers={tuned} batch_size=16" in proc.stdout  # the job got it as SHMGUARD_WORKERS
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["exit_code"] == 0 and report["required_shm_bytes"] > 0
