@@ -115,15 +115,18 @@ def measure(out: Path | None, step_time: float) -> int:
     return 0
 
 
+def config_key(row: dict) -> tuple:
+    return tuple(row[k] for k in ("workers", "batch_size", "prefetch_factor", "pin_memory", "procs_per_node", "variable_size"))
+
+
 def report(path: Path) -> int:
     data = json.loads(path.read_text())
     rows = data["rows"]
     names = list(dict.fromkeys(r["rule"] for r in rows))
-    configs = list(dict.fromkeys((r["workers"], r["batch_size"], r["prefetch_factor"], r["pin_memory"],
-                                  r["procs_per_node"], r["variable_size"]) for r in rows))
+    configs = list(dict.fromkeys(config_key(r) for r in rows))
     peak = {}
     for r in rows:
-        key = (r["workers"], r["batch_size"], r["prefetch_factor"], r["pin_memory"], r["procs_per_node"], r["variable_size"])
+        key = config_key(r)
         if r["peak_bytes"] is not None:
             peak[key] = max(peak.get(key, 0), r["peak_bytes"])
     print(f"Measured with `{data['command']}` on {data['date']}.\n")
@@ -132,8 +135,7 @@ def report(path: Path) -> int:
     for key in configs:
         cells = []
         for name in names:
-            r = next(x for x in rows if (x["workers"], x["batch_size"], x["prefetch_factor"], x["pin_memory"],
-                                         x["procs_per_node"], x["variable_size"]) == key and x["rule"] == name)
+            r = next(x for x in rows if config_key(x) == key and x["rule"] == name)
             mark = "ok" if r["completed"] else f"**FAIL** ({r['exit_code']})"
             cells.append(f"{r['shm_size'] / MIB:.0f} MiB {mark}")
         w, b, p, pin, procs, var = key

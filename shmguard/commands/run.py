@@ -180,10 +180,7 @@ def create_kwargs(plan: RunPlan, labels: dict[str, str] | None = None, healthche
         kwargs["ipc_mode"] = "host"
     else:
         kwargs["shm_size"] = plan.shm_bytes
-    if plan.mem_limit is not None:
-        kwargs["mem_limit"] = plan.mem_limit
-    if opts.cpus is not None:
-        kwargs["nano_cpus"] = int(round(opts.cpus * 1e9))
+    kwargs.update(resource_kwargs(opts, plan.mem_limit))
     count = gpu_count(opts.gpus)
     if count is not None:
         kwargs["device_requests"] = [docker.types.DeviceRequest(count=count, capabilities=[["gpu"]])]
@@ -191,10 +188,6 @@ def create_kwargs(plan: RunPlan, labels: dict[str, str] | None = None, healthche
         kwargs["ulimits"] = [docker.types.Ulimit(name="nofile", soft=plan.nofile, hard=plan.nofile)]
     if opts.name:
         kwargs["name"] = opts.name
-    if opts.workdir:
-        kwargs["working_dir"] = opts.workdir
-    if opts.volumes:
-        kwargs["volumes"] = dict(parse_volume(v) for v in opts.volumes)
     if healthcheck:
         kwargs["healthcheck"] = docker.types.Healthcheck(
             test=["CMD", "shmguard", "health"], interval=HEALTH_INTERVAL_NS, timeout=5 * 10**9,
@@ -241,6 +234,34 @@ def docker_cli(plan: RunPlan, healthcheck: bool = False) -> str:
     args.append(opts.image)
     args += list(opts.command)
     return shlex.join(args)
+
+
+def remove_uninterrupted(container) -> None:
+    """Remove a container with SIGINT/SIGTERM/SIGHUP held back until it is done (then delivered).
+
+    Errors are swallowed: the engine may be gone, which the caller has already reported.
+    """
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        container.remove(force=True)
+    except Exception:
+        pass
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def resource_kwargs(options: RunOptions, mem_limit: int | None) -> dict[str, Any]:
+    """CPUs, memory, working directory and bind mounts as docker-py `containers.create` arguments."""
+    kwargs: dict[str, Any] = {}
+    if mem_limit is not None:
+        kwargs["mem_limit"] = mem_limit
+    if options.cpus is not None:
+        kwargs["nano_cpus"] = int(round(options.cpus * 1e9))
+    if options.workdir:
+        kwargs["working_dir"] = options.workdir
+    if options.volumes:
+        kwargs["volumes"] = dict(parse_volume(v) for v in options.volumes)
+    return kwargs
 
 
 def describe(plan: RunPlan) -> list[str]:
@@ -494,14 +515,7 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
         if watcher:
             watcher.stop()
         if opts.remove and not opts.detach:
-            # No interrupt may cut the removal short; one that arrives now is delivered right after it.
-            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-            try:
-                container.remove(force=True)
-            except Exception:  # the engine may be gone; nothing more can be done, and the error was reported
-                pass
-            finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+            remove_uninterrupted(container)
 
 
 def report_lines(result: RunResult) -> list[str]:
@@ -593,18 +607,10 @@ def tune_in_container(options: RunOptions, dataset: str, batch_size: int, collat
     if collate:
         command += ["--collate-fn", collate]
     kwargs: dict[str, Any] = {"command": command, "environment": parse_env(options.env), "shm_size": shm,
-                              "labels": {"org.shmguard.run": "1"}, "init": True, "detach": True}
-    if options.cpus is not None:
-        kwargs["nano_cpus"] = int(round(options.cpus * 1e9))
-    if options.memory is not None:
-        kwargs["mem_limit"] = options.memory
-    if options.workdir:
-        kwargs["working_dir"] = options.workdir
-    if options.volumes:
-        kwargs["volumes"] = dict(parse_volume(v) for v in options.volumes)
+                              "labels": {"org.shmguard.run": "1"}, "init": True, "detach": True,
+                              **resource_kwargs(options, options.memory)}
     print(f"shmguard: tuning num_workers in {options.image} (/dev/shm {format_size(shm)})", file=err)
     container = client.containers.create(options.image, **kwargs)
-    blocked = None
     try:
         container.start()
         status = container.wait()
@@ -616,13 +622,7 @@ def tune_in_container(options: RunOptions, dataset: str, batch_size: int, collat
     except docker.errors.APIError as exc:
         raise RunError(f"the tuning container failed: {exc.explanation or exc}") from None
     finally:
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-        try:
-            container.remove(force=True)
-        except Exception:
-            pass
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        remove_uninterrupted(container)
     for line in progress.splitlines():
         if line.startswith("shmguard tune:"):
             print(f"shmguard: {line.removeprefix('shmguard ')}", file=err)
