@@ -26,11 +26,11 @@ export DOCKER_BUILDKIT=0 # the engine here has no buildx; the classic builder ne
 
 log() { echo "build: $*" >&2; }
 
-# Temporary folders, removed however the script ends.
-tmpdirs=()
-cleanup() { [ ${#tmpdirs[@]} -eq 0 ] || rm -rf "${tmpdirs[@]}"; }
-trap cleanup EXIT
-tmpdir() { local d; d=$(mktemp -d "${TMPDIR:-/var/tmp}/shmguard-build.XXXXXX"); tmpdirs+=("$d"); echo "$d"; }
+# Temporary folders, all under one that is removed however the script ends. (tmpdir runs in a
+# $(...) subshell, so it cannot record what it made in a variable of this shell.)
+work=$(mktemp -d "${TMPDIR:-/var/tmp}/shmguard-build.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+tmpdir() { mktemp -d "$work/XXXXXX"; }
 
 docker info >/dev/null 2>&1 || { log "no Docker engine answers (start dockerd, or run .ci/run)"; exit 1; }
 
