@@ -13,6 +13,9 @@ need_apt=()
 command -v dockerd >/dev/null || need_apt+=(docker.io)
 command -v debootstrap >/dev/null || need_apt+=(debootstrap)
 command -v docker-compose >/dev/null || need_apt+=(docker-compose)
+# The engine-loss tests run a throwaway dockerd in a network namespace of its own.
+command -v ip >/dev/null || need_apt+=(iproute2)
+command -v nsenter >/dev/null || need_apt+=(util-linux)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing ${need_apt[*]}"
   apt-get update -qq

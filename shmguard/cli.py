@@ -115,6 +115,9 @@ def check(as_json: bool, strict: bool, root: str | None, **options) -> int:
 @click.option("--ipc", type=click.Choice(["host"]), help="Share the host's IPC namespace (only when you must).")
 @click.option("--init/--no-init", default=True, help="Run an init as PID 1 so Ctrl-C and SIGTERM stop the job (default on).")
 @click.option("--healthcheck/--no-healthcheck", default=None, help="Docker healthcheck `shmguard health` (default: when the image has shmguard).")
+@click.option("--engine-wait", "engine_wait", type=click.FloatRange(min=0), default=60, show_default=True, metavar="SECONDS",
+              help="When the Docker engine goes away mid-run, wait this long for it to come back, then follow the job "
+                   "again (or report how it ended) instead of giving up.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and the equivalent docker run command; start nothing.")
 @click.option("--tune", "tune_first", is_flag=True,
               help="First sweep num_workers in the image with `shmguard tune` on --dataset (imported in the container) "
@@ -123,7 +126,7 @@ def check(as_json: bool, strict: bool, root: str | None, **options) -> int:
 @click.argument("image")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(image, command, cpus, memory, name, env, volumes, workdir, remove, detach, shm_size, ipc, init,
-        healthcheck, dry_run, tune_first, as_json, **options) -> int:
+        healthcheck, engine_wait, dry_run, tune_first, as_json, **options) -> int:
     """Run IMAGE [-- COMMAND...] with /dev/shm, memory, CPUs and ulimits sized for the job.
 
     Streams the logs, returns the container's exit code, stops and removes the
@@ -167,7 +170,8 @@ def run(image, command, cpus, memory, name, env, volumes, workdir, remove, detac
     opts = RunOptions(image=image, command=tuple(command), cpus=cpus, memory=parse_memory(memory),
                       gpus=gpus if gpus and gpus.strip() not in ("0", "") else None, name=name,
                       env=tuple(env), volumes=tuple(volumes), workdir=workdir, remove=remove, detach=detach,
-                      shm_size=shm, ipc_host=ipc == "host", init=init, healthcheck=healthcheck)
+                      shm_size=shm, ipc_host=ipc == "host", init=init, healthcheck=healthcheck,
+                      engine_wait=engine_wait)
     return execute(job, opts, dry_run=dry_run, as_json=as_json)
 
 

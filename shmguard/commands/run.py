@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shmguard import model
+from shmguard.commands.follow import Output, follow, is_engine_loss
 from shmguard.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED, ShmguardError
 from shmguard.probe.cgroup import MemoryInfo
 from shmguard.probe.shm import DOCKER_DEFAULT_SHM, ShmInfo
@@ -32,6 +33,7 @@ from shmguard.units import MIB, docker_size, format_size, parse_size
 from shmguard.verdict import FAIL, WARN, check_memory, fds_needed
 
 NOFILE_COMMON_SOFT = 1024
+ENGINE_WAIT = 60.0  # default --engine-wait: a dockerd restart takes seconds, a host reboot longer
 STOP_TIMEOUT = 10  # seconds between SIGTERM and SIGKILL on Ctrl-C
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
@@ -62,6 +64,7 @@ class RunOptions:
     ipc_host: bool = False
     init: bool = True
     healthcheck: bool | None = None  # None: when the image has shmguard
+    engine_wait: float = ENGINE_WAIT  # seconds to wait for an engine lost mid-run
 
 
 @dataclass(frozen=True)
@@ -236,16 +239,22 @@ def docker_cli(plan: RunPlan, healthcheck: bool = False) -> str:
     return shlex.join(args)
 
 
-def remove_uninterrupted(container) -> None:
+def remove_uninterrupted(container) -> bool:
     """Remove a container with SIGINT/SIGTERM/SIGHUP held back until it is done (then delivered).
 
-    Errors are swallowed: the engine may be gone, which the caller has already reported.
+    Returns whether it is gone. Errors are swallowed: the engine may be gone, which the
+    caller reports.
     """
+    import docker
+
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         container.remove(force=True)
+        return True
+    except docker.errors.NotFound:
+        return True
     except Exception:
-        pass
+        return False
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
@@ -429,6 +438,7 @@ class RunResult:
     diagnosis: str | None
     removed: bool
     interrupted: bool = False
+    engine_note: str | None = None  # the engine went away during the run, and how that ended
 
 
 def local_image(client, name: str):
@@ -442,6 +452,24 @@ def local_image(client, name: str):
                        f"for the demo, docker/build.sh)") from None
 
 
+def start(container, plan: RunPlan) -> None:
+    """Start the created container; a refusal becomes a RunError with `docker run`'s exit code."""
+    import docker
+
+    try:
+        container.start()
+    except docker.errors.APIError as exc:
+        hint = ""
+        if "rlimit" in str(exc) and plan.nofile:
+            hint = (f" (the open-file limit {plan.nofile} the job needs is above the engine's own; raise dockerd's "
+                    f"LimitNOFILE, or use --sharing-strategy file_system)")
+        text = str(exc.explanation or exc)
+        # As `docker run`: 127 when the command is not found, 126 when it cannot be invoked.
+        code = 127 if ("executable file not found" in text or "no such file or directory" in text) else (
+            126 if "permission denied" in text else EXIT_RUN_FAILED)
+        raise RunError(f"the container did not start: {text}{hint}", exit_code=code) from None
+
+
 def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
             labels: dict[str, str] | None = None) -> RunResult:
     """Run the plan on the engine; always remove the container unless --keep or --detach."""
@@ -451,71 +479,71 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
     err = err or sys.stderr
     opts = plan.options
     healthcheck = opts.healthcheck if opts.healthcheck is not None else image_has_shmguard(client, image)
+    # Stop signals wait from the creation until the try whose finally removes the container: none is left behind.
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         container = client.containers.create(**create_kwargs(plan, labels, healthcheck))
     except docker.errors.APIError as exc:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         raise RunError(f"the engine refused the container: {exc.explanation or exc}") from None
-    interrupted = False
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        raise
+    interrupted = removed = False
     watcher = None
-    tail: list[bytes] = []
+    output = Output(out, err)
+    note = None
     try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         stream = container.attach(stdout=True, stderr=True, stream=True, logs=True, demux=True)
-        try:
-            container.start()
-        except docker.errors.APIError as exc:
-            hint = ""
-            if "rlimit" in str(exc) and plan.nofile:
-                hint = (f" (the open-file limit {plan.nofile} the job needs is above the engine's own; raise dockerd's "
-                        f"LimitNOFILE, or use --sharing-strategy file_system)")
-            text = str(exc.explanation or exc)
-            # As `docker run`: 127 when the command is not found, 126 when it cannot be invoked.
-            code = 127 if ("executable file not found" in text or "no such file or directory" in text) else (
-                126 if "permission denied" in text else EXIT_RUN_FAILED)
-            raise RunError(f"the container did not start: {text}{hint}", exit_code=code) from None
-        if opts.detach:
-            print(container.id, file=out)
-            return RunResult(0, container.id, container.name, plan.shm_bytes, None, None, False)
-        if not opts.ipc_host:
-            watcher = ShmWatcher(container, host_shm_path(engine_info, container)).start()
-        try:
-            for stdout_chunk, stderr_chunk in stream:
-                for chunk, target in ((stdout_chunk, out), (stderr_chunk, err)):
-                    if chunk:
-                        target.buffer.write(chunk) if hasattr(target, "buffer") else target.write(chunk.decode("utf-8", "replace"))
-                        target.flush()
-                        tail.append(chunk)
-                        del tail[:-50]
-            status = container.wait()
-            exit_code = int(status.get("StatusCode", 1))
+        try:  # from the start on: an interrupt at any point (even before start() returns) stops the container
+            start(container, plan)
+            if opts.detach:
+                print(container.id, file=out)
+                return RunResult(0, container.id, container.name, plan.shm_bytes, None, None, False)
+            if not opts.ipc_host:
+                watcher = ShmWatcher(container, host_shm_path(engine_info, container)).start()
+            ending = follow(container, stream, output, opts.engine_wait, err=err)
+            exit_code, note = ending.exit_code, ending.note
         except KeyboardInterrupt:
             interrupted = True
             print(f"\nshmguard: interrupted; stopping {container.name} (SIGTERM, SIGKILL after {STOP_TIMEOUT}s; "
                   f"interrupt again to kill it now)", file=err)
             try:
-                container.stop(timeout=STOP_TIMEOUT)
-            except KeyboardInterrupt:
-                print(f"shmguard: killing {container.name}", file=err)
-                container.kill()
+                try:
+                    container.stop(timeout=STOP_TIMEOUT)
+                except KeyboardInterrupt:
+                    print(f"shmguard: killing {container.name}", file=err)
+                    container.kill()
             except docker.errors.APIError:
-                pass
+                pass  # it ended meanwhile
+            except Exception as exc:
+                if not is_engine_loss(exc):
+                    raise
+                raise RunError(f"interrupted, but the Docker engine does not answer, so {container.name} could not be "
+                               f"stopped: once the engine is back, remove it with docker rm -f {container.name}",
+                               exit_code=EXIT_INTERRUPTED) from None
             exit_code = EXIT_INTERRUPTED
-        except (docker.errors.DockerException, OSError) as exc:
-            raise RunError(f"lost the Docker engine while {container.name} was running ({type(exc).__name__}: {exc}); "
-                           f"the container's state is unknown: check it with docker ps -a") from None
         if watcher:
             watcher.stop()
-        container.reload()
-        state = container.attrs.get("State", {})
-        diagnosis = None if interrupted else diagnose(exit_code, b"".join(tail)[-20000:].decode("utf-8", "replace"),
-                                                       bool(state.get("OOMKilled")), plan)
+        try:
+            container.reload()
+            state = container.attrs.get("State", {})
+        except Exception as exc:  # the engine went away just now: the exit code is known, the OOM flag is not
+            if not is_engine_loss(exc):
+                raise
+            state = {}
+        diagnosis = None if interrupted else diagnose(exit_code, output.tail_text(), bool(state.get("OOMKilled")), plan)
+        removed = opts.remove and remove_uninterrupted(container)
         return RunResult(exit_code, container.id, container.name, plan.shm_bytes,
                          watcher.peak if watcher and watcher.samples else None, diagnosis,
-                         removed=opts.remove, interrupted=interrupted)
+                         removed=removed, interrupted=interrupted, engine_note=note)
     finally:
         if watcher:
             watcher.stop()
         if opts.remove and not opts.detach:
-            remove_uninterrupted(container)
+            if not removed:  # an error skipped the removal above, or it failed: once more
+                remove_uninterrupted(container)
 
 
 def report_lines(result: RunResult) -> list[str]:
@@ -523,6 +551,8 @@ def report_lines(result: RunResult) -> list[str]:
     if result.peak_shm is not None:
         pct = f" ({100 * result.peak_shm / result.shm_size:.0f}%)" if result.shm_size else ""
         lines.append(f"shmguard: peak /dev/shm {format_size(result.peak_shm)} of {format_size(result.shm_size)}{pct}")
+    if result.engine_note:
+        lines.append(f"shmguard: {result.engine_note}")
     if result.diagnosis:
         lines.append(f"shmguard: {result.diagnosis}")
     return lines
@@ -573,10 +603,14 @@ def run(job, options: RunOptions, dry_run: bool, as_json: bool, out=None, err=No
         print(json.dumps({"exit_code": result.exit_code, "container": result.name, "container_id": result.container_id,
                           "shm_size_bytes": result.shm_size, "required_shm_bytes": plan.required_shm,
                           "peak_shm_bytes": result.peak_shm, "diagnosis": result.diagnosis,
-                          "interrupted": result.interrupted, "removed": result.removed}), file=out)
+                          "interrupted": result.interrupted, "removed": result.removed,
+                          "engine_note": result.engine_note}), file=out)
     else:
         for line in report_lines(result):
             print(line, file=err)
+        if options.remove and not result.removed:
+            print(f"shmguard: {result.name} could not be removed (does the engine answer?): "
+                  f"remove it with docker rm -f {result.name}", file=err)
     return result.exit_code
 
 

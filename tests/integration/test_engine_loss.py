@@ -1,0 +1,187 @@
+"""The Docker engine dies under `shmguard run` (SIGKILL, as a crash or the OOM killer would).
+
+These run on a throwaway engine of their own (tests/integration/throwaway_engine.py), never on
+the machine's. What a real dockerd does here, and what `run` must do about it:
+- restarted with live-restore: the container kept running; `run` follows it again, and its
+  output arrives whole and once, exit code passed through;
+- restarted without live-restore: the engine stopped the container; `run` says so, passes the
+  code through, copies the output written while the engine was away, removes the container;
+- not back within --engine-wait: exit 125 and a message that names the container and how to
+  remove it (it does survive: the test checks that the message is true);
+- Ctrl-C while waiting: exit 130, same advice.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from tests.integration.conftest import unavailable
+from tests.integration.throwaway_engine import EngineError, ThrowawayEngine
+
+IMAGE = "shmguard-base:bookworm"
+LINES = 30
+# Prints n and "err n" every 0.2 s to stdout and stderr: 6 s, long enough to kill and restart the engine under it.
+JOB = ["python3", "-c", "import sys, time\n"
+       f"for i in range({LINES}):\n"
+       "    print(i, flush=True); print('err', i, file=sys.stderr, flush=True); time.sleep(0.2)"]
+
+
+@pytest.fixture(scope="module")
+def engine(docker_client):
+    if os.geteuid() != 0 or not (shutil.which("containerd") and shutil.which("dockerd")):
+        unavailable("a throwaway Docker engine needs root, dockerd and containerd")
+    try:
+        docker_client.images.get(IMAGE)
+    except Exception:
+        unavailable(f"image {IMAGE} is missing: build it with docker/build.sh")
+    links = set(os.listdir("/sys/class/net"))
+    engine = ThrowawayEngine()
+    try:
+        engine.start_containerd()
+        engine.start_dockerd()
+        engine.load_image(IMAGE)
+    except EngineError as exc:
+        engine.close()
+        pytest.fail(f"the throwaway engine did not start: {exc}", pytrace=False)
+    yield engine
+    engine.close()
+    # It must not have touched the machine's network (a dockerd with --bridge none deletes docker0).
+    assert links <= set(os.listdir("/sys/class/net")), "the throwaway engine removed a host network interface"
+
+
+@pytest.fixture
+def name(engine):
+    value = f"shmguard-lost-{uuid.uuid4().hex[:8]}"
+    yield value
+    if engine.dockerd is None:
+        engine.start_dockerd()  # without live-restore: it stops what outlived the engine
+    client = engine.client()
+    for container in client.containers.list(all=True):
+        container.remove(force=True)
+    client.close()
+
+
+class Run:
+    """`shmguard run` on the throwaway engine, its stderr in a file that can be read while it runs."""
+
+    def __init__(self, engine, name, tmp_path, *extra):
+        env = dict(os.environ, DOCKER_HOST=engine.url, XDG_CACHE_HOME=str(tmp_path))
+        self.err_path = tmp_path / "stderr"
+        with open(self.err_path, "w") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "shmguard", "run", "--workers", "2", "--batch-size", "4", "--sample-bytes", "1M",
+                 "--name", name, *extra, IMAGE, "--", *JOB],
+                env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+
+    def stderr(self) -> str:
+        return self.err_path.read_text()
+
+    def wait_for(self, text: str, seconds: float = 60) -> None:
+        deadline = time.monotonic() + seconds
+        while text not in self.stderr():
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                pytest.fail(f"{text!r} never came; stderr: {self.stderr()}")
+            time.sleep(0.1)
+
+    def finish(self, timeout: float = 120) -> tuple[int, str, str]:
+        out, _ = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, out, self.stderr()
+
+
+def kill_engine_mid_job(engine, name):
+    """Wait until the job has printed a few lines, then SIGKILL dockerd."""
+    client = engine.client()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if b"\n5\n" in client.containers.get(name).logs(stderr=False):
+                break
+        except Exception:
+            pass
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"{name} did not start printing")
+    client.close()
+    engine.kill_dockerd()
+
+
+def containers(engine, name):
+    client = engine.client()
+    try:
+        return [(c.name, c.status) for c in client.containers.list(all=True, filters={"name": f"^/{name}$"})]
+    finally:
+        client.close()
+
+
+def crash_and_restart(engine, name, tmp_path, live_restore):
+    """`shmguard run` the job; SIGKILL dockerd under it; once run waits, start dockerd again."""
+    engine.restart(live_restore=live_restore)
+    run = Run(engine, name, tmp_path)
+    kill_engine_mid_job(engine, name)
+    run.wait_for("waiting up to")
+    engine.start_dockerd(live_restore=live_restore)
+    return run.finish()
+
+
+def test_restart_with_live_restore_follows_the_job_again(engine, name, tmp_path):
+    code, out, err = crash_and_restart(engine, name, tmp_path, live_restore=True)
+
+    assert code == 0, err
+    assert "lost the Docker engine while" in err and "still running; following it again" in err
+    assert "kept running (live-restore)" in err
+    # The whole output, each line once, in order: what was written while the engine was away included.
+    assert out.split() == [str(i) for i in range(LINES)]
+    assert [line for line in err.splitlines() if line.startswith("err ")] == [f"err {i}" for i in range(LINES)]
+    assert "Traceback" not in err
+    assert containers(engine, name) == []
+
+
+def test_restart_without_live_restore_reports_the_stop(engine, name, tmp_path):
+    code, out, err = crash_and_restart(engine, name, tmp_path, live_restore=False)
+
+    # The restarted engine stops the container (SIGTERM reaches python through the init: 143; 137 if it had to kill).
+    assert code in (137, 143), err
+    assert f"{name} exited {code} while it was away" in err
+    assert '"live-restore": true' in err
+    numbers = [int(n) for n in out.split()]
+    assert numbers == list(range(len(numbers))) and numbers[-1] >= 5  # no gap, no repeat
+    assert "Traceback" not in err
+    assert containers(engine, name) == []
+
+
+def test_engine_not_back_in_time_is_125_and_names_the_container(engine, name, tmp_path):
+    run = Run(engine, name, tmp_path, "--engine-wait", "2")
+    kill_engine_mid_job(engine, name)
+    started = time.monotonic()
+    code, out, err = run.finish()
+    waited = time.monotonic() - started
+
+    assert code == 125, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("shmguard: error: lost the Docker engine while")
+    assert "did not come back within 2s" in last and f"docker rm -f {name}" in last
+    assert waited < 30
+    assert "Traceback" not in err
+    # What the message says is true: the container outlived the engine, and the restarted engine has it.
+    engine.start_dockerd(live_restore=True)
+    assert [n for n, _ in containers(engine, name)] == [name]
+
+
+def test_ctrl_c_while_waiting_is_130(engine, name, tmp_path):
+    run = Run(engine, name, tmp_path, "--engine-wait", "600")
+    kill_engine_mid_job(engine, name)
+    run.wait_for("waiting up to 600s")
+    run.proc.send_signal(signal.SIGINT)
+    code, out, err = run.finish(timeout=60)
+
+    assert code == 130, err
+    assert "stopped waiting for the Docker engine" in err and f"docker rm -f {name}" in err
+    assert "Traceback" not in err
