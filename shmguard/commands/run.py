@@ -20,13 +20,13 @@ import re
 import shlex
 import signal
 import sys
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from shmguard import model
 from shmguard.commands.follow import Output, follow, is_engine_loss
 from shmguard.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED, ShmguardError
+from shmguard.peak import PeakSampler
 from shmguard.probe.cgroup import MemoryInfo
 from shmguard.probe.shm import DOCKER_DEFAULT_SHM, ShmInfo
 from shmguard.units import MIB, docker_size, format_size, parse_size
@@ -306,60 +306,35 @@ def diagnose(exit_code: int, logs_tail: str, oom_killed: bool, plan: RunPlan) ->
     return None
 
 
-@dataclass
-class ShmWatcher:
-    """Samples the container's /dev/shm used bytes in a thread and keeps the peak.
+def shm_watcher(container, host_path: str | None) -> PeakSampler:
+    """A sampler of the container's /dev/shm used bytes (peak under "shm"), not yet started.
 
     With a local engine the container's shm tmpfs is visible on the host at
     <DockerRootDir>/containers/<id>/mounts/shm and statvfs is cheap (every 5 ms);
     otherwise `stat -f` runs in the container every 0.5 s (coarser).
     """
 
-    container: Any
-    host_path: str | None
-    interval: float = 0.005
-    peak: int = 0
-    total: int | None = None
-    samples: int = 0
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def sample(self) -> int | None:
-        if self.host_path:
-            try:
-                st = os.statvfs(self.host_path)
-            except OSError:
-                return None
-            self.total = st.f_blocks * st.f_frsize
-            return (st.f_blocks - st.f_bfree) * st.f_frsize
+    def from_host() -> int | None:
         try:
-            result = self.container.exec_run(["stat", "-f", "-c", "%b %f %S", "/dev/shm"])
+            st = os.statvfs(host_path)
+        except OSError:
+            return None
+        return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+    def from_container() -> int | None:
+        try:
+            result = container.exec_run(["stat", "-f", "-c", "%b %f %S", "/dev/shm"])
         except Exception:  # the container may be gone between samples; the peak so far stands
             return None
         try:
             blocks, free, size = map(int, result.output.split())
         except ValueError:
             return None
-        self.total = blocks * size
         return (blocks - free) * size
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            used = self.sample()
-            if used is not None:
-                self.samples += 1
-                self.peak = max(self.peak, used)
-            self._stop.wait(self.interval if self.host_path else 0.5)
-
-    def start(self) -> "ShmWatcher":
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(timeout=5)
+    if host_path:
+        return PeakSampler({"shm": from_host}, interval=0.005)
+    return PeakSampler({"shm": from_container}, interval=0.5)
 
 
 def host_shm_path(engine_info: dict, container) -> str | None:
@@ -502,7 +477,7 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
                 print(container.id, file=out)
                 return RunResult(0, container.id, container.name, plan.shm_bytes, None, None, False)
             if not opts.ipc_host:
-                watcher = ShmWatcher(container, host_shm_path(engine_info, container)).start()
+                watcher = shm_watcher(container, host_shm_path(engine_info, container)).start()
             ending = follow(container, stream, output, opts.engine_wait, err=err)
             exit_code, note = ending.exit_code, ending.note
         except KeyboardInterrupt:
@@ -536,7 +511,7 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
         diagnosis = None if interrupted else diagnose(exit_code, output.tail_text(), bool(state.get("OOMKilled")), plan)
         removed = opts.remove and remove_uninterrupted(container)
         return RunResult(exit_code, container.id, container.name, plan.shm_bytes,
-                         watcher.peak if watcher and watcher.samples else None, diagnosis,
+                         watcher.peaks["shm"] if watcher else None, diagnosis,
                          removed=removed, interrupted=interrupted, engine_note=note)
     finally:
         if watcher:

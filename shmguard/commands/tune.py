@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 import struct
-import threading
 import time
+import warnings
 import zlib
 from dataclasses import dataclass
 
@@ -22,6 +22,7 @@ from shmguard import model
 from shmguard.commands.measure import Measurement, UserCodeError, load_dataset, measure_dataset, user_traceback
 from shmguard.errors import UsageError
 from shmguard.job import make_job
+from shmguard.peak import PeakSampler
 from shmguard.probe import Root
 from shmguard.units import docker_size, format_size
 
@@ -79,47 +80,32 @@ def recommend(steps: list[Step]) -> Step | None:
     return min(good, key=lambda s: (s.workers, s.prefetch_factor, -s.batches_per_second))
 
 
-class Sampler:
-    """Peak of /dev/shm used (statvfs) and of the cgroup's memory, sampled in a thread every 2 ms."""
+def resource_sampler(root: Root, memory_file: str | None) -> PeakSampler:
+    """Peaks of /dev/shm used above what it held before ("shm") and of the cgroup's memory ("memory"), every 2 ms."""
 
-    def __init__(self, root: Root, memory_file: str | None):
-        self.root = root
-        self.memory_file = memory_file
-        self.base_shm = self.shm_used()
-        self.peak_shm = 0
-        self.peak_memory = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def shm_used(self) -> int:
+    def shm_used() -> int | None:
         try:
-            st = self.root.statvfs("/dev/shm")
+            st = root.statvfs("/dev/shm")
         except OSError:
-            return 0
+            return None
         return (st.f_blocks - st.f_bfree) * st.f_frsize
 
-    def memory(self) -> int:
-        if not self.memory_file:
-            return 0
+    def memory() -> int | None:
+        if not memory_file:
+            return None
         try:
-            with open(self.memory_file) as f:
+            with open(memory_file) as f:
                 return int(f.read().strip())
         except (OSError, ValueError):
-            return 0
+            return None
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak_shm = max(self.peak_shm, self.shm_used() - self.base_shm)
-            self.peak_memory = max(self.peak_memory, self.memory())
-            self._stop.wait(0.002)
+    base = shm_used() or 0
 
-    def __enter__(self) -> "Sampler":
-        self._thread.start()
-        return self
+    def shm_added() -> int | None:
+        used = shm_used()
+        return None if used is None else max(0, used - base)
 
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
+    return PeakSampler({"shm": shm_added, "memory": memory}, interval=0.002)
 
 
 def memory_file(root: Root) -> str | None:
@@ -141,10 +127,12 @@ def run_step(dataset, collate, batch_size: int, workers: int, prefetch: int, bat
              mem_file: str | None) -> tuple[float, int, int]:
     from torch.utils.data import DataLoader
 
-    loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, collate_fn=collate,
-                        prefetch_factor=prefetch if workers else None, timeout=120 if workers else 0,
-                        persistent_workers=False)
-    with Sampler(root, mem_file) as sampler:
+    with resource_sampler(root, mem_file) as sampler, warnings.catch_warnings():
+        # Going past the CPUs is the point of the sweep; torch's "excessive worker creation" warning is noise here.
+        warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
+        loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, collate_fn=collate,
+                            prefetch_factor=prefetch if workers else None, timeout=120 if workers else 0,
+                            persistent_workers=False)
         iterator = iter(loader)
         try:
             # Worker start-up, and the batches prefetched meanwhile, are not throughput: drain them first.
@@ -168,7 +156,7 @@ def run_step(dataset, collate, batch_size: int, workers: int, prefetch: int, bat
             del iterator
     if done == 0:
         raise UsageError(f"the dataset has too few samples for {batches} batches of {batch_size}")
-    return done / elapsed, sampler.peak_shm, sampler.peak_memory
+    return done / elapsed, sampler.peaks["shm"] or 0, sampler.peaks["memory"] or 0
 
 
 def tune(dataset_spec: str, batch_size: int, workers: list[int] | None = None, prefetch_factors: list[int] | None = None,

@@ -49,3 +49,23 @@ def test_table_and_png(tmp_path):
     idat_len = struct.unpack(">I", data[33:37])[0]
     raw = zlib.decompress(data[41:41 + idat_len])
     assert len(raw) == height * (1 + width * 3)
+
+
+def test_a_step_beyond_the_cpus_does_not_print_torchs_worker_warning(recwarn):
+    """The sweep goes past the CPUs on purpose; torch's 'excessive worker creation' warning would be noise."""
+    import os
+
+    try:
+        from torch.utils.data import default_collate
+    except ImportError:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail("CI=true: torch must be installed", pytrace=False)
+        pytest.skip("torch is not installed")
+    from shmguard.commands.tune import run_step
+    from shmguard.probe import Root
+    from tests.data.measure_datasets import fixed
+
+    workers = (os.cpu_count() or 1) + 1
+    rate, peak_shm, _ = run_step(fixed(), default_collate, 4, workers, 2, 4, Root("/"), None)
+    assert rate > 0 and peak_shm >= 0
+    assert not [w for w in recwarn if "worker" in str(w.message)], [str(w.message) for w in recwarn]
