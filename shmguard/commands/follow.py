@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,20 +32,38 @@ class EngineLost(ShmguardError):
     exit_code = EXIT_RUN_FAILED
 
 
-def engine_errors() -> tuple[type[BaseException], ...]:
-    """What a vanished engine raises: socket errors (requests' errors are OSErrors too),
-    urllib3's protocol errors, and docker-py's own connection errors, but not an API
-    error, which is an engine that answers."""
+def is_engine_loss(exc: BaseException) -> bool:
+    """Is this what a vanished engine raises? Socket errors (requests' errors are OSErrors
+    too), urllib3's protocol errors on a stream, and docker-py's failure to reach the
+    engine when a client is made; not an API error, which is an engine that answers."""
     import docker
     import urllib3
 
-    return OSError, urllib3.exceptions.HTTPError, docker.errors.DockerException
+    if isinstance(exc, docker.errors.APIError):  # an OSError too (through requests' HTTPError)
+        return False
+    if isinstance(exc, (OSError, urllib3.exceptions.HTTPError)):
+        return True
+    return type(exc) is docker.errors.DockerException and "Error while fetching server API version" in str(exc)
 
 
-def is_engine_loss(exc: BaseException) -> bool:
-    import docker
+@contextmanager
+def engine_answers(doing: str, container_name: str | None = None):
+    """Turn a vanished engine into one EngineLost line (exit 125) that says what was under way
+    and, when a container exists, how to remove it once the engine is back."""
+    try:
+        yield
+    except EngineLost:
+        raise
+    except Exception as exc:
+        if not is_engine_loss(exc):
+            raise
+        raise lost_engine(doing, exc, container_name) from None
 
-    return isinstance(exc, engine_errors()) and not isinstance(exc, docker.errors.APIError)
+
+def lost_engine(doing: str, exc: BaseException, container_name: str | None = None) -> EngineLost:
+    advice = (f"{container_name} may be left behind: once the engine is back, remove it with docker rm -f "
+              f"{container_name}" if container_name else "check it with docker info")
+    return EngineLost(f"the Docker engine stopped answering while {doing} ({type(exc).__name__}); {advice}")
 
 
 @dataclass

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shmguard import model
-from shmguard.commands.follow import Output, follow, is_engine_loss
+from shmguard.commands.follow import Output, engine_answers, follow, is_engine_loss, lost_engine
 from shmguard.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED, ShmguardError
 from shmguard.peak import PeakSampler
 from shmguard.probe.cgroup import MemoryInfo
@@ -513,6 +513,10 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
         return RunResult(exit_code, container.id, container.name, plan.shm_bytes,
                          watcher.peaks["shm"] if watcher else None, diagnosis,
                          removed=removed, interrupted=interrupted, engine_note=note)
+    except Exception as exc:
+        if not is_engine_loss(exc):
+            raise
+        raise lost_engine(f"{container.name} was starting or ending", exc, container.name) from None
     finally:
         if watcher:
             watcher.stop()
@@ -539,9 +543,10 @@ def run(job, options: RunOptions, dry_run: bool, as_json: bool, out=None, err=No
     client = image = None
     engine_info: dict = {}
     if not dry_run:
-        client = connect()
-        engine_info = client.info()
-        image = local_image(client, options.image)
+        with engine_answers("shmguard looked up the engine and the image"):
+            client = connect()
+            engine_info = client.info()
+            image = local_image(client, options.image)
     plan = make_plan(job, options, engine_info.get("MemTotal"))
     for warning in plan.warnings:
         print(f"shmguard: warning: {warning}", file=err)
@@ -568,7 +573,8 @@ def run(job, options: RunOptions, dry_run: bool, as_json: bool, out=None, err=No
     for sig in previous:
         signal.signal(sig, terminate)
     try:
-        result = execute(plan, client, image, engine_info, out=out, err=err)
+        with engine_answers("shmguard created the container"):  # inside execute, a container's name is given
+            result = execute(plan, client, image, engine_info, out=out, err=err)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -608,9 +614,10 @@ def tune_in_container(options: RunOptions, dataset: str, batch_size: int, collat
     import docker
 
     err = err or sys.stderr
-    client = connect()
-    engine_info = client.info()
-    local_image(client, options.image)
+    with engine_answers("shmguard looked up the engine and the image"):
+        client = connect()
+        engine_info = client.info()
+        local_image(client, options.image)
     shm = options.shm_size or min(TUNE_SHM_CAP, (engine_info.get("MemTotal") or TUNE_SHM_CAP * 2) // 2)
     command = ["shmguard", "tune", "--json", "--dataset", dataset, "--batch-size", str(batch_size)]
     if collate:
@@ -619,7 +626,8 @@ def tune_in_container(options: RunOptions, dataset: str, batch_size: int, collat
                               "labels": {"org.shmguard.run": "1"}, "init": True, "detach": True,
                               **resource_kwargs(options, options.memory)}
     print(f"shmguard: tuning num_workers in {options.image} (/dev/shm {format_size(shm)})", file=err)
-    container = client.containers.create(options.image, **kwargs)
+    with engine_answers("shmguard created the tuning container"):
+        container = client.containers.create(options.image, **kwargs)
     try:
         container.start()
         status = container.wait()
@@ -630,6 +638,10 @@ def tune_in_container(options: RunOptions, dataset: str, batch_size: int, collat
         raise
     except docker.errors.APIError as exc:
         raise RunError(f"the tuning container failed: {exc.explanation or exc}") from None
+    except Exception as exc:
+        if not is_engine_loss(exc):
+            raise
+        raise lost_engine(f"{container.name} was tuning", exc, container.name) from None
     finally:
         remove_uninterrupted(container)
     for line in progress.splitlines():

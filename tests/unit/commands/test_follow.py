@@ -170,3 +170,22 @@ def test_copy_missed_with_a_log_driver_that_cannot_be_read():
 @pytest.mark.parametrize("code, oom, advice", [(137, False, True), (143, False, True), (137, True, False), (0, False, False), (1, False, False)])
 def test_ended_away_advises_live_restore_only_for_a_stop(code, oom, advice):
     assert ("live-restore" in ended_away("job", code, 3.0, oom)) is advice
+
+
+def test_engine_answers_turns_a_lost_engine_into_one_line_and_lets_the_rest_through():
+    from shmguard.commands.follow import engine_answers
+
+    with pytest.raises(EngineLost, match=r"while creating x \(ConnectionError\); x may be left behind: .*docker rm -f x"):
+        with engine_answers("creating x", "x"):
+            raise LOST
+    with pytest.raises(EngineLost, match="check it with docker info"):
+        with engine_answers("looking"):
+            raise FileNotFoundError(2, "no socket")
+    with pytest.raises(docker.errors.APIError):  # an engine that answers: not lost
+        with engine_answers("looking"):
+            raise docker.errors.APIError("409 Conflict")
+    original = EngineLost("already explained", exit_code=EXIT_INTERRUPTED)
+    with pytest.raises(EngineLost) as caught:
+        with engine_answers("looking"):
+            raise original
+    assert caught.value is original

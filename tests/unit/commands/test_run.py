@@ -190,3 +190,55 @@ def test_image_without_shmguard(tmp_path, monkeypatch):
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert image_has_shmguard(FakeClient(FakeProbe(set())), FakeImage()) is False
+
+
+class VanishingClient:
+    """An engine that answered the ping, then went away: every later call fails to connect."""
+
+    def info(self):
+        import requests
+
+        raise requests.exceptions.ConnectionError("Connection refused")
+
+
+def test_engine_gone_after_the_ping_is_125_in_one_line(capsys, monkeypatch):
+    monkeypatch.setattr("shmguard.commands.run.connect", lambda: VanishingClient())
+    code = main(["run", "--workers", "2", "--batch-size", "8", "--sample-bytes", "1M", "demo:latest", "--", "true"])
+    err = capsys.readouterr().err
+    assert code == 125 and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == ("shmguard: error: the Docker engine stopped answering while shmguard looked "
+                                           "up the engine and the image (ConnectionError); check it with docker info")
+
+
+class StartFailsContainer:
+    name = "job-1"
+    id = "c1"
+
+    def __init__(self):
+        self.removals = 0
+
+    def attach(self, **kwargs):
+        return iter(())
+
+    def start(self):
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+    def remove(self, force=False):
+        self.removals += 1
+        raise ConnectionRefusedError(111, "Connection refused")
+
+
+def test_engine_gone_while_the_container_starts_names_it(monkeypatch):
+    from shmguard.commands.follow import EngineLost
+    from shmguard.commands.run import execute
+
+    container = StartFailsContainer()
+
+    class Client:
+        containers = type("Containers", (), {"create": staticmethod(lambda **kw: container)})
+
+    with pytest.raises(EngineLost) as caught:
+        execute(plan(healthcheck=False), Client(), FakeImage(), {}, labels={})
+    assert caught.value.exit_code == 125
+    assert "job-1 was starting or ending" in str(caught.value) and "docker rm -f job-1" in str(caught.value)
+    assert container.removals >= 1  # it tried
