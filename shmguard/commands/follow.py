@@ -120,6 +120,8 @@ def follow(container, stream, output: Output, engine_wait: float, err=None) -> E
     Raises EngineLost when the engine goes away and is not back within `engine_wait`
     seconds, and KeyboardInterrupt as usual (the caller stops the container).
     """
+    import docker
+
     err = err or sys.stderr
     name = container.name
     note = None
@@ -127,7 +129,14 @@ def follow(container, stream, output: Output, engine_wait: float, err=None) -> E
     while True:
         try:
             if restarted:
-                follow_log(container, output, skip=list(output.copied))
+                try:
+                    follow_log(container, output, skip=list(output.copied))
+                except docker.errors.APIError as exc:  # a log driver that cannot be read back (none)
+                    print(f"shmguard: the engine's log of {name} cannot be read ({exc.explanation or exc}); "
+                          f"following it live: what it wrote while the engine was away is lost", file=err)
+                    restarted = False
+                    stream = container.attach(stdout=True, stderr=True, stream=True, logs=False, demux=True)
+                    continue
             else:
                 output.copy(stream)
             return Ending(int(container.wait().get("StatusCode", 1)), note)

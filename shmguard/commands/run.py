@@ -470,7 +470,9 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
     note = None
     try:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        stream = container.attach(stdout=True, stderr=True, stream=True, logs=True, demux=True)
+        # Attached before the start, as `docker run` does: all the output comes live, and no log replay is asked
+        # for (an engine whose log driver cannot be read, `none`, answers a replay with an error in the stream).
+        stream = container.attach(stdout=True, stderr=True, stream=True, logs=False, demux=True)
         try:  # from the start on: an interrupt at any point (even before start() returns) stops the container
             start(container, plan)
             if opts.detach:

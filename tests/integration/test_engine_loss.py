@@ -96,13 +96,17 @@ class Run:
         return self.proc.returncode, out, self.stderr()
 
 
-def kill_engine_mid_job(engine, name):
-    """Wait until the job has printed a few lines, then SIGKILL dockerd."""
+def kill_engine_mid_job(engine, name, log_readable=True):
+    """Wait until the job has printed a few lines (or, with no log to read, run a second), then SIGKILL dockerd."""
     client = engine.client()
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            if b"\n5\n" in client.containers.get(name).logs(stderr=False):
+            container = client.containers.get(name)
+            if log_readable and b"\n5\n" in container.logs(stderr=False):
+                break
+            if not log_readable and container.status == "running":
+                time.sleep(1.2)
                 break
         except Exception:
             pass
@@ -121,13 +125,13 @@ def containers(engine, name):
         client.close()
 
 
-def crash_and_restart(engine, name, tmp_path, live_restore):
+def crash_and_restart(engine, name, tmp_path, live_restore, log_driver=None):
     """`shmguard run` the job; SIGKILL dockerd under it; once run waits, start dockerd again."""
-    engine.restart(live_restore=live_restore)
+    engine.restart(live_restore=live_restore, log_driver=log_driver)
     run = Run(engine, name, tmp_path)
-    kill_engine_mid_job(engine, name)
+    kill_engine_mid_job(engine, name, log_readable=log_driver != "none")
     run.wait_for("waiting up to")
-    engine.start_dockerd(live_restore=live_restore)
+    engine.start_dockerd(live_restore=live_restore, log_driver=log_driver)
     return run.finish()
 
 
@@ -185,3 +189,22 @@ def test_ctrl_c_while_waiting_is_130(engine, name, tmp_path):
     assert code == 130, err
     assert "stopped waiting for the Docker engine" in err and f"docker rm -f {name}" in err
     assert "Traceback" not in err
+
+
+def test_an_engine_whose_log_cannot_be_read_still_streams_the_output(engine, name, tmp_path):
+    """log-driver none: a log replay is an error (an earlier `run` asked for one and lost the whole output)."""
+    engine.restart(log_driver="none")
+    code, out, err = Run(engine, name, tmp_path).finish()
+    assert code == 0, err
+    assert out.split() == [str(i) for i in range(LINES)]
+    assert "Error attaching" not in out + err
+
+
+def test_restart_with_a_log_that_cannot_be_read_says_what_is_lost(engine, name, tmp_path):
+    code, out, err = crash_and_restart(engine, name, tmp_path, live_restore=True, log_driver="none")
+    assert code == 0, err
+    assert "cannot be read" in err and "what it wrote while the engine was away is lost" in err
+    numbers = [int(n) for n in out.split()]
+    assert numbers == sorted(set(numbers)) and numbers[0] == 0 and numbers[-1] == LINES - 1  # in order, no repeat
+    assert "Traceback" not in err
+    assert containers(engine, name) == []

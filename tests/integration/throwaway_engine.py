@@ -63,7 +63,7 @@ class ThrowawayEngine:
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self._wait(lambda: os.path.exists(self.containerd_sock), "containerd did not open its socket", 30)
 
-    def start_dockerd(self, live_restore: bool = False) -> None:
+    def start_dockerd(self, live_restore: bool = False, log_driver: str | None = None) -> None:
         if os.path.exists(self.sock):
             os.unlink(self.sock)
         self.starts += 1
@@ -75,6 +75,8 @@ class ThrowawayEngine:
                 "--cgroup-parent", f"/{os.path.basename(self.dir)}"]
         if live_restore:
             args.append("--live-restore")
+        if log_driver:
+            args += ["--log-driver", log_driver]
         with open(os.path.join(self.dir, f"dockerd.{self.starts}.log"), "ab") as log:
             self.dockerd = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self._wait(self.answers, f"dockerd did not come up: {self.log_tail()}", 60)
@@ -86,13 +88,13 @@ class ThrowawayEngine:
         self.dockerd.wait(timeout=30)
         self.dockerd = None
 
-    def restart(self, live_restore: bool = False) -> None:
+    def restart(self, live_restore: bool = False, log_driver: str | None = None) -> None:
         """Stop dockerd (if it runs) and start it again with or without live-restore."""
         if self.dockerd is not None:
             self.dockerd.terminate()
             self.dockerd.wait(timeout=60)
             self.dockerd = None
-        self.start_dockerd(live_restore)
+        self.start_dockerd(live_restore, log_driver)
 
     def close(self) -> None:
         """Remove every container, stop both daemons, unmount and delete what they left."""

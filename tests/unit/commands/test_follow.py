@@ -189,3 +189,19 @@ def test_engine_answers_turns_a_lost_engine_into_one_line_and_lets_the_rest_thro
         with engine_answers("looking"):
             raise original
     assert caught.value is original
+
+
+def test_after_a_restart_an_unreadable_log_falls_back_to_a_live_attach():
+    class NoLogs(FakeContainer):
+        def logs(self, **kwargs):
+            raise docker.errors.APIError("configured logging driver does not support reading")
+
+        def attach(self, **kwargs):
+            assert kwargs["logs"] is False  # no replay asked of an engine that cannot give one
+            return stream_of((b"9\n", None))
+
+    container = NoLogs(states=[LOST, {"Running": True}], exit_code=0)
+    out, err = output(), io.StringIO()
+    ending = follow(container, stream_of((b"1\n", None), then=LOST), out, 60, err=err)
+    assert ending.exit_code == 0 and out.out.getvalue() == "1\n9\n"
+    assert "what it wrote while the engine was away is lost" in err.getvalue()
