@@ -630,11 +630,22 @@ def tune_in_container(options: RunOptions, dataset: str, batch_size: int, collat
     print(f"shmguard: tuning num_workers in {options.image} (/dev/shm {format_size(shm)})", file=err)
     with engine_answers("shmguard created the tuning container"):
         container = client.containers.create(options.image, **kwargs)
+    stdout, stderr = bytearray(), bytearray()
     try:
+        # Attached before the start (any log driver), so that the sweep's progress shows as it goes.
+        stream = container.attach(stdout=True, stderr=True, stream=True, logs=False, demux=True)
         container.start()
+        scanned = 0  # stderr bytes already looked at for progress lines
+        for out_chunk, err_chunk in stream:
+            stdout += out_chunk or b""
+            if err_chunk:
+                stderr += err_chunk
+                end = stderr.rfind(b"\n") + 1
+                for line in stderr[scanned:end].decode("utf-8", "replace").splitlines():
+                    if line.startswith("shmguard tune:"):
+                        print(f"shmguard: {line.removeprefix('shmguard ')}", file=err, flush=True)
+                scanned = max(scanned, end)
         status = container.wait()
-        logs = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
-        progress = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
     except KeyboardInterrupt:
         container.stop(timeout=STOP_TIMEOUT)
         raise
@@ -646,9 +657,7 @@ def tune_in_container(options: RunOptions, dataset: str, batch_size: int, collat
         raise lost_engine(f"{container.name} was tuning", exc, container.name) from None
     finally:
         remove_uninterrupted(container)
-    for line in progress.splitlines():
-        if line.startswith("shmguard tune:"):
-            print(f"shmguard: {line.removeprefix('shmguard ')}", file=err)
+    logs, progress = stdout.decode("utf-8", "replace"), stderr.decode("utf-8", "replace")
     if status.get("StatusCode") != 0 or "{" not in logs:
         raise RunError(f"tuning in {options.image} failed (exit {status.get('StatusCode')}); does the image have "
                        f"shmguard and torch, and can it import {dataset}? Its last words:\n{progress[-1500:]}")
