@@ -17,10 +17,15 @@ def test_tune_finds_the_knee_at_the_cpus(run_container, demo_image):
     # The logs interleave stderr (progress) with stdout (the JSON): decode the object, ignore what follows it.
     data, _ = json.JSONDecoder().raw_decode(result.logs[result.logs.index("{\n"):])
     rate = {s["workers"]: s["batches_per_second"] for s in data["steps"]}
-    # The knee is at the CPUs (2); the tolerance allows the noise of a shared 2-CPU machine to push it one step.
-    assert data["recommended"]["workers"] in (2, 4), rate
-    assert rate[2] >= 1.5 * rate[1], rate  # a second worker nearly doubles a CPU-bound pipeline...
-    assert rate[8] <= 1.15 * rate[2], rate  # ...and workers beyond the CPUs do not help
+    assert rate[2] >= 1.5 * rate[1], rate  # the knee is at the CPUs: a second worker nearly doubles a CPU-bound pipeline...
+    assert rate[8] <= 1.15 * rate[2], rate  # ...and workers beyond the CPUs barely help
+    # The recommendation: never below the CPUs, and the rule (smallest within 5% of the best) applied to what was measured.
+    # Which side of 5% the flat part of the curve falls on is noise: under a CFS quota of 2 CPUs, 8 workers keep it
+    # busier than 2 and once measured 9% ahead of them (CI), so 2, 4 and 8 can all be right.
+    recommended = data["recommended"]["workers"]
+    best = max(rate.values())
+    assert recommended >= 2, rate
+    assert rate[recommended] >= 0.95 * best and all(rate[n] < 0.95 * best for n in rate if n < recommended), rate
     for step in data["steps"]:
         assert step["skipped"] is None
         if step["workers"]:
