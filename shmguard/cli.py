@@ -134,7 +134,7 @@ def run(image, command, cpus, memory, name, env, volumes, workdir, remove, detac
     shared-memory exhaustion. Exit 125 when the container cannot be run (engine
     unreachable, image missing, a --memory that cannot hold the job).
     """
-    from shmguard.commands.run import RunError, RunOptions, parse_memory
+    from shmguard.run_plan import RunError, RunOptions, parse_memory
     from shmguard.commands.run import run as execute
     from shmguard.units import parse_size
 
