@@ -131,8 +131,10 @@ def run(image, command, cpus, memory, name, env, volumes, workdir, remove, detac
 
     Streams the logs, returns the container's exit code, stops and removes the
     container on Ctrl-C, reports the peak /dev/shm use, and explains a death by
-    shared-memory exhaustion. Exit 125 when the container cannot be run (engine
-    unreachable, image missing, a --memory that cannot hold the job).
+    shared-memory exhaustion. Rides out a restart of the Docker engine (see
+    --engine-wait). Exit 125 when the container cannot be run (engine
+    unreachable, image missing, a --memory that cannot hold the job) or the
+    engine went away and did not come back.
     """
     from shmguard.run_plan import RunError, RunOptions, parse_memory
     from shmguard.commands.run import run as execute
