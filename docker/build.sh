@@ -68,7 +68,6 @@ build_base() {
   command -v debootstrap >/dev/null || { log "debootstrap is missing: apt-get install -y debootstrap"; exit 1; }
   local rootfs
   rootfs=$(tmpdir)
-  tmpdirs+=("$rootfs.log")
   log "debootstrap $suite into $rootfs (about a minute)"
   debootstrap --variant=minbase --include="$packages" "$suite" "$rootfs" "$(debian_mirror)" >"$rootfs.log" 2>&1 \
     || { tail -n 20 "$rootfs.log" >&2; exit 1; }
