@@ -3,10 +3,10 @@ out the engine going away.
 
 dockerd can die or be restarted under a job that runs for hours (an upgrade, a crash,
 the OOM killer). The container does not die with it: with `live-restore` it keeps
-running and the restarted engine adopts it; without, the restarted engine kills it
-(exit 137). So when the engine stops answering, `shmguard run` waits for it (up to
---engine-wait seconds), then re-attaches to a job that still runs, or reports how
-it ended, and removes it as usual. Output written meanwhile is not lost: the engine's
+running and the restarted engine adopts it; without, the restarted engine stops it
+(exit 143, or 137). So when the engine stops answering, `shmguard run` waits for it
+(up to --engine-wait seconds), then follows a job that still runs again, or reports
+how it ended, and removes it as usual. Output written meanwhile is not lost: the engine's
 log holds it, and after a restart the job is followed through its log, skipping the
 bytes already copied.
 """
@@ -27,7 +27,8 @@ TAIL_CHUNKS = 50  # output chunks kept for the post-mortem (shared-memory death,
 
 
 class EngineLost(ShmguardError):
-    """The engine went away under a running container and did not come back in time."""
+    """The engine went away under shmguard: not back in time, back without the container, or
+    gone outside the log-following (which rides it out)."""
 
     exit_code = EXIT_RUN_FAILED
 
