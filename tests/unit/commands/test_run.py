@@ -10,13 +10,6 @@ from shmguard.job import make_job
 from shmguard.run_plan import RunOptions, make_plan
 from shmguard.units import GIB
 
-JOB = make_job(workers=4, batch_size=64, sample_shape="3,224,224")
-
-
-def plan(job=JOB, **kw):
-    return make_plan(job, RunOptions(image="demo:latest", **kw), host_memory=24 * GIB)
-
-
 def test_dry_run_cli(capsys):
     code = main(["run", "--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224", "--dry-run",
                  "demo:latest", "--", "python", "train.py"])
@@ -132,7 +125,9 @@ def test_engine_gone_while_the_container_starts_names_it(monkeypatch):
         containers = type("Containers", (), {"create": staticmethod(lambda **kw: container)})
 
     with pytest.raises(EngineLost) as caught:
-        execute(plan(healthcheck=False), Client(), FakeImage(), {}, labels={})
+        plan = make_plan(make_job(workers=4, batch_size=64, sample_shape="3,224,224"),
+                         RunOptions(image="demo:latest", healthcheck=False), host_memory=24 * GIB)
+        execute(plan, Client(), FakeImage(), {}, labels={})
     assert caught.value.exit_code == 125
     assert "job-1 was starting or ending" in str(caught.value) and "docker rm -f job-1" in str(caught.value)
     assert container.removals >= 1  # it tried
