@@ -136,8 +136,8 @@ def run(image, command, cpus, memory, name, env, volumes, workdir, remove, detac
     unreachable, image missing, a --memory that cannot hold the job) or the
     engine went away and did not come back.
     """
-    from shmguard.run_plan import RunError, RunOptions, parse_memory
-    from shmguard.commands.run import run as execute
+    from shmguard.engine.plan import RunError, RunOptions, parse_memory
+    from shmguard.engine.run import run as execute
     from shmguard.units import parse_size
 
     gpus = options["gpus"]
@@ -150,7 +150,7 @@ def run(image, command, cpus, memory, name, env, volumes, workdir, remove, detac
     except ValueError as exc:
         raise RunError(f"--shm-size: {exc}") from None
     if tune_first:
-        from shmguard.commands.run import tune_in_container
+        from shmguard.engine.run import tune_in_container
         from shmguard.errors import UsageError
         from shmguard.job import parse_count
 
@@ -207,6 +207,12 @@ def target_values(job, image, name, cpus, memory, env, command) -> dict:
         variables[key] = value
     if cpus is not None and cpus <= 0:
         raise UsageError("--cpus must be more than 0")
+    if memory_bytes is not None:
+        from shmguard import sizing
+        from shmguard.units import k8s_quantity
+
+        if sizing.memory_status(job, memory_bytes) == sizing.WARN:
+            click.echo(f"shmguard: warning: {sizing.memory_shortfall(job, memory_bytes, '--memory', k8s_quantity)}", err=True)
     if command and command[0] == "--":
         command = command[1:]
     return {"image": image, "name": name, "cpus": cpus, "memory": memory_bytes, "gpus": job.gpus,

@@ -43,6 +43,11 @@ def batch_segment_bytes(job) -> int:
     return round_up(job.batch_bytes) + PAGE
 
 
+def segments_per_batch(job) -> int:
+    """Shared-memory segments one collated batch makes: the batch tensor and its labels."""
+    return 2
+
+
 def batches_in_flight(job) -> int:
     """Batches one training process may hold in /dev/shm at once (0 without workers)."""
     if job.workers == 0:

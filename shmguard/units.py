@@ -65,6 +65,11 @@ def docker_size(n: int) -> str:
     return f"{max(1, ceil_div(n, MIB))}m"
 
 
+def compose_size(n: int) -> str:
+    """A compose file size (`shm_size`, `mem_limit`) that is at least n bytes: the same notation as Docker's flags."""
+    return docker_size(n)
+
+
 def k8s_quantity(n: int) -> str:
     """A Kubernetes quantity that is at least n bytes, in whole Mi (`337Mi`, `2Gi`)."""
     if n % GIB == 0 and n:

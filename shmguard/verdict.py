@@ -7,7 +7,7 @@ read) is a WARN that says so. Finding ids are stable: scripts may key on them.
 
 from __future__ import annotations
 
-from shmguard import model
+from shmguard import model, sizing
 from shmguard.probe.cpu import workers_for
 from shmguard.probe.shm import DOCKER_DEFAULT_SHM
 from shmguard.record import Record
@@ -15,8 +15,6 @@ from shmguard.units import docker_size, format_size, k8s_quantity
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 _RANK = {PASS: 0, WARN: 1, FAIL: 2}
-FDS_PER_BATCH = 2  # the batch tensor and its labels: one descriptor each under file_descriptor
-FD_BASE = 256  # the interpreter, torch's libraries, pipes to the workers
 
 
 class Finding(Record):
@@ -92,7 +90,7 @@ def check_stale(shm) -> list[Finding]:
 
 
 def check_memory(job, memory, shm) -> list[Finding]:
-    needed = model.memory_bytes(job)
+    needed = sizing.memory_needed(job)
     shm_needed = model.shm_bytes(job)
     if memory.limit is None:
         if memory.errors and memory.host is None:
@@ -101,8 +99,8 @@ def check_memory(job, memory, shm) -> list[Finding]:
         return [Finding(id="memory.limit", status=PASS,
                         message=f"no container memory limit; the job needs about {format_size(needed)} (including {format_size(shm_needed)} of /dev/shm)",
                         found="unlimited", needed=_size(needed))]
-    if memory.limit < needed:
-        status = FAIL if memory.limit < shm_needed + model.process_memory_bytes(job) // 2 else WARN
+    status = sizing.memory_status(job, memory.limit)
+    if status != PASS:
         return [Finding(
             id="memory.limit", status=status,
             message=(f"memory limit {format_size(memory.limit)} is below the {format_size(needed)} the job needs: /dev/shm pages "
@@ -153,14 +151,8 @@ def check_gpu(job, gpu) -> list[Finding]:
                     fix=f"docker run --gpus {job.gpus} …; Kubernetes: resources.limits nvidia.com/gpu: {job.gpus}; check CUDA_VISIBLE_DEVICES")]
 
 
-def fds_needed(job) -> int:
-    if job.sharing_strategy != "file_descriptor" or job.workers == 0:
-        return FD_BASE
-    return FD_BASE + job.procs_per_node * model.batches_in_flight(job) * FDS_PER_BATCH * 2
-
-
 def check_nofile(job, nofile) -> list[Finding]:
-    needed = fds_needed(job)
+    needed = sizing.fds_needed(job)
     if nofile.soft is None and nofile.errors:
         return [Finding(id="nofile", status=WARN, message=f"cannot tell the open-file limit: {'; '.join(nofile.errors)}")]
     if nofile.soft is None or nofile.soft >= needed:
@@ -189,8 +181,8 @@ def evaluate(job, snapshot) -> Report:
         required={"shm_bytes": model.shm_bytes(job), "memory_bytes": model.memory_bytes(job)},
         recommended={
             "workers": min(job.workers, usable) if usable is not None else job.workers,
-            "shm_size": docker_size(model.shm_bytes(job)) if job.workers else None,
-            "memory": docker_size(model.memory_bytes(job)),
+            "shm_size": docker_size(sizing.shm_size(job)),
+            "memory": docker_size(sizing.memory_needed(job)),
         },
         findings=findings,
     )

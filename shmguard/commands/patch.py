@@ -9,112 +9,14 @@ from __future__ import annotations
 
 import sys
 
-from shmguard import k8s
 from shmguard.files import write_atomic
-from shmguard.k8s import ManifestError
-
-
-MAX_INPUT_BYTES = 64 * 1024 * 1024  # a manifest larger than this is refused before parsing
-MAX_NESTING = 500  # libyaml's C parser overflows its stack (a segfault) on nesting in the tens of thousands
-MAX_EXPANDED_NODES = 1_000_000  # aliases expanded; bounds what re-emitting the YAML could produce ("billion laughs")
-
-
-def strict_loader():
-    """The safe loader (C if available) that also refuses duplicate keys, as kubectl does."""
-    import yaml
-
-    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-    class Loader(base):  # type: ignore[misc, valid-type]
-        def construct_mapping(self, node, deep=False):
-            seen = set()
-            for key_node, _ in node.value:
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    duplicate = key in seen
-                    seen.add(key)
-                except TypeError:
-                    continue
-                if duplicate:
-                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-            return super().construct_mapping(node, deep=deep)
-
-    return Loader
-
-
-def expanded_nodes(value, limit: int) -> int:
-    """How many nodes the value has once aliases are expanded (stops counting past limit)."""
-    sizes: dict[int, int] = {}
-    stack = [(value, False)]
-    while stack:
-        node, done = stack.pop()
-        if not isinstance(node, (dict, list)):
-            continue
-        if id(node) in sizes and not done:
-            continue
-        children = list(node.values()) + list(node.keys()) if isinstance(node, dict) else node
-        if not done:
-            stack.append((node, True))
-            stack.extend((child, False) for child in children if isinstance(child, (dict, list)) and id(child) not in sizes)
-            continue
-        total = 1 + sum(sizes.get(id(child), 1) for child in children)
-        sizes[id(node)] = min(total, limit + 1)
-    return sizes.get(id(value), 1) if isinstance(value, (dict, list)) else 1
-
-
-def too_deep(text: str, limit: int = MAX_NESTING) -> bool:
-    """Whether flow collections ([ {) nest, or block lines indent, deeper than limit: checked before parsing.
-
-    Brackets inside a quoted scalar are skipped, quotes are followed within a line only; a
-    multi-line quoted scalar with brackets may be over-counted, which errs on the side of refusing.
-    """
-    depth = 0
-    for line in text.splitlines():
-        if len(line) - len(line.lstrip(" ")) > 2 * limit:
-            return True
-        quote = ""
-        for ch in line:
-            if quote:
-                if ch == quote:
-                    quote = ""
-            elif ch in "\"'":
-                quote = ch
-            elif ch in "[{":
-                depth += 1
-                if depth > limit:
-                    return True
-            elif ch in "]}":
-                depth = max(0, depth - 1)
-    return False
-
-
-def load(text: str, source: str) -> list:
-    import yaml
-
-    if len(text) > MAX_INPUT_BYTES:
-        raise ManifestError(f"{source}: more than the {MAX_INPUT_BYTES // 2**20} MiB shmguard patch reads; "
-                            f"split the manifest")
-    if too_deep(text):
-        raise ManifestError(f"{source}: nested too deeply to be a manifest (more than {MAX_NESTING} levels)")
-    try:
-        docs = list(yaml.load_all(text, Loader=strict_loader()))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ManifestError(f"{source}: not valid YAML{where}: {problem}") from None
-    except RecursionError:
-        raise ManifestError(f"{source}: nested too deeply to be a manifest") from None
-    for index, doc in enumerate(docs):
-        if expanded_nodes(doc, MAX_EXPANDED_NODES) > MAX_EXPANDED_NODES:
-            raise ManifestError(f"document {index + 1} of {source}: its aliases expand to more than "
-                                f"{MAX_EXPANDED_NODES:,} nodes (an alias bomb?); refusing it")
-    return docs
+from shmguard.manifests.podspec import patch_documents
+from shmguard.manifests.templates import ManifestError
+from shmguard.manifests import yamlio
+from shmguard.manifests.yamlio import dump, load
 
 
 def patch(job, paths: list[str], in_place: bool, check: bool, out=None, err=None) -> int:
-    from shmguard.commands.render import dump
-
     out = out or sys.stdout
     err = err or sys.stderr
     sources = paths or ["-"]
@@ -124,17 +26,17 @@ def patch(job, paths: list[str], in_place: bool, check: bool, out=None, err=None
         try:
             # Never more than the limit (+1, to tell that it was exceeded) in memory, however big the input.
             if path == "-":
-                text = sys.stdin.read(MAX_INPUT_BYTES + 1)
+                text = sys.stdin.read(yamlio.MAX_INPUT_BYTES + 1)
             else:
                 with open(path, encoding="utf-8") as f:
-                    text = f.read(MAX_INPUT_BYTES + 1)
+                    text = f.read(yamlio.MAX_INPUT_BYTES + 1)
         except OSError as exc:
             raise ManifestError(f"{name}: cannot read: {exc.strerror}") from None
         except UnicodeDecodeError as exc:
             raise ManifestError(f"{name}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
         docs = load(text, name)
         try:
-            changes = k8s.patch_documents(docs, job)
+            changes = patch_documents(docs, job)
         except ManifestError as exc:
             raise ManifestError(f"{name}: {exc}") from None
         results.append((path, name, docs, changes))

@@ -18,11 +18,11 @@ import warnings
 import zlib
 from dataclasses import dataclass
 
-from shmguard import model
+from shmguard import model, sizing
 from shmguard.commands.measure import Measurement, UserCodeError, load_dataset, measure_dataset, user_traceback
 from shmguard.errors import UsageError
 from shmguard.job import make_job
-from shmguard.peak import PeakSampler
+from shmguard.engine.peak import PeakSampler
 from shmguard.probe import Root
 from shmguard.units import docker_size, format_size
 
@@ -206,7 +206,7 @@ def table(result: TuneResult) -> str:
     if rec:
         lines.append(f"recommended: num_workers={rec.workers} (prefetch_factor={rec.prefetch_factor}), "
                      f"{rec.batches_per_second:.1f} batches/s, within {KNEE_TOLERANCE:.0%} of the best; "
-                     f"it needs /dev/shm {format_size(rec.predicted_shm)} (--shm-size={docker_size(max(rec.predicted_shm, 2**20))})")
+                     f"it needs /dev/shm {format_size(rec.predicted_shm)} (--shm-size={docker_size(sizing.shm_size_for(rec.predicted_shm))})")
     else:
         lines.append("no step could run: give the container more /dev/shm (shmguard check says how much)")
     return "\n".join(lines)

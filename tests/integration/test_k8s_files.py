@@ -12,7 +12,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from shmguard import k8s, main
+from shmguard import main
+from shmguard import model, sizing
+from shmguard.manifests import podspec, render, templates
 from shmguard.job import make_job
 from shmguard.units import parse_quantity
 from tests.integration.conftest import unavailable
@@ -35,9 +37,9 @@ def test_demo_overlay_has_the_models_shm_and_is_valid(tmp_path, capsys):
     spec = doc["spec"]["template"]["spec"]
     (volume,) = [v for v in spec["volumes"] if v["name"] == "dshm"]
     assert volume["emptyDir"]["medium"] == "Memory"
-    assert parse_quantity(volume["emptyDir"]["sizeLimit"]) == k8s.shm_size_limit(DEMO_JOB)
+    assert parse_quantity(volume["emptyDir"]["sizeLimit"]) == sizing.shm_size(DEMO_JOB)
     limit = parse_quantity(spec["containers"][0]["resources"]["limits"]["memory"])
-    assert limit >= k8s.memory_limit(DEMO_JOB, k8s.shm_size_limit(DEMO_JOB))
+    assert limit >= sizing.memory_needed(DEMO_JOB)
     built = tmp_path / "demo.yaml"
     built.write_text(yaml.safe_dump(doc))
     job_args = ["--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224"]
@@ -70,7 +72,7 @@ def test_compose_file_runs_the_demo_and_fails_with_the_default_shm(compose_proje
     shipped = ROOT / "compose.yaml"
     files.append(shipped)
     service = yaml.safe_load(shipped.read_text())["services"]["train"]
-    assert service["shm_size"] == k8s.render_compose(DEMO_JOB, image="x", name="train")["services"]["train"]["shm_size"]
+    assert service["shm_size"] == render.render_compose(DEMO_JOB, image="x", name="train")["services"]["train"]["shm_size"]
     ok = compose(project, shipped, "up", "--abort-on-container-exit", "--exit-code-from", "train")
     assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:]
     assert "demo: completed 20 steps" in ok.stdout

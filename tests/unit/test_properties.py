@@ -11,7 +11,9 @@ import kubernetes_validate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shmguard import k8s, model
+from shmguard import model
+from shmguard import sizing
+from shmguard.manifests import podspec, render, templates
 from shmguard.job import make_job
 from shmguard.probe import cgroup
 from shmguard.probe.cpu import parse_cpu_list
@@ -119,7 +121,7 @@ def test_patch_keeps_every_field_and_is_idempotent(containers_extra, limit, size
         containers[0]["volumeMounts"] = [{"name": "shm", "mountPath": "/dev/shm"}]
     doc = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
     original = copy.deepcopy(doc)
-    k8s.patch_documents([doc], job)
+    podspec.patch_documents([doc], job)
     for before, after in zip(original["spec"]["containers"], doc["spec"]["containers"]):
         for key, value in before.items():
             if key not in ("resources", "volumeMounts"):
@@ -130,7 +132,7 @@ def test_patch_keeps_every_field_and_is_idempotent(containers_extra, limit, size
         assert any(m["mountPath"] == "/dev/shm" for m in after["volumeMounts"])
     kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)  # still a valid Pod
     again = copy.deepcopy(doc)
-    assert k8s.patch_documents([again], job) == [] and again == doc
+    assert podspec.patch_documents([again], job) == [] and again == doc
 
 
 @SETTINGS
@@ -140,7 +142,7 @@ def test_replayed_output_is_copied_once_however_it_is_chunked(data, cuts, draw):
     skipped: for any split of the output into chunks, before and after, it comes out whole and once."""
     import io
 
-    from shmguard.commands.follow import Output
+    from shmguard.engine.follow import Output
 
     def chunks(blob):
         out, i = [], 0

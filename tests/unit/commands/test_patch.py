@@ -115,14 +115,14 @@ def test_hostile_yaml_is_refused_without_writing(tmp_path, capsys, text, message
 
 
 def test_modest_aliases_are_fine(capsys):
-    from shmguard.commands.patch import load
+    from shmguard.manifests.yamlio import load
 
     docs = load("base: &b {image: x}\nkind: ConfigMap\ndata: {a: *b}\n", "x")
     assert docs[0]["data"]["a"] == {"image": "x"}
 
 
 def test_too_large_input_is_refused(monkeypatch, tmp_path, capsys):
-    import shmguard.commands.patch as patch_module
+    import shmguard.manifests.yamlio as patch_module
 
     monkeypatch.setattr(patch_module, "MAX_INPUT_BYTES", 100)
     path = tmp_path / "big.yaml"

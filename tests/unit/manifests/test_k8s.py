@@ -11,8 +11,9 @@ import pytest
 import yaml
 from kubernetes.client import ApiClient
 
-from shmguard import k8s
-from shmguard.commands.render import dump
+from shmguard import model, sizing
+from shmguard.manifests import podspec, render, templates
+from shmguard.manifests.yamlio import dump
 from shmguard.errors import UsageError
 from shmguard.job import make_job
 from shmguard.units import GIB, MIB, parse_quantity
@@ -60,7 +61,7 @@ def validate(doc: dict) -> None:
 
 
 def shm_and_memory(doc):
-    for spec, container in k8s.containers_of(doc):
+    for spec, container in podspec.containers_of(doc):
         volume = next(v for v in spec["volumes"] if v["name"] == next(
             m["name"] for m in container["volumeMounts"] if m["mountPath"] == "/dev/shm"))
         yield volume["emptyDir"], container["resources"]["limits"]["memory"]
@@ -68,18 +69,18 @@ def shm_and_memory(doc):
 
 @pytest.mark.parametrize("kind", ["pod", "job", "deployment", "pytorchjob"])
 def test_rendered_manifests_are_valid_and_hold_their_shm(kind):
-    doc = k8s.render_k8s(JOB, kind=kind, image="demo:1", name="train", namespace="ml", command=["python", "t.py"],
+    doc = render.render_k8s(JOB, kind=kind, image="demo:1", name="train", namespace="ml", command=["python", "t.py"],
                          gpus=2, env={"A": "1"}, workers_replicas=2)
     validate(yaml.safe_load(dump([doc])))
     for empty_dir, memory in shm_and_memory(doc):
         assert empty_dir["medium"] == "Memory"
         size = parse_quantity(empty_dir["sizeLimit"])
-        assert size >= k8s.model.shm_bytes(JOB)
-        assert parse_quantity(memory) >= size + k8s.model.process_memory_bytes(JOB)
+        assert size >= model.shm_bytes(JOB)
+        assert parse_quantity(memory) >= size + model.process_memory_bytes(JOB)
 
 
 def test_rendered_container_details():
-    doc = k8s.render_k8s(JOB, kind="job", image="demo:1", name="train", gpus=1, cpus=3.5)
+    doc = render.render_k8s(JOB, kind="job", image="demo:1", name="train", gpus=1, cpus=3.5)
     (container,) = doc["spec"]["template"]["spec"]["containers"]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert container["resources"]["limits"]["cpu"] == "3500m"
@@ -89,21 +90,21 @@ def test_rendered_container_details():
     assert container["securityContext"] == {"privileged": False, "allowPrivilegeEscalation": False}
     assert doc["spec"]["template"]["spec"]["restartPolicy"] == "Never"
     assert "&id" not in dump([doc])
-    default_cpu = k8s.render_k8s(JOB, kind="pod", image="x", name="p")["spec"]["containers"][0]["resources"]["limits"]["cpu"]
+    default_cpu = render.render_k8s(JOB, kind="pod", image="x", name="p")["spec"]["containers"][0]["resources"]["limits"]["cpu"]
     assert default_cpu == "5"  # 4 workers + the trainer
 
 
 def test_memory_below_the_shm_is_refused_and_above_is_kept():
     with pytest.raises(UsageError, match="cannot hold"):
-        k8s.render_k8s(JOB, kind="pod", image="x", name="p", memory=512 * MIB)
-    doc = k8s.render_k8s(JOB, kind="pod", image="x", name="p", memory=8 * GIB)
+        render.render_k8s(JOB, kind="pod", image="x", name="p", memory=512 * MIB)
+    doc = render.render_k8s(JOB, kind="pod", image="x", name="p", memory=8 * GIB)
     assert doc["spec"]["containers"][0]["resources"]["limits"]["memory"] == "8Gi"
     with pytest.raises(UsageError):
-        k8s.render_k8s(JOB, kind="statefulset", image="x", name="p")
+        render.render_k8s(JOB, kind="statefulset", image="x", name="p")
 
 
 def test_compose_service():
-    doc = k8s.render_compose(JOB, image="demo:1", name="train", command=["python", "t.py"], cpus=2, gpus=1)
+    doc = render.render_compose(JOB, image="demo:1", name="train", command=["python", "t.py"], cpus=2, gpus=1)
     service = doc["services"]["train"]
     assert service["shm_size"] == "369m" and parse_quantity(service["mem_limit"].replace("m", "Mi")) >= 369 * MIB
     assert service["healthcheck"]["test"] == ["CMD", "shmguard", "health"]
@@ -140,22 +141,22 @@ KINDS = [
 @pytest.mark.parametrize("doc", KINDS, ids=[d["kind"] for d in KINDS])
 def test_patch_every_kind_valid_and_idempotent(doc):
     docs = [copy.deepcopy(doc)]
-    changes = k8s.patch_documents(docs, JOB)
+    changes = podspec.patch_documents(docs, JOB)
     assert changes and any("added dshm" in c for c in changes)
     validate(docs[0])
     for empty_dir, memory in shm_and_memory(docs[0]):
-        assert parse_quantity(memory) >= parse_quantity(empty_dir["sizeLimit"]) + k8s.model.process_memory_bytes(JOB)
+        assert parse_quantity(memory) >= parse_quantity(empty_dir["sizeLimit"]) + model.process_memory_bytes(JOB)
     again = copy.deepcopy(docs)
-    assert k8s.patch_documents(again, JOB) == [] and again == docs
+    assert podspec.patch_documents(again, JOB) == [] and again == docs
 
 
 def test_patch_pytorchjob():
-    doc = k8s.render_k8s(JOB, kind="pytorchjob", image="x", name="ptj")
+    doc = render.render_k8s(JOB, kind="pytorchjob", image="x", name="ptj")
     for replica in doc["spec"]["pytorchReplicaSpecs"].values():
         spec = replica["template"]["spec"]
         spec["volumes"] = []
         spec["containers"][0]["volumeMounts"] = []
-    changes = k8s.patch_documents([doc], JOB)
+    changes = podspec.patch_documents([doc], JOB)
     assert len([c for c in changes if "added dshm" in c]) == 2
     validate(doc)
 
@@ -163,34 +164,34 @@ def test_patch_pytorchjob():
 def test_multi_document_other_documents_untouched():
     config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "b"}}
     docs = [copy.deepcopy(config), deployment(), None]
-    k8s.patch_documents(docs, JOB)
+    podspec.patch_documents(docs, JOB)
     assert docs[0] == config and docs[2] is None
 
 
 def test_existing_shm_too_small_or_without_size_limit_is_fixed():
     small = deployment(volumes=[{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}}])
     small["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "shm", "mountPath": "/dev/shm"}]
-    changes = k8s.patch_documents([small], JOB)
+    changes = podspec.patch_documents([small], JOB)
     volume = small["spec"]["template"]["spec"]["volumes"][0]
     assert volume["emptyDir"]["sizeLimit"] == "369Mi" and any("64Mi -> 369Mi" in c for c in changes)
     assert len(small["spec"]["template"]["spec"]["volumes"]) == 1  # fixed in place, not duplicated
 
     unbounded = deployment(volumes=[{"name": "shm", "emptyDir": {}}])
     unbounded["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "shm", "mountPath": "/dev/shm"}]
-    changes = k8s.patch_documents([unbounded], JOB)
+    changes = podspec.patch_documents([unbounded], JOB)
     assert unbounded["spec"]["template"]["spec"]["volumes"][0]["emptyDir"] == {"medium": "Memory", "sizeLimit": "369Mi"}
     assert any("had none" in c for c in changes) and any("medium: set to Memory" in c for c in changes)
 
 
-def test_a_big_enough_size_limit_is_kept_and_the_memory_follows_it():
+def test_a_big_enough_size_limit_is_kept_and_the_memory_follows_the_job_not_the_size_limit():
     doc = deployment(volumes=[{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}}])
     container = doc["spec"]["template"]["spec"]["containers"][0]
     container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
-    container["resources"] = {"limits": {"memory": "1Gi"}, "requests": {"memory": "4Gi"}}
-    k8s.patch_documents([doc], JOB)
+    container["resources"] = {"limits": {"memory": "512Mi"}, "requests": {"memory": "4Gi"}}
+    podspec.patch_documents([doc], JOB)
     assert doc["spec"]["template"]["spec"]["volumes"][0]["emptyDir"]["sizeLimit"] == "2Gi"
     limit = parse_quantity(container["resources"]["limits"]["memory"])
-    assert limit >= 2 * GIB + k8s.model.process_memory_bytes(JOB)
+    assert limit == sizing.memory_needed(JOB) < 2 * GIB
     assert container["resources"]["requests"]["memory"] == container["resources"]["limits"]["memory"]
 
 
@@ -210,5 +211,5 @@ def test_a_big_enough_size_limit_is_kept_and_the_memory_follows_it():
      "is a hostPath volume, not an emptyDir"),
 ])
 def test_bad_manifests_name_the_document_and_path(docs, message):
-    with pytest.raises(k8s.ManifestError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
-        k8s.patch_documents(docs, JOB)
+    with pytest.raises(templates.ManifestError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        podspec.patch_documents(docs, JOB)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from shmguard.peak import PeakSampler
+from shmguard.engine.peak import PeakSampler
 
 
 def test_keeps_each_readers_peak_and_skips_failed_reads():

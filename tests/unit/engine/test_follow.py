@@ -9,8 +9,8 @@ import docker
 import pytest
 import requests
 
-from shmguard.commands import follow as follow_mod
-from shmguard.commands.follow import EngineLost, Output, copy_missed, ended_away, follow, is_engine_loss
+from shmguard.engine import follow as follow_mod
+from shmguard.engine.follow import EngineLost, Output, copy_missed, ended_away, follow, is_engine_loss
 from shmguard.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED
 
 LOST = requests.exceptions.ConnectionError("Connection refused")
@@ -173,7 +173,7 @@ def test_ended_away_advises_live_restore_only_for_a_stop(code, oom, advice):
 
 
 def test_engine_answers_turns_a_lost_engine_into_one_line_and_lets_the_rest_through():
-    from shmguard.commands.follow import engine_answers
+    from shmguard.engine.follow import engine_answers
 
     with pytest.raises(EngineLost, match=r"while creating x \(ConnectionError\); x may be left behind: .*docker rm -f x"):
         with engine_answers("creating x", "x"):

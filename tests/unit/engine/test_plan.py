@@ -8,7 +8,7 @@ import pytest
 
 from shmguard import model
 from shmguard.job import make_job
-from shmguard.run_plan import (RunError, RunOptions, create_kwargs, diagnose, docker_cli, gpu_count, make_plan,
+from shmguard.engine.plan import (RunError, RunOptions, create_kwargs, diagnose, docker_cli, gpu_count, make_plan,
                                parse_env, parse_volume)
 from shmguard.units import GIB, MIB
 

@@ -19,10 +19,10 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from shmguard.commands.follow import Output, engine_answers, follow, is_engine_loss, lost_engine
+from shmguard.engine.follow import Output, engine_answers, follow, is_engine_loss, lost_engine
 from shmguard.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED
-from shmguard.peak import PeakSampler
-from shmguard.run_plan import (RunError, RunOptions, RunPlan, create_kwargs, describe, diagnose, docker_cli,
+from shmguard.engine.peak import PeakSampler
+from shmguard.engine.plan import (RunError, RunOptions, RunPlan, create_kwargs, describe, diagnose, docker_cli,
                                make_plan, parse_env, redact, resource_kwargs)
 from shmguard.units import format_size
 

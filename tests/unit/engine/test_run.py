@@ -7,7 +7,7 @@ import pytest
 
 from shmguard import main
 from shmguard.job import make_job
-from shmguard.run_plan import RunOptions, make_plan
+from shmguard.engine.plan import RunOptions, make_plan
 from shmguard.units import GIB
 
 def test_dry_run_cli(capsys):
@@ -61,7 +61,7 @@ class FakeClient:
 
 
 def test_image_has_shmguard_looks_along_path_and_caches(tmp_path, monkeypatch):
-    from shmguard.commands.run import image_has_shmguard
+    from shmguard.engine.run import image_has_shmguard
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     probe = FakeProbe({"/usr/bin/shmguard"})
@@ -73,7 +73,7 @@ def test_image_has_shmguard_looks_along_path_and_caches(tmp_path, monkeypatch):
 
 
 def test_image_without_shmguard(tmp_path, monkeypatch):
-    from shmguard.commands.run import image_has_shmguard
+    from shmguard.engine.run import image_has_shmguard
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert image_has_shmguard(FakeClient(FakeProbe(set())), FakeImage()) is False
@@ -89,7 +89,7 @@ class VanishingClient:
 
 
 def test_engine_gone_after_the_ping_is_125_in_one_line(capsys, monkeypatch):
-    monkeypatch.setattr("shmguard.commands.run.connect", lambda: VanishingClient())
+    monkeypatch.setattr("shmguard.engine.run.connect", lambda: VanishingClient())
     code = main(["run", "--workers", "2", "--batch-size", "8", "--sample-bytes", "1M", "demo:latest", "--", "true"])
     err = capsys.readouterr().err
     assert code == 125 and "Traceback" not in err
@@ -116,8 +116,8 @@ class StartFailsContainer:
 
 
 def test_engine_gone_while_the_container_starts_names_it(monkeypatch):
-    from shmguard.commands.follow import EngineLost
-    from shmguard.commands.run import execute
+    from shmguard.engine.follow import EngineLost
+    from shmguard.engine.run import execute
 
     container = StartFailsContainer()
 

@@ -16,15 +16,9 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from shmguard import model
+from shmguard import model, sizing
 from shmguard.errors import EXIT_RUN_FAILED, ShmguardError
-from shmguard.probe.cgroup import MemoryInfo
-from shmguard.probe.shm import DOCKER_DEFAULT_SHM, ShmInfo
 from shmguard.units import MIB, docker_size, format_size, parse_size
-from shmguard.verdict import FAIL, WARN, check_memory, fds_needed
-
-
-NOFILE_COMMON_SOFT = 1024
 
 
 ENGINE_WAIT = 60.0  # default --engine-wait: a dockerd restart takes seconds, a host reboot longer
@@ -94,8 +88,7 @@ def make_plan(job, options: RunOptions, host_memory: int | None = None) -> RunPl
     """Size the container for the job; refuse (RunError) what cannot work."""
     warnings = []
     required = model.shm_bytes(job)
-    # Whole MiB, and never below Docker's default: other libraries (NCCL, multiprocessing) use /dev/shm too.
-    shm = max(model.round_up(required, MIB), DOCKER_DEFAULT_SHM)
+    shm = sizing.shm_size(job)
     if options.shm_size is not None:
         shm = options.shm_size
         if shm < required:
@@ -108,26 +101,19 @@ def make_plan(job, options: RunOptions, host_memory: int | None = None) -> RunPl
         raise RunError(f"the job needs {format_size(shm)} of /dev/shm but the Docker host has {format_size(host_memory)} "
                        f"of memory in all; lower --batch-size, --workers or --prefetch-factor")
     if options.memory is not None:
-        finding = check_memory(job, MemoryInfo(host=host_memory, limit=options.memory, limit_source="--memory",
-                                               usage=0, errors=()), ShmInfo())[0]
-        if finding.status == FAIL:
-            raise RunError(f"--memory {format_size(options.memory)} cannot hold the job: {finding.message}. "
-                           f"Use --memory={docker_size(model.memory_bytes(job))} or more")
-        if finding.status == WARN:
-            warnings.append(finding.message)
+        status = sizing.memory_status(job, options.memory)
+        if status != sizing.PASS:
+            message = sizing.memory_shortfall(job, options.memory, "--memory", docker_size)
+            if status == sizing.FAIL:
+                raise RunError(message)
+            warnings.append(message)
     if options.cpus is not None:
         per_process = options.cpus / job.procs_per_node
         if job.workers > max(1, int(per_process)):
             warnings.append(f"{job.workers} workers per process but --cpus {options.cpus:g} gives "
                             f"{per_process:g} CPUs per process: the extra workers wait for CPU and still hold shm; "
                             f"num_workers={max(1, int(per_process))} is enough")
-    # file_descriptor holds a descriptor per shared tensor in flight. Raise the limit only when the job needs more
-    # than the lowest common default soft limit (1024): setting it otherwise could lower what the engine would give,
-    # and above the engine's own hard limit the container cannot start.
-    nofile = None
-    needed_fds = fds_needed(job)
-    if job.sharing_strategy == "file_descriptor" and needed_fds > NOFILE_COMMON_SOFT:
-        nofile = 1 << (needed_fds - 1).bit_length()
+    nofile = sizing.nofile_limit(job)
     environment = {**job.to_env(), **parse_env(options.env)}
     return RunPlan(options=options, job=job, shm_bytes=shm, required_shm=required, mem_limit=options.memory,
                    nofile=nofile, environment=environment, warnings=tuple(warnings))

@@ -1,0 +1,1 @@
+"""The manifest side: Kubernetes and Compose rendering, pod-template finding, patching."""

@@ -1,0 +1,141 @@
+"""New Kubernetes and Compose manifests with a /dev/shm sized for the job.
+
+Kubernetes has no shm-size: the fix is an emptyDir with `medium: Memory` mounted at
+/dev/shm. Done half right it fails differently: without `sizeLimit` one pod can eat
+the node's memory; with a sizeLimit but no room in the container's memory limit, the
+tmpfs pages (charged to the container's memory cgroup) get it OOM-killed instead of
+a Bus error. So the container that runs the job gets a memory limit that holds its
+shm and its processes (shmguard.sizing).
+https://kubernetes.io/docs/concepts/storage/volumes/#emptydir
+
+Pure functions returning plain dicts; no I/O.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from shmguard import sizing
+from shmguard.errors import UsageError
+from shmguard.units import compose_size, k8s_quantity
+
+SHM_PATH = "/dev/shm"
+SHM_VOLUME = "dshm"
+HEALTH_COMMAND = ["shmguard", "health"]
+PYTORCHJOB_API = "kubeflow.org/v1"
+
+
+def resolve_memory(job, memory: int | None, unit) -> int:
+    """The memory limit to write: --memory when given (refused when it cannot hold the job), else what it needs."""
+    if memory is None:
+        return sizing.memory_needed(job)
+    if sizing.memory_status(job, memory) == sizing.FAIL:
+        raise UsageError(sizing.memory_shortfall(job, memory, "--memory", unit))
+    return memory
+
+
+def shm_volume(job) -> dict[str, Any]:
+    return {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": k8s_quantity(sizing.shm_size(job))}}
+
+
+def health_probes() -> dict[str, Any]:
+    """startup and liveness probes that exec `shmguard health` (Kubernetes ignores a Dockerfile HEALTHCHECK)."""
+    def probe(failures: int) -> dict[str, Any]:
+        return {"exec": {"command": list(HEALTH_COMMAND)}, "periodSeconds": 10, "timeoutSeconds": 5,
+                "failureThreshold": failures}
+
+    return {"startupProbe": probe(30), "livenessProbe": probe(3)}
+
+
+def cpu_request(job, cpus: float | None) -> str:
+    """CPU for the container: --cpus, or one per worker plus one per training process."""
+    value = cpus if cpus is not None else job.procs_per_node * (job.workers + 1)
+    millis = int(round(value * 1000))
+    return f"{millis // 1000}" if millis % 1000 == 0 else f"{millis}m"
+
+
+def container_spec(job, image: str, name: str, command: list[str], cpus: float | None, memory: int | None,
+                   gpus: int, env: dict[str, str]) -> dict[str, Any]:
+    mem = k8s_quantity(resolve_memory(job, memory, k8s_quantity))
+    cpu = cpu_request(job, cpus)
+    resources: dict[str, Any] = {"requests": {"cpu": cpu, "memory": mem}, "limits": {"cpu": cpu, "memory": mem}}
+    if gpus:
+        resources["limits"]["nvidia.com/gpu"] = str(gpus)  # a quantity: a string in the API
+        resources["requests"]["nvidia.com/gpu"] = str(gpus)
+    container: dict[str, Any] = {"name": name, "image": image}
+    if command:
+        container["command"] = list(command)
+    container["env"] = [{"name": k, "value": v} for k, v in {**job.to_env(), **env}.items()]
+    container["resources"] = resources
+    container["volumeMounts"] = [{"name": SHM_VOLUME, "mountPath": SHM_PATH}]
+    container.update(health_probes())
+    container["securityContext"] = {"privileged": False, "allowPrivilegeEscalation": False}
+    return container
+
+
+def pod_spec(job, container: dict[str, Any], restart_policy: str | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [container], "volumes": [shm_volume(job)]}
+    if restart_policy:
+        spec["restartPolicy"] = restart_policy
+    return spec
+
+
+def render_k8s(job, kind: str, image: str, name: str, namespace: str | None = None, command: list[str] | None = None,
+               cpus: float | None = None, memory: int | None = None, gpus: int = 0,
+               env: dict[str, str] | None = None, workers_replicas: int = 1) -> dict[str, Any]:
+    """One manifest of the given kind: pod, job, deployment or pytorchjob."""
+    env = env or {}
+    command = command or []
+    metadata: dict[str, Any] = {"name": name, "labels": {"app.kubernetes.io/name": name}}
+    if namespace:
+        metadata["namespace"] = namespace
+    labels = {"app.kubernetes.io/name": name}
+    kind = kind.lower()
+    if kind == "pod":
+        spec = pod_spec(job, container_spec(job, image, name, command, cpus, memory, gpus, env), "Never")
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+    if kind == "job":
+        template = {"metadata": {"labels": labels},
+                    "spec": pod_spec(job, container_spec(job, image, name, command, cpus, memory, gpus, env), "Never")}
+        return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata,
+                "spec": {"backoffLimit": 0, "template": template}}
+    if kind == "deployment":
+        template = {"metadata": {"labels": labels},
+                    "spec": pod_spec(job, container_spec(job, image, name, command, cpus, memory, gpus, env), None)}
+        return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata,
+                "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": template}}
+    if kind == "pytorchjob":
+        # The training operator wants the container named "pytorch" in every replica type.
+        replicas = {}
+        for replica_type, count in (("Master", 1), ("Worker", workers_replicas)):
+            if count <= 0:
+                continue
+            container = container_spec(job, image, "pytorch", command, cpus, memory, gpus, env)
+            replicas[replica_type] = {"replicas": count, "restartPolicy": "OnFailure",
+                                      "template": {"metadata": {"labels": labels}, "spec": pod_spec(job, container, None)}}
+        return {"apiVersion": PYTORCHJOB_API, "kind": "PyTorchJob", "metadata": metadata,
+                "spec": {"pytorchReplicaSpecs": replicas}}
+    raise UsageError(f"--kind must be pod, job, deployment or pytorchjob, not {kind!r}")
+
+
+def render_compose(job, image: str, name: str, command: list[str] | None = None, cpus: float | None = None,
+                   memory: int | None = None, gpus: int = 0, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """A compose file with one service: shm_size, cpus, mem_limit, GPU reservations and a healthcheck."""
+    shm = sizing.shm_size(job)
+    mem_limit = resolve_memory(job, memory, compose_size)
+    service: dict[str, Any] = {"image": image}
+    if command:
+        service["command"] = list(command)
+    service["shm_size"] = compose_size(shm)
+    service["mem_limit"] = compose_size(mem_limit)
+    if cpus is not None:
+        service["cpus"] = cpus
+    service["environment"] = {**job.to_env(), **(env or {})}
+    service["init"] = True
+    service["healthcheck"] = {"test": ["CMD", *HEALTH_COMMAND], "interval": "10s", "timeout": "5s",
+                              "retries": 3, "start_period": "10s"}
+    if gpus:
+        service["deploy"] = {"resources": {"reservations": {"devices": [
+            {"driver": "nvidia", "count": gpus, "capabilities": ["gpu"]}]}}}
+    return {"services": {name: service}}
+
+

@@ -1,0 +1,88 @@
+"""The one sizing policy: what /dev/shm, memory limit and open files to ask for, and when a given limit will do.
+
+Every tool asks the same questions and must get the same answer: `check` and
+`health` (inside the container), `run` (docker), `render`/`patch` (Kubernetes,
+compose), `tune`, the webhook and the Python API. The footprint model
+(shmguard.model) says what the job needs at its peak; this module turns that into
+the sizes to give, with one set of floors and roundings:
+
+- /dev/shm to give: the model's peak rounded up to whole MiB, never below Docker's
+  default 64 MiB (NCCL, multiprocessing and others use /dev/shm too, and a smaller
+  shm than the default is never what anyone meant);
+- memory the job needs: its shm peak plus its processes, whole MiB (tmpfs pages are
+  charged to the container's memory cgroup, so the limit must hold both);
+- a memory limit is FAIL when it cannot even hold the shm peak plus half of the
+  processes' estimate (the job will be OOM-killed), WARN below the full estimate
+  (the process estimate is a model; the job may fit), PASS from there;
+- open files: under the file_descriptor strategy, one descriptor per shared
+  segment in flight (sender and receiver) on top of a base.
+
+Each tool prints the answer in its own units (units.docker_size,
+units.k8s_quantity, units.compose_size). Standard library only: `health` imports it.
+"""
+
+from __future__ import annotations
+
+from shmguard import model
+from shmguard.units import MIB, format_size
+
+SHM_FLOOR = 64 * MIB  # Docker's default /dev/shm: never ask for less
+FD_BASE = 256  # the interpreter, torch's libraries, pipes to the workers
+FDS_PER_SEGMENT = 2  # a descriptor in the worker and one in the trainer
+NOFILE_COMMON_SOFT = 1024  # the lowest common default soft limit
+
+PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
+
+
+def shm_size(job) -> int:
+    """The /dev/shm size to give the container (bytes): the job's peak in whole MiB, at least SHM_FLOOR."""
+    return shm_size_for(model.shm_bytes(job))
+
+
+def shm_size_for(peak: int) -> int:
+    """The /dev/shm size to give for a peak of that many bytes: whole MiB, at least SHM_FLOOR."""
+    return max(model.round_up(peak, MIB), SHM_FLOOR)
+
+
+def memory_needed(job) -> int:
+    """The memory limit the job needs (bytes): its shm peak plus its processes, in whole MiB."""
+    return model.round_up(model.memory_bytes(job), MIB)
+
+
+def memory_floor(job) -> int:
+    """Below this limit the job cannot run: its shm peak plus half of the processes' estimate."""
+    return model.shm_bytes(job) + model.process_memory_bytes(job) // 2
+
+
+def memory_status(job, limit: int | None) -> str:
+    """PASS, WARN or FAIL for a memory limit (None: no limit, which caps nothing: PASS)."""
+    if limit is None or limit >= memory_needed(job):
+        return PASS
+    return FAIL if limit < memory_floor(job) else WARN
+
+
+def memory_shortfall(job, limit: int, flag: str, unit) -> str:
+    """Why `flag` (a limit below what the job needs) will or may not do, and what to ask for, in the tool's unit."""
+    needed = memory_needed(job)
+    verdict = "cannot hold the job" if memory_status(job, limit) == FAIL else "may be too small for the job"
+    return (f"{flag} {unit(limit)} {verdict}: it needs about {unit(needed)}, /dev/shm's {format_size(model.shm_bytes(job))} "
+            f"included (tmpfs pages are charged to the memory limit); use {flag} {unit(needed)} or more")
+
+
+def fds_needed(job) -> int:
+    """Open files the job needs: a base, plus two per shared segment in flight under file_descriptor."""
+    if job.sharing_strategy != "file_descriptor" or job.workers == 0:
+        return FD_BASE
+    return FD_BASE + job.procs_per_node * model.batches_in_flight(job) * FDS_PER_SEGMENT * model.segments_per_batch(job)
+
+
+def nofile_limit(job) -> int | None:
+    """The open-file ulimit to set, or None to keep the engine's: only when the job needs more than 1024.
+
+    Setting it otherwise could lower what the engine would give, and above the
+    engine's own hard limit the container cannot start.
+    """
+    needed = fds_needed(job)
+    if job.sharing_strategy != "file_descriptor" or needed <= NOFILE_COMMON_SOFT:
+        return None
+    return 1 << (needed - 1).bit_length()
