@@ -40,9 +40,12 @@ class Job(Record):
     """The DataLoader job, per training process; procs_per_node processes each run one."""
 
     __slots__ = ("workers", "batch_size", "sample_bytes", "prefetch_factor", "procs_per_node",
-                 "gpus", "pin_memory", "sharing_strategy", "sample_shape", "dtype")
+                 "gpus", "pin_memory", "sharing_strategy", "sample_shape", "dtype", "batch_segments")
     _defaults = {"prefetch_factor": 2, "procs_per_node": 1, "gpus": 0, "pin_memory": False,
-                 "sharing_strategy": "file_descriptor", "sample_shape": None, "dtype": None}
+                 "sharing_strategy": "file_descriptor", "sample_shape": None, "dtype": None,
+                 # The byte sizes of the tensors of one (the largest) collated batch, when measured
+                 # (shmguard.segments); None: default_collate's one stacked tensor plus labels.
+                 "batch_segments": None}
 
     @property
     def batch_bytes(self) -> int:

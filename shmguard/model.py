@@ -22,9 +22,10 @@ The memory the job needs is that shared memory (tmpfs pages are charged to the
 container's memory cgroup) plus the processes' own memory. Standard library only.
 """
 
+from shmguard import segments
 from shmguard.units import MIB
 
-PAGE = 4096
+PAGE = segments.PAGE
 TRAINER_HELD_BATCHES = 2
 PIN_BATCHES = 1
 PROCESS_SHM_BASE = 1 * MIB
@@ -39,13 +40,16 @@ def round_up(n: int, unit: int = PAGE) -> int:
 
 
 def batch_segment_bytes(job) -> int:
-    """Shared memory one batch occupies: its payload in whole pages, plus a page for the small tensors."""
+    """Shared memory one batch occupies: each of its measured segments in whole pages; without a
+    measurement (default_collate of one tensor per sample), the stacked payload plus a page for the labels."""
+    if job.batch_segments:
+        return segments.shm_of(job.batch_segments)
     return round_up(job.batch_bytes) + PAGE
 
 
 def segments_per_batch(job) -> int:
-    """Shared-memory segments one collated batch makes: the batch tensor and its labels."""
-    return 2
+    """Shared-memory segments one collated batch makes: as measured, else the batch tensor and its labels."""
+    return len(job.batch_segments) if job.batch_segments else 2
 
 
 def batches_in_flight(job) -> int:
