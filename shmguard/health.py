@@ -49,6 +49,23 @@ def parse_args(argv: list[str]) -> dict:
     return opts
 
 
+ST_RDONLY = 1  # os.ST_RDONLY, without asking os for it at import
+
+
+def job_own_bytes(root, used: int) -> int:
+    """The part of /dev/shm's used space that can be the job's own.
+
+    The job's segments are either unlinked at once (file_descriptor: invisible, yet
+    counted by statvfs) or named `torch_<pid>_…` after a live process (file_system).
+    Every other visible file — stale segments, junk written before the job started —
+    is not the job's, so it does not count as what the job has already allocated.
+    """
+    from shmguard.probe.shm import list_segments
+
+    foreign = sum(s.bytes for s in list_segments(root) if s.pid is None or s.stale)
+    return max(0, used - foreign)
+
+
 def assess(min_free: int | None, job, root) -> tuple[bool, str]:
     """(healthy, one-line message) for the given requirement; pure except for reading through root."""
     from shmguard import model
@@ -65,15 +82,16 @@ def assess(min_free: int | None, job, root) -> tuple[bool, str]:
         st = root.statvfs("/dev/shm")
     except OSError as exc:
         return False, f"unhealthy: cannot statvfs /dev/shm: {exc.strerror}"
+    if st.f_flag & ST_RDONLY:
+        return False, "unhealthy: /dev/shm is mounted read-only: no shared memory can be allocated"
     total = st.f_blocks * st.f_frsize
     free = st.f_bavail * st.f_frsize
-    used = total - free
     if min_free is not None:
         needed = min_free
         what = f"--min-free {format_size(min_free)}"
     elif job is not None:
         required = model.shm_bytes(job)
-        needed = required - min(used, required)
+        needed = required - min(job_own_bytes(root, total - free), required)
         what = f"the job's {format_size(required)}"
     else:
         needed = 0

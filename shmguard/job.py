@@ -71,15 +71,24 @@ class Job(Record):
         return env
 
 
-def parse_count(name: str, value, minimum: int = 0) -> int:
-    """A whole number >= minimum, or a UsageError naming the option."""
+MAX_COUNT = 1_000_000  # workers, batch size, prefetch, processes, GPUs: more is a typo, not a job
+MAX_SAMPLE_BYTES = 2**40  # 1 TiB per sample: past that it is not a DataLoader sample
+
+
+def parse_count(name: str, value, minimum: int = 0, maximum: int = MAX_COUNT) -> int:
+    """A whole number in [minimum, maximum], or a UsageError naming the option."""
     text = str(value).strip()
+    flag = f"--{name.replace('_', '-')}"
+    if len(text) > 20:
+        raise UsageError(f"{flag} must be a whole number from {minimum} to {maximum:,}, not {text[:20]}…")
     try:
         number = int(text)
     except ValueError:
-        raise UsageError(f"--{name.replace('_', '-')} must be a whole number, not {text!r}") from None
+        raise UsageError(f"{flag} must be a whole number, not {text!r}") from None
     if number < minimum:
-        raise UsageError(f"--{name.replace('_', '-')} must be at least {minimum}, not {number}")
+        raise UsageError(f"{flag} must be at least {minimum}, not {number}")
+    if number > maximum:
+        raise UsageError(f"{flag} must be at most {maximum:,}, not {number:,}")
     return number
 
 
@@ -87,6 +96,8 @@ def parse_shape(value) -> tuple[int, ...]:
     """`3,224,224` (or `3x224x224`) into a tuple of positive ints."""
     text = str(value).strip()
     parts = text.replace("x", ",").replace("X", ",").split(",")
+    if len(parts) > 16 or len(text) > 200:
+        raise UsageError(f"--sample-shape must be at most 16 dimensions like 3,224,224, not {text[:40]!r}…")
     try:
         shape = tuple(int(p) for p in parts)
     except ValueError:
@@ -131,6 +142,8 @@ def make_job(
             raise UsageError(f"--sample-bytes: {exc}") from None
         if per_sample <= 0:
             raise UsageError("--sample-bytes must be more than 0")
+        if per_sample > MAX_SAMPLE_BYTES:
+            raise UsageError(f"--sample-bytes {sample_bytes} is more than 1 TiB per sample")
     elif sample_shape is not None:
         shape = sample_shape if isinstance(sample_shape, tuple) else parse_shape(sample_shape)
         dtype_name = (dtype or "float32").strip().lower().removeprefix("torch.")
@@ -139,6 +152,8 @@ def make_job(
         per_sample = DTYPE_BYTES[dtype_name]
         for dim in shape:
             per_sample *= dim
+        if per_sample > MAX_SAMPLE_BYTES:
+            raise UsageError(f"--sample-shape {','.join(map(str, shape))} is more than 1 TiB per sample")
     else:
         raise UsageError("the job needs the sample size: --sample-shape 3,224,224 [--dtype float32] or --sample-bytes SIZE")
     strategy = (sharing_strategy or "file_descriptor").strip()
@@ -169,4 +184,11 @@ def job_from_env(environ=None) -> Job | None:
     values = env_values(environ)
     if "workers" not in values and "batch_size" not in values:
         return None
-    return make_job(**values)
+    try:
+        return make_job(**values)
+    except UsageError as exc:
+        # Name the variables the values came from, not the flags of other commands.
+        message = str(exc)
+        for name, var in ENV_VARS.items():
+            message = message.replace(f"--{name.replace('_', '-')}", var)
+        raise UsageError(message) from None

@@ -22,6 +22,7 @@ _MULTIPLIERS = {
     "t": TIB, "tb": TIB, "tib": TIB, "ti": TIB,
 }
 
+MAX_SIZE = 2**63  # 8 EiB: no memory, shm or sample is bigger; past it a "size" is a typo or an attack
 SIZE_RULE = "bytes, or k/m/g/t (also kb, KiB, Ki …), all powers of 1024 as in Docker: 2g = 2GiB"
 
 
@@ -41,6 +42,8 @@ def parse_size(text: str) -> int:
     if value < 0:
         raise ValueError(f"{raw!r}: a size cannot be negative")
     scaled = value * _MULTIPLIERS[unit]
+    if scaled != scaled or scaled > MAX_SIZE:
+        raise ValueError(f"{raw!r} is too large to be a size (at most 8 EiB)")
     whole = int(scaled)
     return whole if whole == scaled else whole + 1
 
@@ -107,5 +110,7 @@ def parse_quantity(value) -> int:
     if amount != amount or amount in (float("inf"), float("-inf")) or amount < 0:
         raise ValueError(f"{text!r} is not a Kubernetes quantity")
     scaled = amount * scale
+    if scaled > MAX_SIZE:
+        raise ValueError(f"{text!r} is too large to be a memory quantity (at most 8 EiB)")
     whole = int(scaled)
     return whole if whole == scaled else whole + 1

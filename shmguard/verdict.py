@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from shmguard import model, sizing
 from shmguard.probe.cpu import workers_for
-from shmguard.probe.shm import DOCKER_DEFAULT_SHM
+from shmguard.probe.shm import DOCKER_DEFAULT_SHM, printable
 from shmguard.record import Record
 from shmguard.units import docker_size, format_size, k8s_quantity
 
@@ -82,7 +82,7 @@ def check_stale(shm) -> list[Finding]:
     stale = [s for s in shm.segments if s.stale]
     if not stale:
         return [Finding(id="shm.stale", status=PASS, message="no segments left by dead processes in /dev/shm")]
-    names = ", ".join(s.name for s in stale[:3]) + (" …" if len(stale) > 3 else "")
+    names = ", ".join(printable(s.name) for s in stale[:3]) + (" …" if len(stale) > 3 else "")
     return [Finding(id="shm.stale", status=WARN,
                     message=f"{len(stale)} segments of processes that no longer exist hold {format_size(shm.stale_bytes)} ({names})",
                     found=_size(shm.stale_bytes), needed="0 B",
@@ -93,7 +93,7 @@ def check_memory(job, memory, shm) -> list[Finding]:
     needed = sizing.memory_needed(job)
     shm_needed = model.shm_bytes(job)
     if memory.limit is None:
-        if memory.errors and memory.host is None:
+        if memory.errors:
             return [Finding(id="memory.limit", status=WARN, message=f"cannot tell the memory limit: {'; '.join(memory.errors)}",
                             needed=_size(needed))]
         return [Finding(id="memory.limit", status=PASS,

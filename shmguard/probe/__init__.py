@@ -11,6 +11,10 @@ module less is about 0.15 ms less for the healthcheck.
 
 import os
 
+# No kernel interface shmguard reads is larger (mountinfo of a host with thousands of mounts is well under
+# this); a bigger "file" is garbage or a device, and reading it whole could exhaust memory.
+MAX_READ = 4 * 1024 * 1024
+
 
 class Root:
     """A directory standing for `/`: real by default, a fixture tree in tests."""
@@ -24,9 +28,29 @@ class Root:
         return os.path.join(self.path, path.lstrip("/"))
 
     def read(self, path: str) -> str:
-        """The text of a file under the root; raises OSError (missing, unreadable) or UnicodeError."""
-        with open(self.join(path), encoding="utf-8", errors="surrogateescape") as f:
-            return f.read()
+        """The text of a regular file under the root, at most MAX_READ bytes.
+
+        Raises OSError when it is missing or unreadable, not a regular file (a FIFO would
+        block, /dev/zero never ends: neither is opened for reading in blocking mode), or too big.
+        """
+        fd = os.open(self.join(path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            mode = os.fstat(fd).st_mode
+            if mode & 0o170000 != 0o100000:
+                raise OSError(22, "not a regular file", path)
+            chunks = []
+            size = 0
+            while True:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > MAX_READ:
+                    raise OSError(27, f"larger than {MAX_READ} bytes", path)
+                chunks.append(chunk)
+        finally:
+            os.close(fd)
+        return b"".join(chunks).decode("utf-8", "surrogateescape")
 
     def read_or_none(self, path: str) -> str | None:
         try:

@@ -17,8 +17,11 @@ class CpuInfo(Record):
     __slots__ = ("host", "affinity", "quota", "quota_source", "effective", "errors")
 
 
+MAX_CPU = 1 << 16  # above any kernel's NR_CPUS: a CPU number past it is garbage, not a machine
+
+
 def parse_cpu_list(text: str) -> set[int]:
-    """A kernel CPU list (`0-3,8,10-11`) into a set of CPU numbers. ValueError on garbage."""
+    """A kernel CPU list (`0-3,8,10-11`) into a set of CPU numbers. ValueError on garbage (or absurd numbers)."""
     cpus: set[int] = set()
     for part in text.strip().split(","):
         part = part.strip()
@@ -27,12 +30,12 @@ def parse_cpu_list(text: str) -> set[int]:
         if "-" in part:
             low, high = part.split("-", 1)
             first, last = int(low), int(high)
-            if first > last or first < 0:
+            if first > last or first < 0 or last >= MAX_CPU:
                 raise ValueError(f"bad CPU range {part!r}")
             cpus.update(range(first, last + 1))
         else:
             number = int(part)
-            if number < 0:
+            if number < 0 or number >= MAX_CPU:
                 raise ValueError(f"bad CPU number {part!r}")
             cpus.add(number)
     return cpus

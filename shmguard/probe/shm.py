@@ -38,6 +38,16 @@ class ShmInfo(Record):
         return sum(s.bytes for s in self.segments if s.stale)
 
 
+def printable(name: str) -> str:
+    """A file name safe to print: undecodable bytes and control characters (ANSI escapes) shown as \\xNN.
+
+    /dev/shm is world-writable, so anyone on the machine can plant a name that would
+    crash a strict encoder or drive the terminal.
+    """
+    text = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+
+
 def segment_pid(name: str) -> int | None:
     """The creator pid in a PyTorch file_system segment name (`torch_1234_987654_0`), if any."""
     if not name.startswith("torch_"):

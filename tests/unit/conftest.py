@@ -19,14 +19,16 @@ DIR = object()  # marks a directory in a tree spec
 class FakeRoot(Root):
     """A Root whose /dev/shm statvfs answers with given sizes (a tmp dir cannot be a 64 MiB tmpfs)."""
 
-    def __init__(self, path, shm: tuple[int, int] | None = None) -> None:
+    def __init__(self, path, shm: tuple[int, int] | None = None, readonly: bool = False) -> None:
         super().__init__(str(path))
         self.shm = shm
+        self.readonly = readonly
 
     def statvfs(self, path):
         if path == "/dev/shm" and self.shm is not None:
             total, free = self.shm
-            return SimpleNamespace(f_blocks=total // 4096, f_bfree=free // 4096, f_bavail=free // 4096, f_frsize=4096)
+            return SimpleNamespace(f_blocks=total // 4096, f_bfree=free // 4096, f_bavail=free // 4096, f_frsize=4096,
+                                   f_flag=1 if self.readonly else 0)
         raise FileNotFoundError(2, "No such file or directory")
 
 

@@ -31,6 +31,45 @@ def test_the_jobs_own_segments_count_as_used_not_missing(tree):
     assert healthy
 
 
+def test_junk_in_shm_before_the_job_is_not_counted_as_the_jobs_own(tree):
+    """#18.7: a /dev/shm filled by other files is unhealthy even though it is "used"."""
+    from shmguard import model
+
+    required = model.shm_bytes(JOB)
+    junk = 4 * MIB
+    free = required - 2 * MIB  # would be enough if the 4 MiB used were the job's own batches
+    root = tree({"dev/shm/junk.bin": "x" * junk}, base="docker-v1", shm=(free + junk, free))
+    healthy, message = assess(None, JOB, root)
+    assert not healthy and "needs" in message
+    # The same used space as live torch segments (file_system strategy) is the job's own.
+    import os
+    os.rename(os.path.join(root.path, "dev/shm/junk.bin"), os.path.join(root.path, f"dev/shm/torch_{os.getpid()}_1_0"))
+    os.makedirs(os.path.join(root.path, f"proc/{os.getpid()}"), exist_ok=True)
+    assert assess(None, JOB, root)[0]
+
+
+def test_full_shm_is_unhealthy(tree):
+    healthy, message = assess(None, JOB, tree({"dev/shm/x": "y" * 4096}, base="docker-v1", shm=(64 * MIB, 0)))
+    assert not healthy and "0 B free" in message
+
+
+def test_read_only_shm_is_unhealthy(tree, tmp_path):
+    from tests.unit.conftest import FakeRoot
+
+    tree(base="docker-v1")
+    healthy, message = assess(None, JOB, FakeRoot(tmp_path, shm=(2**30, 2**30), readonly=True))
+    assert not healthy and "read-only" in message
+
+
+def test_bad_job_variables_are_named_as_variables(monkeypatch, capsys):
+    monkeypatch.setenv("SHMGUARD_WORKERS", "2")
+    monkeypatch.setenv("SHMGUARD_BATCH_SIZE", "2")
+    monkeypatch.setenv("SHMGUARD_SAMPLE_BYTES", "1e308t")
+    assert main([]) == 2
+    err = capsys.readouterr().err
+    assert "SHMGUARD_SAMPLE_BYTES" in err and "--sample-bytes" not in err and "Traceback" not in err
+
+
 def test_memory_headroom(tree):
     root = tree(base="docker-v1", shm=(2**30, 2**30), files={"sys/fs/cgroup/memory/memory.usage_in_bytes": str(2**30 - 100 * MIB)})
     healthy, message = assess(None, JOB, root)

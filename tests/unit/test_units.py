@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shmguard.units import GIB, KIB, MIB, TIB, docker_size, format_size, k8s_quantity, parse_size
+from shmguard.units import GIB, KIB, MIB, TIB, docker_size, format_size, k8s_quantity, parse_quantity, parse_size
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -13,7 +13,7 @@ from shmguard.units import GIB, KIB, MIB, TIB, docker_size, format_size, k8s_qua
     ("64m", 64 * MIB), ("64M", 64 * MIB), ("512MB", 512 * MIB), ("512MiB", 512 * MIB), ("512Mi", 512 * MIB),
     ("2g", 2 * GIB), ("2G", 2 * GIB), ("2gb", 2 * GIB), ("2GiB", 2 * GIB), ("2Gi", 2 * GIB), ("2 GiB", 2 * GIB),
     ("1t", TIB), ("1.5g", 3 * GIB // 2), ("0.5k", 512), ("1.0001k", 1025),
-    ("99999999999999999999", 99999999999999999999),
+    ("9223372036854775808", 2**63),  # the largest size taken (8 EiB); see test_absurd_sizes_are_refused
 ])
 def test_parse_size(text, expected):
     assert parse_size(text) == expected
@@ -44,3 +44,14 @@ def test_format_size():
     assert format_size(512) == "512 B"
     assert format_size(64 * MIB) == "64.0 MiB"
     assert format_size(1.5 * GIB) == "1.5 GiB"
+
+
+@pytest.mark.parametrize("text", ["9223372036854775809", "1e308t", "99999999999999999999", "1e19"])
+def test_absurd_sizes_are_refused(text):
+    with pytest.raises(ValueError, match="too large"):
+        parse_size(text)
+
+
+def test_absurd_quantities_are_refused():
+    with pytest.raises(ValueError, match="too large"):
+        parse_quantity("1e308Ei")
