@@ -11,7 +11,7 @@ from shmguard.probe.cpu import parse_cpu_list
 from shmguard.probe.snapshot import take_snapshot
 from shmguard.verdict import evaluate
 from shmguard.job import make_job
-from tests.unit.conftest import DIR, MIB
+from tests.unit.conftest import MIB
 
 JOB = make_job(workers=2, batch_size=4, sample_bytes="1k")
 
@@ -59,14 +59,17 @@ def test_an_oversized_file_is_refused(tmp_path, monkeypatch):
     assert Root(str(tmp_path)).read("/ok") == "x" * 1000
 
 
-@pytest.mark.parametrize("files", [
-    {"sys/fs/cgroup/memory/memory.limit_in_bytes": "garbage\n"},
-    {"sys/fs/cgroup/memory/memory.limit_in_bytes": None},  # a directory
-])
-def test_unreadable_memory_limit_is_cannot_tell_not_pass(tree, files):
+@pytest.mark.parametrize("garbage", ["text", "directory"])
+def test_unreadable_memory_limit_is_cannot_tell_not_pass(tree, garbage):
     """#18.8: garbage or a directory at the limit file is "cannot tell" (WARN), not "no limit" (PASS)."""
-    files = {k: (v if v is not None else DIR) for k, v in files.items()}
-    root = tree(files, base="docker-v1", shm=(64 * MIB, 64 * MIB))
+    root = tree(base="docker-v1", shm=(64 * MIB, 64 * MIB))
+    path = root.join("/sys/fs/cgroup/memory/memory.limit_in_bytes")
+    os.remove(path)
+    if garbage == "directory":
+        os.mkdir(path)
+    else:
+        with open(path, "w") as f:
+            f.write("garbage\n")
     report = evaluate(JOB, take_snapshot(root, use_nvml=False))
     finding = next(f for f in report.findings if f.id == "memory.limit")
     assert finding.status == "WARN" and "cannot tell" in finding.message
