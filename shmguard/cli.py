@@ -205,8 +205,8 @@ def target_values(job, image, name, cpus, memory, env, command) -> dict:
         if not key or not eq:
             raise UsageError(f"-e {item!r}: use NAME=VALUE")
         variables[key] = value
-    if cpus is not None and cpus <= 0:
-        raise UsageError("--cpus must be more than 0")
+    if cpus is not None and not (0 < cpus < float("inf")):
+        raise UsageError(f"--cpus must be a number more than 0, not {cpus}")
     if memory_bytes is not None:
         from shmguard import sizing
         from shmguard.units import k8s_quantity

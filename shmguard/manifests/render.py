@@ -12,6 +12,7 @@ Pure functions returning plain dicts; no I/O.
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from shmguard import sizing
@@ -22,6 +23,19 @@ SHM_PATH = "/dev/shm"
 SHM_VOLUME = "dshm"
 HEALTH_COMMAND = ["shmguard", "health"]
 PYTORCHJOB_API = "kubeflow.org/v1"
+
+
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+
+
+def check_target(name: str, namespace: str | None, image: str, name_pattern=DNS_LABEL, what: str = "a DNS-1123 label") -> None:
+    """Refuse names, namespaces and images the API server (or compose) would reject, before writing anything."""
+    if not name_pattern.fullmatch(name or "") or len(name) > 63:
+        raise UsageError(f"--name {name!r} must be {what} (lowercase letters, digits and '-', at most 63)")
+    if namespace is not None and (not DNS_LABEL.fullmatch(namespace) or len(namespace) > 63):
+        raise UsageError(f"--namespace {namespace!r} must be a DNS-1123 label (lowercase letters, digits and '-', at most 63)")
+    if not image or any(c.isspace() for c in image) or not image.isprintable():
+        raise UsageError(f"--image {image!r} is not an image reference")
 
 
 def resolve_memory(job, memory: int | None, unit) -> int:
@@ -83,6 +97,7 @@ def render_k8s(job, kind: str, image: str, name: str, namespace: str | None = No
                cpus: float | None = None, memory: int | None = None, gpus: int = 0,
                env: dict[str, str] | None = None, workers_replicas: int = 1) -> dict[str, Any]:
     """One manifest of the given kind: pod, job, deployment or pytorchjob."""
+    check_target(name, namespace, image)
     env = env or {}
     command = command or []
     metadata: dict[str, Any] = {"name": name, "labels": {"app.kubernetes.io/name": name}}
@@ -120,6 +135,9 @@ def render_k8s(job, kind: str, image: str, name: str, namespace: str | None = No
 def render_compose(job, image: str, name: str, command: list[str] | None = None, cpus: float | None = None,
                    memory: int | None = None, gpus: int = 0, env: dict[str, str] | None = None) -> dict[str, Any]:
     """A compose file with one service: shm_size, cpus, mem_limit, GPU reservations and a healthcheck."""
+    check_target(name, None, image, re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]*"), "a compose service name")
+    if cpus is not None and not (0 < cpus < float("inf")):
+        raise UsageError(f"--cpus must be a number more than 0, not {cpus}")
     shm = sizing.shm_size(job)
     mem_limit = resolve_memory(job, memory, compose_size)
     service: dict[str, Any] = {"image": image}

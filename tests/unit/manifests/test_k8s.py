@@ -213,3 +213,23 @@ def test_a_big_enough_size_limit_is_kept_and_the_memory_follows_the_job_not_the_
 def test_bad_manifests_name_the_document_and_path(docs, message):
     with pytest.raises(templates.ManifestError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         podspec.patch_documents(docs, JOB)
+
+
+@pytest.mark.parametrize("args, message", [
+    ({"name": "Train Job ☃"}, "--name"),
+    ({"namespace": "NS!"}, "--namespace"),
+    ({"image": ""}, "--image"),
+    ({"image": "a b"}, "--image"),
+    ({"name": "x" * 64}, "--name"),
+])
+def test_render_refuses_what_the_api_server_would(args, message):
+    """#18.20: names, namespaces and images the API server rejects are refused, not rendered."""
+    values = {"kind": "job", "image": "demo:1", "name": "train", **args}
+    with pytest.raises(UsageError, match=message):
+        render.render_k8s(JOB, **values)
+
+
+@pytest.mark.parametrize("cpus", [float("nan"), float("inf"), 0.0, -1.0])
+def test_render_compose_refuses_non_finite_cpus(cpus):
+    with pytest.raises(UsageError, match="--cpus"):
+        render.render_compose(JOB, image="demo:1", name="train", cpus=cpus)
