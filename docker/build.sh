@@ -118,7 +118,7 @@ build_demo() {
   # shmguard itself, built from this checkout, and its runtime dependencies (cached on the host).
   quiet python3 -m pip wheel --no-deps --no-build-isolation -w "$ctx/self" "$repo"
   mkdir -p "$cache/wheels/deps"
-  quiet python3 -m pip download --only-binary=:all: -d "$cache/wheels/deps" "$ctx"/self/shmguard-*.whl
+  quiet python3 -m pip download --only-binary=:all: -d "$cache/wheels/deps" "$(ls "$ctx"/self/shmguard-*.whl)[all]"
   rm -f "$cache"/wheels/deps/shmguard-*.whl
   cp "$cache"/wheels/deps/*.whl "$ctx/self"/shmguard-*.whl "$ctx/wheels/"
   rm -rf "$ctx/self"

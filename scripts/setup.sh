@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up a fresh Debian machine for shmguard: apt packages, a running Docker engine,
-# the project with its test extra, and the offline images. Safe to run again: each
+# the project with all its extras and the test extra, and the offline images. Safe to run again: each
 # step is skipped when already done.
 #
 # Needs root (apt-get, dockerd). Set SHMGUARD_SKIP_IMAGES=1 to skip building images.
@@ -46,8 +46,8 @@ if ! docker info >/dev/null 2>&1; then
 fi
 log "Docker engine $(docker version --format '{{.Server.Version}}') is up"
 
-log "installing shmguard with its test extra"
-python3 -m pip install --quiet --disable-pip-version-check -e '.[test]' 2>&1 | grep -v "Running pip as the 'root' user" || true
+log "installing shmguard with all its extras and the test extra"
+python3 -m pip install --quiet --disable-pip-version-check -e '.[all,test]' 2>&1 | grep -v "Running pip as the 'root' user" || true
 python3 -c 'import shmguard, docker, click, yaml, kubernetes, pytest' || { log "the Python install failed"; exit 1; }
 # `shmguard measure` and its tests need torch on the host; never a newer one than the CPU wheel on disk.
 if ! python3 -c 'import torch' 2>/dev/null; then

@@ -21,6 +21,21 @@ def main(argv=None) -> int:
         from shmguard.health import main as health_main
 
         return health_main(args[1:])
+    if args and args[0] == "check":
+        from shmguard.corecli import check_main
+
+        return check_main(args[1:])
+    try:
+        import click  # noqa: F401  (every other command is a click command)
+    except ImportError:
+        if not args or args[0] in ("-h", "--help", "-V", "--version"):
+            sys.stdout.write(f"shmguard {__version__}: with no extras installed, the commands are "
+                             f"`shmguard health` and `shmguard check` (each takes --help); "
+                             f"pip install 'shmguard[all]' for run, render, patch, measure, tune\n")
+            return 0
+        sys.stderr.write(f"shmguard: error: `shmguard {args[0]}` needs an extra: pip install 'shmguard[all]' "
+                         f"(or [run], [k8s])\n")
+        return 2
     from shmguard.cli import main as cli_main
 
     return cli_main(args)

@@ -30,75 +30,37 @@ def cli() -> None:
 
 
 def job_options(command):
-    """The options that describe the DataLoader job; each also reads a SHMGUARD_* variable."""
+    """The options that describe the DataLoader job (shmguard.options); each also reads a SHMGUARD_* variable."""
     from shmguard.job import ENV_VARS
-    from shmguard.units import SIZE_RULE
+    from shmguard.options import COLLATE_HELP, DATASET_HELP, JOB_OPTIONS, PIN_MEMORY_HELP
 
-    specs = [
-        ("--workers", "workers", "DataLoader num_workers."),
-        ("--batch-size", "batch_size", "Samples per batch."),
-        ("--sample-shape", "sample_shape", "Shape of one sample, e.g. 3,224,224 (the largest, if they vary)."),
-        ("--dtype", "dtype", "Element type of the sample (default float32)."),
-        ("--sample-bytes", "sample_bytes", f"Size of one sample instead of a shape: {SIZE_RULE}."),
-        ("--prefetch-factor", "prefetch_factor", "Batches each worker loads ahead (default 2, as PyTorch)."),
-        ("--procs-per-node", "procs_per_node", "Training processes in the container, each with its own DataLoader (default 1)."),
-        ("--gpus", "gpus", "GPUs the job needs (default 0; `run` also takes all)."),
-        ("--sharing-strategy", "sharing_strategy", "torch.multiprocessing sharing strategy: file_descriptor (default) or file_system."),
-    ]
-    for flag, name, help_text in reversed(specs):
+    for flag, name, help_text in reversed(JOB_OPTIONS):
         command = click.option(flag, name, envvar=ENV_VARS[name], show_envvar=True, metavar="VALUE", help=help_text)(command)
     command = click.option("--pin-memory/--no-pin-memory", "pin_memory", default=None, envvar=ENV_VARS["pin_memory"],
-                           show_envvar=True, help="The DataLoader pins memory.")(command)
-    command = click.option("--dataset", metavar="MODULE:CALLABLE",
-                           help="Measure the sample size from real batches of this dataset factory (needs torch) "
-                                "instead of --sample-shape/--sample-bytes.")(command)
-    command = click.option("--collate-fn", "collate_fn", metavar="MODULE:CALLABLE",
-                           help="With --dataset: the DataLoader's collate_fn (default: default_collate).")(command)
+                           show_envvar=True, help=PIN_MEMORY_HELP)(command)
+    command = click.option("--dataset", metavar="MODULE:CALLABLE", help=DATASET_HELP)(command)
+    command = click.option("--collate-fn", "collate_fn", metavar="MODULE:CALLABLE", help=COLLATE_HELP)(command)
     return command
 
 
 def job_from_options(values: dict):
     """The Job from the job options (popped from values); with --dataset, the sample size is measured."""
-    from shmguard.errors import UsageError
-    from shmguard.job import make_job, parse_count
+    from shmguard.options import job_from_options as from_options
 
-    keys = ("workers", "batch_size", "sample_shape", "dtype", "sample_bytes", "prefetch_factor",
-            "procs_per_node", "gpus", "pin_memory", "sharing_strategy")
-    raw = {key: values.pop(key) for key in keys}
-    dataset, collate_fn = values.pop("dataset", None), values.pop("collate_fn", None)
-    if dataset:
-        if raw["sample_shape"] is not None or raw["sample_bytes"] is not None:
-            raise UsageError("give the sample size once: --dataset, --sample-shape or --sample-bytes")
-        if raw["batch_size"] is None:
-            raise UsageError("--dataset needs --batch-size: the batches are built with it")
-        from shmguard.commands.measure import measure
-
-        measured = measure(dataset, parse_count("batch_size", raw["batch_size"], 1), collate_spec=collate_fn)
-        click.echo(f"shmguard: measured {dataset}: largest batch {measured.max_batch_bytes:,} bytes "
-                   f"({measured.options()})", err=True)
-        raw["sample_bytes"] = str(measured.sample_bytes)
-        raw["dtype"] = None
-    elif collate_fn:
-        raise UsageError("--collate-fn goes with --dataset")
-    return make_job(**raw)
+    return from_options(values, note=lambda text: click.echo(text, err=True))
 
 
-@cli.command()
-@job_options
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (verdict, required, recommended, findings, probes).")
-@click.option("--strict", is_flag=True, help="Exit 1 on WARN too.")
-@click.option("--root", type=click.Path(), envvar="SHMGUARD_ROOT", help="Read /proc, /sys and /dev under this root (tests).")
-def check(as_json: bool, strict: bool, root: str | None, **options) -> int:
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []},
+             add_help_option=False)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def check(args) -> int:
     """Check this container against the job: /dev/shm, memory, CPUs, GPUs, open files.
 
-    Exit 0 when every finding is PASS or WARN, 1 on FAIL (--strict: on WARN too),
-    2 on bad usage or when the probes cannot run.
+    Runs on the standard library alone (shmguard check --help lists its options).
     """
-    from shmguard.commands.check import check as run
-    from shmguard.probe import Root
+    from shmguard.corecli import check_main
 
-    job = job_from_options(options)
-    return run(job, as_json=as_json, strict=strict, root=Root(root), echo=click.echo)
+    return check_main(list(args))
 
 
 @cli.command(context_settings={"allow_interspersed_args": False})

@@ -50,7 +50,7 @@ def test_strict_fails_on_warn(tree):
     (["--workers", "4", "--batch-size", "64", "--sample-shape", "3,x,224"], "--sample-shape"),
     (["--workers", "4", "--batch-size", "64", "--sample-bytes", "lots"], "--sample-bytes"),
     (["--workers", "4", "--batch-size", "64"], "sample size"),
-    (["--workers", "4", "--batch-size", "64", "--sample-bytes", "1m", "--bogus"], "No such option"),
+    (["--workers", "4", "--batch-size", "64", "--sample-bytes", "1m", "--bogus"], "unrecognized arguments: --bogus"),
 ])
 def test_bad_values_one_line_exit_2(capsys, args, message):
     assert main(["check", *args]) == 2

@@ -1,0 +1,80 @@
+"""`shmguard check` on the standard library alone (argparse), so that `pip install shmguard` needs no extras.
+
+`check` runs inside training containers, where shmguard may be installed without
+click, docker or yaml; `health` has its own even smaller parser. The options come
+from the same table as the click commands' (shmguard.options), and errors map to
+the same exit codes (shmguard.errors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+CHECK_DESCRIPTION = """Check this container against the job: /dev/shm, memory, CPUs, GPUs, open files.
+
+Exit 0 when every finding is PASS or WARN, 1 on FAIL (--strict: on WARN too),
+2 on bad usage or when the probes cannot run."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line and exit 2, as the click commands do
+        from shmguard.errors import UsageError
+
+        raise UsageError(message)
+
+
+def check_parser() -> argparse.ArgumentParser:
+    from shmguard.job import ENV_VARS
+    from shmguard.options import COLLATE_HELP, DATASET_HELP, JOB_OPTIONS, PIN_MEMORY_HELP
+    from shmguard.units import SIZE_RULE
+
+    parser = _Parser(prog="shmguard check", description=CHECK_DESCRIPTION, epilog=f"SIZE: {SIZE_RULE}.",
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    for flag, name, help_text in JOB_OPTIONS:
+        parser.add_argument(flag, dest=name, metavar="VALUE", help=f"{help_text} [env var: {ENV_VARS[name]}]")
+    parser.add_argument("--pin-memory", dest="pin_memory", action="store_const", const="1",
+                        help=f"{PIN_MEMORY_HELP} [env var: {ENV_VARS['pin_memory']}]")
+    parser.add_argument("--no-pin-memory", dest="pin_memory", action="store_const", const="0")
+    parser.add_argument("--dataset", metavar="MODULE:CALLABLE", help=DATASET_HELP)
+    parser.add_argument("--collate-fn", dest="collate_fn", metavar="MODULE:CALLABLE", help=COLLATE_HELP)
+    parser.add_argument("--json", dest="as_json", action="store_true",
+                        help="Print one JSON object (verdict, required, recommended, findings, probes).")
+    parser.add_argument("--strict", action="store_true", help="Exit 1 on WARN too.")
+    parser.add_argument("--root", help="Read /proc, /sys and /dev under this root (tests). [env var: SHMGUARD_ROOT]")
+    return parser
+
+
+def check_main(argv: list[str]) -> int:
+    from shmguard.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, ShmguardError
+    from shmguard.job import env_values
+
+    try:
+        try:
+            args = vars(check_parser().parse_args(argv))
+        except SystemExit as exc:  # --help
+            return int(exc.code or 0)
+        # An option on the command line wins over its SHMGUARD_* variable, as with click's envvar.
+        for name, value in env_values().items():
+            if args.get(name) is None:
+                args[name] = value
+        from shmguard.commands.check import check
+        from shmguard.options import job_from_options
+        from shmguard.probe import Root
+
+        as_json, strict, root = args.pop("as_json"), args.pop("strict"), args.pop("root")
+        job = job_from_options(args)
+        return check(job, as_json=as_json, strict=strict, root=Root(root))
+    except ShmguardError as exc:
+        print(f"shmguard: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("shmguard: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # a bug: one line; SHMGUARD_DEBUG=1 shows the traceback
+        if os.environ.get("SHMGUARD_DEBUG", "").strip().lower() in ("1", "true", "yes"):
+            raise
+        print(f"shmguard: internal error: {type(exc).__name__}: {exc} "
+              f"(set SHMGUARD_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
+        return EXIT_INTERNAL

@@ -1,0 +1,55 @@
+"""The job options, defined once: the click commands and the standard-library `check` are built from this table.
+
+Each option also reads a SHMGUARD_* variable (shmguard.job.ENV_VARS), so a launcher
+can hand the job to the container. `job_from_options` turns the parsed values into
+a Job; with --dataset it measures real batches first (that path needs torch).
+Standard library only: `pip install shmguard` without extras runs `check`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from shmguard.units import SIZE_RULE
+
+# (flag, option name, help); values are strings, validated by shmguard.job.make_job.
+JOB_OPTIONS = (
+    ("--workers", "workers", "DataLoader num_workers."),
+    ("--batch-size", "batch_size", "Samples per batch."),
+    ("--sample-shape", "sample_shape", "Shape of one sample, e.g. 3,224,224 (the largest, if they vary)."),
+    ("--dtype", "dtype", "Element type of the sample (default float32)."),
+    ("--sample-bytes", "sample_bytes", f"Size of one sample instead of a shape: {SIZE_RULE}."),
+    ("--prefetch-factor", "prefetch_factor", "Batches each worker loads ahead (default 2, as PyTorch)."),
+    ("--procs-per-node", "procs_per_node", "Training processes in the container, each with its own DataLoader (default 1)."),
+    ("--gpus", "gpus", "GPUs the job needs (default 0; `run` also takes all)."),
+    ("--sharing-strategy", "sharing_strategy", "torch.multiprocessing sharing strategy: file_descriptor (default) or file_system."),
+)
+PIN_MEMORY_HELP = "The DataLoader pins memory."
+DATASET_HELP = ("Measure the sample size from real batches of this dataset factory (needs torch) "
+                "instead of --sample-shape/--sample-bytes.")
+COLLATE_HELP = "With --dataset: the DataLoader's collate_fn (default: default_collate)."
+JOB_KEYS = tuple(name for _flag, name, _help in JOB_OPTIONS) + ("pin_memory",)
+
+
+def job_from_options(values: dict, note=None):
+    """The Job from the job options (popped from values); with --dataset, the sample size is measured."""
+    from shmguard.errors import UsageError
+    from shmguard.job import make_job, parse_count
+
+    raw = {key: values.pop(key, None) for key in JOB_KEYS}
+    dataset, collate_fn = values.pop("dataset", None), values.pop("collate_fn", None)
+    if dataset:
+        if raw["sample_shape"] is not None or raw["sample_bytes"] is not None:
+            raise UsageError("give the sample size once: --dataset, --sample-shape or --sample-bytes")
+        if raw["batch_size"] is None:
+            raise UsageError("--dataset needs --batch-size: the batches are built with it")
+        from shmguard.commands.measure import measure
+
+        measured = measure(dataset, parse_count("batch_size", raw["batch_size"], 1), collate_spec=collate_fn)
+        (note or (lambda text: print(text, file=sys.stderr)))(
+            f"shmguard: measured {dataset}: largest batch {measured.max_batch_bytes:,} bytes ({measured.options()})")
+        raw["sample_bytes"] = str(measured.sample_bytes)
+        raw["dtype"] = None
+    elif collate_fn:
+        raise UsageError("--collate-fn goes with --dataset")
+    return make_job(**raw)
