@@ -16,6 +16,10 @@ command -v docker-compose >/dev/null || need_apt+=(docker-compose)
 # The engine-loss tests run a throwaway dockerd in a network namespace of its own.
 command -v ip >/dev/null || need_apt+=(iproute2)
 command -v nsenter >/dev/null || need_apt+=(util-linux)
+# The Podman tests: podman with runc (crun refuses hybrid cgroups) and catatonit (podman's --init).
+command -v podman >/dev/null || need_apt+=(podman)
+command -v runc >/dev/null || need_apt+=(runc)
+[ -x /usr/libexec/podman/catatonit ] || command -v catatonit >/dev/null || need_apt+=(catatonit)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing ${need_apt[*]}"
   apt-get update -qq

@@ -1,0 +1,95 @@
+"""shmguard against Podman's Docker-compatible API (#19 item 2): the failure and the fix, for real.
+
+Podman 4.3.1 from Debian, through `podman system service` (tests/integration/podman_engine.py).
+Differences from Docker that users meet, and that these tests pin down: the default
+/dev/shm is 65,536,000 bytes (62.5 MiB), not 64 MiB; `--shm-size` is applied the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.integration.conftest import DEMO_IMAGE, SESSION, TEST_LABEL, unavailable
+from tests.integration.podman_engine import missing, podman_service
+from tests.integration.test_bus_error import JOB, SHM_ERROR
+
+pytestmark = pytest.mark.integration
+MIB = 2**20
+PODMAN_DEFAULT_SHM = 65_536_000
+
+
+@pytest.fixture(scope="module")
+def podman(tmp_path_factory, demo_image):
+    reason = missing()
+    if reason:
+        unavailable(reason)
+    with podman_service(tmp_path_factory.mktemp("podman"), images=(DEMO_IMAGE,)) as env:
+        yield env
+
+
+@pytest.fixture(scope="module")
+def client(podman):
+    import docker
+
+    client = docker.DockerClient(base_url=podman["DOCKER_HOST"], timeout=300)
+    yield client
+    client.close()
+
+
+def test_podmans_default_shm_kills_the_dataloader(client):
+    container = client.containers.create(DEMO_IMAGE, JOB, labels={TEST_LABEL: SESSION})
+    try:
+        container.start()
+        code = container.wait(timeout=600)["StatusCode"]
+        logs = container.logs().decode("utf-8", "replace")
+        container.reload()
+        assert container.attrs["HostConfig"]["ShmSize"] == PODMAN_DEFAULT_SHM
+        assert code in (1, 135) and SHM_ERROR.search(logs), logs[-2000:]
+    finally:
+        container.remove(force=True)
+
+
+def shmguard(podman, *args, timeout=600):
+    env = {**os.environ, **podman}
+    return subprocess.run([sys.executable, "-m", "shmguard", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def test_shmguard_run_sizes_the_same_job_on_podman(podman, client):
+    proc = shmguard(podman, "run", "--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224",
+                    DEMO_IMAGE, "--", *JOB)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "demo: completed 20 steps" in proc.stdout + proc.stderr
+    assert "shmguard: peak /dev/shm" in proc.stderr
+    assert not client.containers.list(all=True, filters={"label": "org.shmguard.run"})
+
+
+def test_shmguard_run_explains_a_too_small_shm_on_podman(podman):
+    proc = shmguard(podman, "run", "--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224",
+                    "--shm-size", "64m", DEMO_IMAGE, "--", *JOB)
+    assert proc.returncode != 0
+    assert "369m" in proc.stderr and "shared memory" in proc.stderr, proc.stderr[-3000:]
+
+
+def test_health_probe_runs_in_a_podman_container(podman, client):
+    """The healthcheck `run` sets (`shmguard health` in the image) answers under Podman too."""
+    container = client.containers.run(
+        DEMO_IMAGE, ["sleep", "60"], detach=True, labels={TEST_LABEL: SESSION}, shm_size=400 * MIB,
+        environment={"SHMGUARD_WORKERS": "4", "SHMGUARD_BATCH_SIZE": "64", "SHMGUARD_SAMPLE_SHAPE": "3,224,224"})
+    try:
+        healthy = container.exec_run(["shmguard", "health"])
+        assert healthy.exit_code == 0 and healthy.output.startswith(b"healthy"), healthy.output
+        small = client.containers.run(DEMO_IMAGE, ["shmguard", "health"], detach=True, labels={TEST_LABEL: SESSION},
+                                      environment={"SHMGUARD_WORKERS": "4", "SHMGUARD_BATCH_SIZE": "64",
+                                                   "SHMGUARD_SAMPLE_SHAPE": "3,224,224"})
+        try:
+            assert small.wait(timeout=120)["StatusCode"] == 1
+            assert b"unhealthy: /dev/shm has 62.5 MiB free" in small.logs()
+        finally:
+            small.remove(force=True)
+    finally:
+        container.remove(force=True)
