@@ -44,6 +44,8 @@ def job_options(command):
         ("--procs-per-node", "procs_per_node", "Training processes in the container, each with its own DataLoader (default 1)."),
         ("--gpus", "gpus", "GPUs the job needs (default 0; `run` also takes all)."),
         ("--sharing-strategy", "sharing_strategy", "torch.multiprocessing sharing strategy: file_descriptor (default) or file_system."),
+        ("--nccl-transport", "nccl_transport", "How the job's GPUs talk, for NCCL's own /dev/shm: shm (default: through host "
+                                               "memory, the most /dev/shm) or p2p (NVLink/PCIe peer-to-peer: none)."),
     ]
     for flag, name, help_text in reversed(specs):
         command = click.option(flag, name, envvar=ENV_VARS[name], show_envvar=True, metavar="VALUE", help=help_text)(command)
@@ -57,13 +59,16 @@ def job_options(command):
     return command
 
 
-def job_from_options(values: dict):
-    """The Job from the job options (popped from values); with --dataset, the sample size is measured."""
+def job_from_options(values: dict, nccl_env=None):
+    """The Job from the job options (popped from values); with --dataset, the sample size is measured.
+
+    nccl_env: the environment the training processes will see (this one for `check`, the -e values for
+    `run` and `render`), whose NCCL_* variables change NCCL's /dev/shm."""
     from shmguard.errors import UsageError
     from shmguard.job import make_job, parse_count
 
     keys = ("workers", "batch_size", "sample_shape", "dtype", "sample_bytes", "prefetch_factor",
-            "procs_per_node", "gpus", "pin_memory", "sharing_strategy")
+            "procs_per_node", "gpus", "pin_memory", "sharing_strategy", "nccl_transport")
     raw = {key: values.pop(key) for key in keys}
     dataset, collate_fn = values.pop("dataset", None), values.pop("collate_fn", None)
     if dataset:
@@ -80,7 +85,13 @@ def job_from_options(values: dict):
         raw["dtype"] = None
     elif collate_fn:
         raise UsageError("--collate-fn goes with --dataset")
-    return make_job(**raw)
+    return make_job(**raw, nccl_env=nccl_env_of(nccl_env))
+
+
+def nccl_env_of(environ) -> tuple:
+    from shmguard.nccl import env_of
+
+    return env_of(environ)
 
 
 @cli.command()
@@ -97,7 +108,7 @@ def check(as_json: bool, strict: bool, root: str | None, **options) -> int:
     from shmguard.commands.check import check as run
     from shmguard.probe import Root
 
-    job = job_from_options(options)
+    job = job_from_options(options, nccl_env=os.environ)
     return run(job, as_json=as_json, strict=strict, root=Root(root), echo=click.echo)
 
 
@@ -136,7 +147,7 @@ def run(image, command, cpus, memory, name, env, volumes, workdir, remove, detac
     unreachable, image missing, a --memory that cannot hold the job) or the
     engine went away and did not come back.
     """
-    from shmguard.engine.plan import RunError, RunOptions, parse_memory
+    from shmguard.engine.plan import RunError, RunOptions, parse_env, parse_memory
     from shmguard.engine.run import run as execute
     from shmguard.units import parse_size
 
@@ -166,7 +177,7 @@ def run(image, command, cpus, memory, name, env, volumes, workdir, remove, detac
         options["workers"] = str(recommended)
         options["sample_bytes"] = str(-(-tuned["batch_bytes"] // parse_count("batch_size", options["batch_size"], 1)))
         options["sample_shape"] = None
-    job = job_from_options(options)
+    job = job_from_options(options, nccl_env=parse_env(tuple(env)))
     if command and command[0] == "--":
         command = command[1:]
     opts = RunOptions(image=image, command=tuple(command), cpus=cpus, memory=parse_memory(memory),
@@ -189,6 +200,11 @@ def target_options(command):
     command = click.option("--memory", metavar="SIZE", help="Memory limit; at least the shm plus the processes.")(command)
     command = click.option("-e", "--env", "env", multiple=True, metavar="NAME=VALUE", help="Environment variable (repeatable).")(command)
     return command
+
+
+def env_mapping(env) -> dict[str, str]:
+    """-e NAME=VALUE items as a mapping (the malformed ones are refused by target_values)."""
+    return {key: value for key, eq, value in (item.partition("=") for item in env) if key and eq}
 
 
 def target_values(job, image, name, cpus, memory, env, command) -> dict:
@@ -232,7 +248,7 @@ def render_k8s_command(image, name, cpus, memory, env, namespace, kind, replicas
     that include it, CPUs for the workers, GPUs, the SHMGUARD_* environment and `shmguard health` probes."""
     from shmguard.commands.render import render_k8s
 
-    job = job_from_options(options)
+    job = job_from_options(options, nccl_env=env_mapping(env))
     values = target_values(job, image, name, cpus, memory, env, command)
     click.echo(render_k8s(job, kind=kind, namespace=namespace, workers_replicas=replicas, **values), nl=False)
     return 0
@@ -246,7 +262,7 @@ def render_compose_command(image, name, cpus, memory, env, command, **options) -
     """Print a compose service with shm_size, mem_limit, cpus, GPU reservations and a healthcheck."""
     from shmguard.commands.render import render_compose
 
-    job = job_from_options(options)
+    job = job_from_options(options, nccl_env=env_mapping(env))
     click.echo(render_compose(job, **target_values(job, image, name, cpus, memory, env, command)), nl=False)
     return 0
 
