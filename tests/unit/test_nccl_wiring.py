@@ -129,3 +129,11 @@ def test_annotations_take_the_containers_nccl_env(env, expected):
     container = {"name": "train", "env": [{"name": "SHMGUARD_GPUS", "value": "8"}, *env]}
     job = resolve_job({"workers": 0, "batch_size": 1, "sample_bytes": 1, "procs_per_node": 8}, container)
     assert nccl.shm_bytes(job) == expected * nccl.connection_bytes(nccl.buff_sizes({}))
+
+
+def test_run_dry_run_text_names_the_nccl_part(capsys):
+    assert main(["run", "--dry-run", *GPU_JOB, "demo:latest"]) == 0
+    out = capsys.readouterr().out
+    assert "NCCL between 8 local ranks: 276.1 MiB of /dev/shm (30 SHM connections" in out
+    assert main(["run", "--dry-run", *GPU_JOB[:-4], "demo:latest"]) == 0
+    assert "NCCL" not in capsys.readouterr().out
