@@ -153,7 +153,8 @@ def run(image, command, cpus, memory, name, env, volumes, workdir, remove, detac
 
     gpus = options["gpus"]
     if gpus is not None and gpus.strip().lower() == "all":
-        options["gpus"] = None  # every GPU: the count is the engine's to know
+        # Every GPU: the count is the engine's to know; N training processes drive N of them (for NCCL's /dev/shm).
+        options["gpus"] = options["procs_per_node"]
     if cpus is not None and cpus <= 0:
         raise click.BadParameter("must be more than 0", param_hint="--cpus")
     try:

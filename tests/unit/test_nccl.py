@@ -214,3 +214,14 @@ def test_job_from_env_reads_the_nccl_variables_and_carries_the_transport():
 def test_error_patterns_match_published_lines(ident, line):
     matched = [i for i, pattern, _, _ in nccl.NCCL_SHM_ERRORS if re.search(pattern, line)]
     assert matched == [ident]
+
+
+@pytest.mark.parametrize("ranks", range(2, 17))
+def test_more_ranks_never_need_less(ranks):
+    assert nccl.shm_bytes(gpu_job(ranks + 1)) > nccl.shm_bytes(gpu_job(ranks)) > 0
+
+
+@pytest.mark.parametrize("name", ["NCCL_BUFFSIZE", "NCCL_LL_BUFFSIZE", "NCCL_LL128_BUFFSIZE"])
+def test_bigger_buffers_never_need_less(name):
+    sizes = [nccl.shm_bytes(env_job({name: str(1 << k)})) for k in range(12, 26)]
+    assert sizes == sorted(sizes) and sizes[0] < sizes[-1]

@@ -137,3 +137,13 @@ def test_run_dry_run_text_names_the_nccl_part(capsys):
     assert "NCCL between 8 local ranks: 276.1 MiB of /dev/shm (30 SHM connections" in out
     assert main(["run", "--dry-run", *GPU_JOB[:-4], "demo:latest"]) == 0
     assert "NCCL" not in capsys.readouterr().out
+
+
+def test_run_gpus_all_counts_one_gpu_per_process(capsys):
+    base = ["--workers", "0", "--batch-size", "1", "--sample-bytes", "1", "--gpus", "all"]
+    assert main(["run", "--dry-run", "--json", *base, "--procs-per-node", "4", "demo:latest"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["plan"]["required_shm_bytes"] == 14 * nccl.connection_bytes(nccl.buff_sizes({}))
+    assert "--gpus all" in out["docker_run"] and out["plan"]["environment"]["SHMGUARD_GPUS"] == "4"
+    assert main(["run", "--dry-run", "--json", *base, "demo:latest"]) == 0  # one process: no NCCL between GPUs
+    assert json.loads(capsys.readouterr().out)["plan"]["required_shm_bytes"] == 0
