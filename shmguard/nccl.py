@@ -36,10 +36,12 @@ with the largest published figure (an allowance, its size varies by version).
 
 Every size here is derived from NCCL's source and published error messages,
 not measured on this (GPU-less) machine: benchmarks/nccl_shm.py measures the
-real use on a GPU node. NCCL 2.24+ can put the SHM buffers in cuMem host memory
-instead of /dev/shm (driver >= 12.6, and only where the container allows NUMA
-calls: Docker's default seccomp profile does not, and NCCL falls back to
-/dev/shm), so on such nodes the figure is an upper bound.
+real use on a GPU node. NCCL 2.24+ can put the SHM buffers between processes in
+cuMem host memory instead of /dev/shm (NCCL_CUMEM_HOST_ENABLE, on by default with
+a driver >= 12.6, src/misc/cudawrap.cc) where the container allows NUMA calls;
+Docker's default seccomp profile does not ("Docker in particular is known to
+disable get_mempolicy", same file; from 2.27 NCCL then falls back to /dev/shm).
+On nodes where cuMem host memory works, the figure is an upper bound.
 
 Standard library only: `shmguard health` imports the model, which imports this.
 """
@@ -50,8 +52,8 @@ from shmguard.errors import UsageError
 
 PAGE = 4096  # tmpfs holds whole pages (shmguard.segments.PAGE)
 
-# --- NCCL's constants. Sources: github.com/NVIDIA/nccl at tag v2.28.3-1 (the values are the same
-# --- from v2.12.12-1 to v2.30.x; checked at each minor release's tag).
+# --- NCCL's constants. Sources: github.com/NVIDIA/nccl at tag v2.28.3-1 (the same values at the tags
+# --- v2.12.12-1, v2.14.3-1, v2.18.3-1, v2.21.5-1, v2.25.1-1, v2.27.7-1, v2.30.7-1, where they were checked).
 NCCL_STEPS = 8  # src/include/device.h: #define NCCL_STEPS 8
 LL_LINES_PER_THREAD = 8  # src/include/device.h: NCCL_LL_LINES_PER_THREAD
 LL_MAX_NTHREADS = 512  # src/include/device.h: NCCL_LL_MAX_NTHREADS
@@ -67,7 +69,7 @@ DEFAULT_BUFFSIZE = 1 << 22  # 4194304, the Simple protocol's buffer
 # src/include/comm.h: struct ncclSendMem / ncclRecvMem are unions padded to MEM_ALIGN (4096).
 SEND_MEM_BYTES = 4096
 RECV_MEM_BYTES = 4096
-# src/os/linux.cc ncclOsShmOpen (src/misc/shmutils.cc before): realShmSize = shmSize + sizeof(int),
+# src/misc/shmutils.cc ncclShmOpen (src/os/linux.cc ncclOsShmOpen from v2.30): realShmSize = shmSize + sizeof(int),
 # the reference count after the buffer ("failed to extend … to 5967876 bytes" for size 5967872).
 REFCOUNT_BYTES = 4
 DEFAULT_CHANNELS = 2  # one search channel, duplicated (src/graph/connect.cc "Duplication"); see the docstring
@@ -95,18 +97,19 @@ _NUMERIC = ("NCCL_BUFFSIZE", "NCCL_LL_BUFFSIZE", "NCCL_LL128_BUFFSIZE", "NCCL_SH
             "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_NRINGS", "NCCL_MAX_NRINGS")
 _UNSET = -2  # NCCL's "not set" for its integer parameters (NCCL_PARAM(…, -2))
 
-# NCCL's warnings when /dev/shm is too small or its segments vanish, for `shmguard explain`:
+# NCCL's warnings when /dev/shm is too small or its segments vanish, for `shmguard explain`
+# (NCCL's guide: https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html#shared-memory):
 # (id, regular expression on one log line, what it means, source). Sizes and paths are named groups.
 # Strings, not compiled: `health` imports this module and must not pay for `re`.
 NCCL_SHM_ERRORS: tuple[tuple[str, str, str, str], ...] = (
     ("nccl.shm.create",
      r"Error while creating shared memory segment (?P<path>\S+) \(size (?P<size>\d+)\)",
      "NCCL could not create a /dev/shm segment for a connection between two local GPUs: /dev/shm is too small",
-     "src/include/shm.h (v2.7-2.11), src/misc/shmutils.cc (v2.12-2.27), src/os/linux.cc (v2.28+)"),
+     "src/include/shm.h (v2.7-2.11), src/misc/shmutils.cc (v2.12-2.29), src/os/linux.cc (v2.30+)"),
     ("nccl.shm.extend",
      r"Error: failed to extend (?P<path>\S+) to (?P<size>\d+) bytes",
      "fallocate of a /dev/shm/nccl-* segment failed (No space left on device): /dev/shm is too small",
-     "src/misc/shmutils.cc (v2.12-2.27), src/os/linux.cc (v2.28+); NCCL troubleshooting guide, 'Shared memory'"),
+     "src/misc/shmutils.cc (v2.12-2.29), src/os/linux.cc (v2.30+); NCCL troubleshooting guide, 'Shared memory'"),
     ("nccl.shm.fallocate",
      r"Call to posix_fallocate failed ?: ?(?P<error>.+)",
      "NCCL 2.7-2.11 could not allocate a /dev/shm segment: /dev/shm is too small",
@@ -114,11 +117,11 @@ NCCL_SHM_ERRORS: tuple[tuple[str, str, str, str], ...] = (
     ("nccl.shm.attach",
      r"Error while attaching to shared memory segment (?P<path>\S+) \(size (?P<size>\d+)\)",
      "a peer's /dev/shm/nccl-* segment was gone or could not be mapped (a peer failed first, or something removed it)",
-     "src/misc/shmutils.cc (v2.12-2.27), src/os/linux.cc (v2.28+)"),
+     "src/misc/shmutils.cc (v2.12-2.29), src/os/linux.cc (v2.30+)"),
     ("nccl.shm.mkstemp",
      r"Error: failed to create shared memory file (?P<path>\S+)",
      "NCCL could not create a file in /dev/shm (missing, read-only or out of inodes)",
-     "src/os/linux.cc ncclOsShmOpen (v2.28+)"),
+     "src/misc/shmutils.cc (v2.22-2.29), src/os/linux.cc (v2.30+)"),
     ("nccl.shm.unlink",
      r"unlink shared memory (?P<path>\S+) failed",
      "a /dev/shm/nccl-* segment was removed under NCCL (systemd RemoveIPC, a cleanup job)",
