@@ -49,8 +49,7 @@ Standard library only: `shmguard health` imports the model, which imports this.
 from __future__ import annotations
 
 from shmguard.errors import UsageError
-
-PAGE = 4096  # tmpfs holds whole pages (shmguard.segments.PAGE)
+from shmguard.segments import round_up  # tmpfs holds whole pages
 
 # --- NCCL's constants. Sources: github.com/NVIDIA/nccl at tag v2.28.3-1 (the same values at the tags
 # --- v2.12.12-1, v2.14.3-1, v2.18.3-1, v2.21.5-1, v2.25.1-1, v2.27.7-1, v2.30.7-1, where they were checked).
@@ -127,10 +126,6 @@ NCCL_SHM_ERRORS: tuple[tuple[str, str, str, str], ...] = (
      "a /dev/shm/nccl-* segment was removed under NCCL (systemd RemoveIPC, a cleanup job)",
      "NCCL troubleshooting guide, 'Systemd'; src/misc/shmutils.cc, src/os/linux.cc"),
 )
-
-
-def round_up(n: int, unit: int = PAGE) -> int:
-    return -(-n // unit) * unit
 
 
 def env_of(environ) -> tuple[tuple[str, str], ...]:
