@@ -2,7 +2,9 @@
 
 A Job comes from command-line options or from SHMGUARD_* environment variables
 (which `shmguard run` and `render` hand to the container so that `health` and
-`check` inside it know the job). Validation happens here, once, with messages
+`check` inside it know the job). For jobs on several GPUs it also carries how
+the GPUs talk and the NCCL_* variables the processes see, which decide NCCL's
+own /dev/shm (shmguard.nccl). Validation happens here, once, with messages
 that name the option. Standard library only: `shmguard health` imports this.
 """
 
