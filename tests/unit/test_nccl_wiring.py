@@ -147,3 +147,15 @@ def test_run_gpus_all_counts_one_gpu_per_process(capsys):
     assert "--gpus all" in out["docker_run"] and out["plan"]["environment"]["SHMGUARD_GPUS"] == "4"
     assert main(["run", "--dry-run", "--json", *base, "demo:latest"]) == 0  # one process: no NCCL between GPUs
     assert json.loads(capsys.readouterr().out)["plan"]["required_shm_bytes"] == 0
+
+
+def test_health_in_the_container_counts_nccl(tree, monkeypatch):
+    from shmguard.health import assess
+    from shmguard.job import job_from_env
+
+    env = {"SHMGUARD_WORKERS": "0", "SHMGUARD_BATCH_SIZE": "1", "SHMGUARD_SAMPLE_BYTES": "1",
+           "SHMGUARD_GPUS": "4", "SHMGUARD_PROCS_PER_NODE": "4"}
+    healthy, message = assess(None, job_from_env(env), tree(base="docker-v1", shm=(64 * MIB, 64 * MIB)))
+    assert not healthy and "the job's 128.8 MiB" in message
+    ring_small = job_from_env({**env, "NCCL_ALGO": "Ring", "NCCL_BUFFSIZE": "524288"})
+    assert assess(None, ring_small, tree(base="docker-v1", shm=(64 * MIB, 64 * MIB)))[0]
