@@ -43,11 +43,14 @@ def job_options(command):
     return command
 
 
-def job_from_options(values: dict):
-    """The Job from the job options (popped from values); with --dataset, the sample size is measured."""
+def job_from_options(values: dict, nccl_env=None):
+    """The Job from the job options (popped from values); with --dataset, the sample size is measured.
+
+    nccl_env: the environment the training processes will see (the -e values for `run` and
+    `render`), whose NCCL_* variables change NCCL's /dev/shm."""
     from shmguard.options import job_from_options as from_options
 
-    return from_options(values, note=lambda text: click.echo(text, err=True))
+    return from_options(values, note=lambda text: click.echo(text, err=True), nccl_env=nccl_env)
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []},
@@ -98,13 +101,14 @@ def run(image, command, cpus, memory, name, env, volumes, workdir, remove, detac
     unreachable, image missing, a --memory that cannot hold the job) or the
     engine went away and did not come back.
     """
-    from shmguard.engine.plan import RunError, RunOptions, parse_memory
+    from shmguard.engine.plan import RunError, RunOptions, parse_env, parse_memory
     from shmguard.engine.run import run as execute
     from shmguard.units import parse_size
 
     gpus = options["gpus"]
     if gpus is not None and gpus.strip().lower() == "all":
-        options["gpus"] = None  # every GPU: the count is the engine's to know
+        # Every GPU: the count is the engine's to know; N training processes drive N of them (for NCCL's /dev/shm).
+        options["gpus"] = options["procs_per_node"]
     if cpus is not None and cpus <= 0:
         raise click.BadParameter("must be more than 0", param_hint="--cpus")
     try:
@@ -128,7 +132,7 @@ def run(image, command, cpus, memory, name, env, volumes, workdir, remove, detac
         options["workers"] = str(recommended)
         options["sample_bytes"] = str(-(-tuned["batch_bytes"] // parse_count("batch_size", options["batch_size"], 1)))
         options["sample_shape"] = None
-    job = job_from_options(options)
+    job = job_from_options(options, nccl_env=parse_env(tuple(env)))
     if command and command[0] == "--":
         command = command[1:]
     opts = RunOptions(image=image, command=tuple(command), cpus=cpus, memory=parse_memory(memory),
@@ -151,6 +155,11 @@ def target_options(command):
     command = click.option("--memory", metavar="SIZE", help="Memory limit; at least the shm plus the processes.")(command)
     command = click.option("-e", "--env", "env", multiple=True, metavar="NAME=VALUE", help="Environment variable (repeatable).")(command)
     return command
+
+
+def env_mapping(env) -> dict[str, str]:
+    """-e NAME=VALUE items as a mapping (the malformed ones are refused by target_values)."""
+    return {key: value for key, eq, value in (item.partition("=") for item in env) if key and eq}
 
 
 def target_values(job, image, name, cpus, memory, env, command) -> dict:
@@ -194,7 +203,7 @@ def render_k8s_command(image, name, cpus, memory, env, namespace, kind, replicas
     that include it, CPUs for the workers, GPUs, the SHMGUARD_* environment and `shmguard health` probes."""
     from shmguard.commands.render import render_k8s
 
-    job = job_from_options(options)
+    job = job_from_options(options, nccl_env=env_mapping(env))
     values = target_values(job, image, name, cpus, memory, env, command)
     click.echo(render_k8s(job, kind=kind, namespace=namespace, workers_replicas=replicas, **values), nl=False)
     return 0
@@ -208,7 +217,7 @@ def render_compose_command(image, name, cpus, memory, env, command, **options) -
     """Print a compose service with shm_size, mem_limit, cpus, GPU reservations and a healthcheck."""
     from shmguard.commands.render import render_compose
 
-    job = job_from_options(options)
+    job = job_from_options(options, nccl_env=env_mapping(env))
     click.echo(render_compose(job, **target_values(job, image, name, cpus, memory, env, command)), nl=False)
     return 0
 

@@ -64,7 +64,7 @@ def check_main(argv: list[str]) -> int:
         from shmguard.probe import Root
 
         as_json, strict, root = args.pop("as_json"), args.pop("strict"), args.pop("root")
-        job = job_from_options(args)
+        job = job_from_options(args, nccl_env=os.environ)
         return check(job, as_json=as_json, strict=strict, root=Root(root))
     except ShmguardError as exc:
         print(f"shmguard: error: {exc}", file=sys.stderr)

@@ -2,12 +2,15 @@
 
 A Job comes from command-line options or from SHMGUARD_* environment variables
 (which `shmguard run` and `render` hand to the container so that `health` and
-`check` inside it know the job). Validation happens here, once, with messages
+`check` inside it know the job). For jobs on several GPUs it also carries how
+the GPUs talk and the NCCL_* variables the processes see, which decide NCCL's
+own /dev/shm (shmguard.nccl). Validation happens here, once, with messages
 that name the option. Standard library only: `shmguard health` imports this.
 """
 
 import os
 
+from shmguard import nccl
 from shmguard.errors import UsageError
 from shmguard.record import Record
 from shmguard.units import parse_size
@@ -33,6 +36,7 @@ ENV_VARS = {
     "gpus": "SHMGUARD_GPUS",
     "pin_memory": "SHMGUARD_PIN_MEMORY",
     "sharing_strategy": "SHMGUARD_SHARING_STRATEGY",
+    "nccl_transport": "SHMGUARD_NCCL_TRANSPORT",
 }
 
 
@@ -40,12 +44,16 @@ class Job(Record):
     """The DataLoader job, per training process; procs_per_node processes each run one."""
 
     __slots__ = ("workers", "batch_size", "sample_bytes", "prefetch_factor", "procs_per_node",
-                 "gpus", "pin_memory", "sharing_strategy", "sample_shape", "dtype", "batch_segments")
+                 "gpus", "pin_memory", "sharing_strategy", "sample_shape", "dtype", "batch_segments",
+                 "nccl_transport", "nccl_env")
     _defaults = {"prefetch_factor": 2, "procs_per_node": 1, "gpus": 0, "pin_memory": False,
                  "sharing_strategy": "file_descriptor", "sample_shape": None, "dtype": None,
                  # The byte sizes of the tensors of one (the largest) collated batch, when measured
                  # (shmguard.segments); None: default_collate's one stacked tensor plus labels.
-                 "batch_segments": None}
+                 "batch_segments": None,
+                 # How the GPUs on the node talk (shmguard.nccl): shm (assumed) or p2p; and the NCCL_* variables
+                 # the processes see that change NCCL's /dev/shm, as sorted (name, value) pairs.
+                 "nccl_transport": "shm", "nccl_env": ()}
 
     @property
     def batch_bytes(self) -> int:
@@ -63,6 +71,8 @@ class Job(Record):
             ENV_VARS["pin_memory"]: "1" if self.pin_memory else "0",
             ENV_VARS["sharing_strategy"]: self.sharing_strategy,
         }
+        if self.nccl_transport != "shm":
+            env[ENV_VARS["nccl_transport"]] = self.nccl_transport
         if self.sample_shape:
             env[ENV_VARS["sample_shape"]] = ",".join(map(str, self.sample_shape))
             env[ENV_VARS["dtype"]] = self.dtype or "float32"
@@ -121,11 +131,13 @@ def parse_flag(name: str, value) -> bool:
 def make_job(
     workers=None, batch_size=None, sample_shape=None, dtype=None, sample_bytes=None,
     prefetch_factor=None, procs_per_node=None, gpus=None, pin_memory=None, sharing_strategy=None,
+    nccl_transport=None, nccl_env=None,
 ) -> Job:
     """Validate raw option values (strings or numbers; None = not given) into a Job.
 
     The sample size is either sample_bytes (a size: `602112`, `588KiB`) or
     sample_shape with dtype (default float32); exactly one of the two is needed.
+    nccl_env: the NCCL_* variables the training processes see (a mapping or pairs; others are ignored).
     """
     if workers is None or batch_size is None:
         raise UsageError("the job needs --workers and --batch-size (or SHMGUARD_WORKERS and SHMGUARD_BATCH_SIZE)")
@@ -170,6 +182,8 @@ def make_job(
         sharing_strategy=strategy,
         sample_shape=shape,
         dtype=dtype_name,
+        nccl_transport=nccl.parse_transport(nccl_transport),
+        nccl_env=nccl.validate_env(nccl_env or ()),
     )
 
 
@@ -181,11 +195,12 @@ def env_values(environ=None) -> dict[str, str]:
 
 def job_from_env(environ=None) -> Job | None:
     """The job described by SHMGUARD_* variables, or None when they do not describe one."""
+    environ = os.environ if environ is None else environ
     values = env_values(environ)
     if "workers" not in values and "batch_size" not in values:
         return None
     try:
-        return make_job(**values)
+        return make_job(**values, nccl_env=nccl.env_of(environ))
     except UsageError as exc:
         # Name the variables the values came from, not the flags of other commands.
         message = str(exc)

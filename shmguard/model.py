@@ -22,7 +22,7 @@ The memory the job needs is that shared memory (tmpfs pages are charged to the
 container's memory cgroup) plus the processes' own memory. Standard library only.
 """
 
-from shmguard import segments
+from shmguard import nccl, segments
 from shmguard.units import MIB
 
 PAGE = segments.PAGE
@@ -61,10 +61,10 @@ def batches_in_flight(job) -> int:
 
 
 def shm_bytes(job) -> int:
-    """The /dev/shm the job needs at its peak, for all training processes in the container."""
+    """The /dev/shm the job needs at its peak, for all training processes in the container (NCCL's included)."""
     if job.workers == 0:
-        return 0
-    return job.procs_per_node * (batches_in_flight(job) * batch_segment_bytes(job) + PROCESS_SHM_BASE)
+        return nccl.shm_bytes(job)
+    return job.procs_per_node * (batches_in_flight(job) * batch_segment_bytes(job) + PROCESS_SHM_BASE) + nccl.shm_bytes(job)
 
 
 def process_memory_bytes(job) -> int:

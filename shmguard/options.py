@@ -23,6 +23,8 @@ JOB_OPTIONS = (
     ("--procs-per-node", "procs_per_node", "Training processes in the container, each with its own DataLoader (default 1)."),
     ("--gpus", "gpus", "GPUs the job needs (default 0; `run` also takes all)."),
     ("--sharing-strategy", "sharing_strategy", "torch.multiprocessing sharing strategy: file_descriptor (default) or file_system."),
+    ("--nccl-transport", "nccl_transport", "How the job's GPUs talk, for NCCL's own /dev/shm: shm (default: through host "
+                                           "memory, the most /dev/shm) or p2p (NVLink/PCIe peer-to-peer: none)."),
 )
 PIN_MEMORY_HELP = "The DataLoader pins memory."
 DATASET_HELP = ("Measure the sample size from real batches of this dataset factory (needs torch) "
@@ -31,8 +33,11 @@ COLLATE_HELP = "With --dataset: the DataLoader's collate_fn (default: default_co
 JOB_KEYS = tuple(name for _flag, name, _help in JOB_OPTIONS) + ("pin_memory",)
 
 
-def job_from_options(values: dict, note=None):
-    """The Job from the job options (popped from values); with --dataset, the sample size is measured."""
+def job_from_options(values: dict, note=None, nccl_env=None):
+    """The Job from the job options (popped from values); with --dataset, the sample size is measured.
+
+    nccl_env: the environment the training processes will see (this one for `check`, the -e values
+    for `run` and `render`), whose NCCL_* variables change NCCL's /dev/shm (shmguard.nccl)."""
     from shmguard.errors import UsageError
     from shmguard.job import make_job, parse_count
 
@@ -52,4 +57,6 @@ def job_from_options(values: dict, note=None):
         raw["dtype"] = None
     elif collate_fn:
         raise UsageError("--collate-fn goes with --dataset")
-    return make_job(**raw)
+    from shmguard.nccl import env_of
+
+    return make_job(**raw, nccl_env=env_of(nccl_env))

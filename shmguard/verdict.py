@@ -7,7 +7,7 @@ read) is a WARN that says so. Finding ids are stable: scripts may key on them.
 
 from __future__ import annotations
 
-from shmguard import model, sizing
+from shmguard import model, nccl, sizing
 from shmguard.probe.cpu import workers_for
 from shmguard.probe.shm import DOCKER_DEFAULT_SHM, printable
 from shmguard.record import Record
@@ -39,7 +39,7 @@ def _size(n: int | None) -> str | None:
 def check_shm(job, shm) -> list[Finding]:
     needed = model.shm_bytes(job)
     findings = []
-    if job.workers == 0:
+    if needed == 0:
         return [Finding(id="shm.size", status=PASS, message="workers=0: batches are loaded in the trainer, no /dev/shm is used",
                         found=_size(shm.total), needed="0 B")]
     if shm.total is None:
@@ -59,11 +59,18 @@ def check_shm(job, shm) -> list[Finding]:
                                 found=_size(shm.total), needed=_size(needed)))
     else:
         default = " (Docker's default)" if shm.total == DOCKER_DEFAULT_SHM else ""
+        nccl_bytes = nccl.shm_bytes(job)
+        parts = []
+        if job.workers:
+            parts.append(f"{job.procs_per_node} x ({job.prefetch_factor} x {job.workers} prefetched + in use) batches "
+                         f"of {format_size(job.batch_bytes)}")
+        if nccl_bytes:
+            parts.append(f"NCCL's {format_size(nccl_bytes)} between {nccl.local_ranks(job)} GPUs")
         findings.append(Finding(
             id="shm.size", status=FAIL,
             message=(f"/dev/shm is {format_size(shm.total)}{default} but the job needs {format_size(needed)}: "
-                     f"{job.procs_per_node} x ({job.prefetch_factor} x {job.workers} prefetched + in use) batches "
-                     f"of {format_size(job.batch_bytes)}; it would die with a Bus error or 'unable to allocate shared memory'"),
+                     f"{' plus '.join(parts)}; it would die with a Bus error or 'unable to allocate shared memory'"
+                     + (" (NCCL: 'Error while creating shared memory segment')" if nccl_bytes else "")),
             found=_size(shm.total), needed=_size(needed), fix=shm_fix(needed)))
         return findings
     if shm.free is not None and shm.free < needed:
@@ -76,6 +83,20 @@ def check_shm(job, shm) -> list[Finding]:
         findings.append(Finding(id="shm.free", status=PASS, message=f"{format_size(shm.free)} free",
                                 found=_size(shm.free), needed=_size(needed)))
     return findings
+
+
+def check_nccl(job, shm) -> list[Finding]:
+    """NCCL's own /dev/shm between the node's GPU ranks, as its own line (none for jobs without two GPU ranks)."""
+    if nccl.local_ranks(job) == 0:
+        return []
+    needed = nccl.shm_bytes(job)
+    line = nccl.describe(job)
+    if shm.total is not None and shm.total < needed:
+        return [Finding(id="shm.nccl", status=FAIL,
+                        message=(f"{line}; /dev/shm is {format_size(shm.total)}: NCCL alone does not fit and the job "
+                                 f"would die at its first collective ('NCCL WARN Error while creating shared memory segment')"),
+                        found=_size(shm.total), needed=_size(needed), fix=shm_fix(model.shm_bytes(job)))]
+    return [Finding(id="shm.nccl", status=PASS, message=line, found=_size(shm.total), needed=_size(needed))]
 
 
 def check_stale(shm) -> list[Finding]:
@@ -167,6 +188,7 @@ def check_nofile(job, nofile) -> list[Finding]:
 def evaluate(job, snapshot) -> Report:
     findings = [
         *check_shm(job, snapshot.shm),
+        *check_nccl(job, snapshot.shm),
         *check_stale(snapshot.shm),
         *check_memory(job, snapshot.memory, snapshot.shm),
         *check_cpu(job, snapshot.cpu),

@@ -16,7 +16,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from shmguard import model, sizing
+from shmguard import model, nccl, sizing
 from shmguard.errors import EXIT_RUN_FAILED, ShmguardError
 from shmguard.units import MIB, docker_size, format_size, parse_size
 
@@ -242,6 +242,8 @@ def describe(plan: RunPlan) -> list[str]:
         f"prefetch_factor={job.prefetch_factor}) of {format_size(job.batch_bytes)} batches",
         f"/dev/shm: {format_size(plan.shm_bytes)} (the job needs {format_size(plan.required_shm)} at its peak)",
     ]
+    if nccl.local_ranks(job):
+        lines.append(nccl.describe(job))
     if plan.mem_limit is not None:
         lines.append(f"memory limit: {format_size(plan.mem_limit)} (the job needs about {format_size(model.memory_bytes(job))}, shm included)")
     return lines

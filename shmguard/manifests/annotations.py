@@ -17,6 +17,7 @@ Pure functions on plain dicts.
 
 from __future__ import annotations
 
+from shmguard import nccl
 from shmguard.job import ENV_VARS, make_job, parse_flag
 
 PREFIX = "shmguard.io/"
@@ -46,6 +47,16 @@ def env_values(container) -> dict[str, str]:
             if str(item["value"]).strip() != "":
                 out[by_var[item["name"]]] = str(item["value"]).strip()
     return out
+
+
+def nccl_env_values(container) -> dict[str, str]:
+    """The NCCL_* variables (those that change NCCL's /dev/shm) a container's literal `env` sets."""
+    env = container.get("env") if isinstance(container, dict) else None
+    if not isinstance(env, list):
+        return {}
+    return dict(nccl.env_of({item["name"]: str(item["value"]) for item in env
+                             if isinstance(item, dict) and isinstance(item.get("name"), str)
+                             and isinstance(item.get("value"), (str, int, float))}))
 
 
 def skipped(*layers) -> bool:
@@ -83,4 +94,4 @@ def resolve_job(defaults: dict, container=None, *annotation_layers):
         values.pop("dtype", None)
     elif "sample_shape" in specific and "sample_bytes" not in specific:
         values.pop("sample_bytes", None)
-    return make_job(**{k: v for k, v in values.items() if k in ENV_VARS})
+    return make_job(**{k: v for k, v in values.items() if k in ENV_VARS}, nccl_env=nccl_env_values(container))

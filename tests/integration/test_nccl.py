@@ -1,0 +1,54 @@
+"""NCCL's /dev/shm, in real containers: the Gloo/CPU path adds nothing; `check` reads the container's NCCL_* variables.
+
+This machine has no GPU, so NCCL itself cannot run here: the control is a 2-rank
+Gloo all_reduce (benchmarks/nccl_shm.py --backend gloo), which must leave no
+/dev/shm/nccl-* segment and for which the model adds 0. The worktree is mounted
+at /src so the code under test is this checkout's, not the image's copy.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+MIB = 2**20
+SOURCE = Path(__file__).resolve().parents[2]
+MOUNT = {"volumes": {str(SOURCE): {"bind": "/src", "mode": "ro"}}, "environment": {"PYTHONPATH": "/src"}}
+
+
+def mounted(environment=None, **kwargs):
+    return {**MOUNT, "environment": {**MOUNT["environment"], **(environment or {})}, **kwargs}
+
+
+def test_gloo_all_reduce_uses_no_nccl_segments_and_the_model_adds_nothing(run_container, demo_image):
+    result = run_container(demo_image, ["python", "/src/benchmarks/nccl_shm.py", "--backend", "gloo", "--ranks", "2"],
+                           **mounted(shm_size="64m"))
+    assert result.exit_code == 0, result.logs
+    data = json.loads(result.logs[result.logs.index("{"):])
+    assert data["rank_exit_codes"] == [0, 0]
+    assert data["nccl_files_seen_max"] == 0 and data["nccl_file_bytes_seen_max"] == 0
+    assert data["shm_peak_above_start_bytes"] < MIB  # Gloo talks over TCP: nothing NCCL-sized in /dev/shm
+    assert data["model"]["shm_bytes"] == 0
+
+
+def test_nccl_measurement_refuses_clearly_without_gpus(run_container, demo_image):
+    result = run_container(demo_image, ["python", "/src/benchmarks/nccl_shm.py", "--ranks", "2"], **mounted())
+    assert result.exit_code == 2
+    assert "no GPUs for NCCL here (0 visible, 2 needed)" in result.logs and "Traceback" not in result.logs
+
+
+def check_nccl(run_container, image, environment):
+    env = {"SHMGUARD_WORKERS": "0", "SHMGUARD_BATCH_SIZE": "1", "SHMGUARD_SAMPLE_BYTES": "1",
+           "SHMGUARD_GPUS": "4", "SHMGUARD_PROCS_PER_NODE": "4", **environment}
+    result = run_container(image, ["python", "-m", "shmguard", "check", "--json"], **mounted(env, shm_size="64m"))
+    assert result.exit_code in (0, 1), result.logs
+    data = json.loads(result.logs[result.logs.index("{"):])
+    return {f["id"]: f for f in data["findings"]}
+
+
+def test_check_in_a_container_sizes_nccl_from_its_environment(run_container, demo_image):
+    # 4 ranks on Docker's 64 MB: NVIDIA/nccl#1518's failure; the same ranks with smaller buffers and ring only fit.
+    default = check_nccl(run_container, demo_image, {})
+    assert default["shm.nccl"]["status"] == "FAIL" and default["shm.size"]["status"] == "FAIL"
+    small = check_nccl(run_container, demo_image, {"NCCL_BUFFSIZE": "524288", "NCCL_ALGO": "Ring"})
+    assert small["shm.nccl"]["status"] == "PASS" and "5,967,872-byte" in small["shm.nccl"]["message"]
