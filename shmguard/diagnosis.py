@@ -208,8 +208,8 @@ def shm_spelling(size: int, platform: str | None) -> str:
     if platform == "run":
         return f"shmguard run gives it {format_size(size)} (drop --shm-size, or --shm-size={docker_size(size)})"
     docker = f"docker run --shm-size={docker_size(size)} (compose: shm_size: {docker_size(size)})"
-    k8s = (f"an emptyDir with medium: Memory and sizeLimit: {k8s_quantity(size)} mounted at /dev/shm "
-           f"(shmguard patch writes it)")
+    k8s = (f"an emptyDir with medium: Memory and sizeLimit: {k8s_quantity(size)} mounted at /dev/shm, "
+           f"as shmguard patch writes it")
     if platform == "docker":
         return docker
     if platform == "kubernetes":
@@ -440,7 +440,7 @@ def oom_diagnosis(ev: Evidence, signals: list[Signal], make) -> Diagnosis:
                 shm_fix = (f" Cap /dev/shm at what the job needs, {format_size(shm_needed)} "
                            f"({shm_spelling(shm_needed, ev.platform)}), so that leaked segments fail as a "
                            f"clear shm error and not as an OOM kill.")
-        return make(SHARED_MEMORY, "oom-shm",
+        return make(SHARED_MEMORY if shm_filled else LIKELY, "oom-shm",
                     f"The kernel's OOM killer ended the container: {limit} was full, and tmpfs pages count against "
                     f"it: {why}.",
                     ((fix or "raise the memory limit so it holds /dev/shm's pages and the processes, or describe "

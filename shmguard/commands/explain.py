@@ -156,7 +156,7 @@ def termination(status: dict) -> tuple[dict | None, bool]:
 
 def pod_evidence(pod: dict, flag_values: dict) -> list[tuple[str, Evidence]]:
     """Evidence for each container of a Pod object."""
-    from shmguard.manifests.annotations import annotation_values
+    from shmguard.manifests.annotations import CONTAINER, annotation_values
     from shmguard.manifests.annotations import env_values as container_env_values
 
     metadata = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
@@ -167,12 +167,19 @@ def pod_evidence(pod: dict, flag_values: dict) -> list[tuple[str, Evidence]]:
     if not containers:
         raise ExplainError(f"pod {pod_name}: no spec.containers; give the whole object (kubectl get pod NAME -o yaml)")
     statuses = {s.get("name"): s for s in status.get("containerStatuses") or [] if isinstance(s, dict)}
+    annotations = metadata.get("annotations") if isinstance(metadata.get("annotations"), dict) else {}
+    # The job options and annotations describe the container that runs the DataLoader (as for patch).
+    loader = annotations.get(CONTAINER) or containers[0].get("name")
     out = []
     for container in containers:
         name = str(container.get("name") or "?")
         where = f"pod {pod_name}, container {name}"
-        own = {**container_env_values(container), **annotation_values(metadata.get("annotations"))}
-        job = job_for(flag_values, own, f"{where}'s shmguard.io/* annotations or SHMGUARD_* env")
+        own = container_env_values(container)
+        if container.get("name") == loader:
+            own.update(annotation_values(annotations))
+            job = job_for(flag_values, own, f"{where}'s shmguard.io/* annotations or SHMGUARD_* env")
+        else:
+            job = job_for({}, own, f"{where}'s SHMGUARD_* env")
         shm, unbounded = pod_shm(spec, container, where)
         limits = (container.get("resources") or {}).get("limits") or {}
         memory = quantity(limits["memory"], f"{where}: limits.memory") if limits.get("memory") is not None else None

@@ -148,5 +148,6 @@ def test_post_mortem_of_an_oom_kill_never_advises_a_limit_below_the_one_that_was
     assert "--memory=" not in found.text() and "above 400.0 MiB" in found.text()
     big = plan(memory=800 * MIB, shm_size=GIB)  # 1 GiB of tmpfs under 800 MiB (a WARN): the shm pages can fill it
     found = post_mortem(137, "", True, big)
-    assert found.verdict == "shared-memory" and found.cause == "oom-shm"
+    assert found.verdict == "likely-shared-memory" and found.cause == "oom-shm"
+    assert post_mortem(137, "", True, big, shm_peak=700 * MIB).verdict == "shared-memory"  # seen holding most of it
     assert f"--memory={sizing.memory_needed(JOB) // MIB}m or more" in found.text()
