@@ -341,7 +341,9 @@ def measure_command(dataset, batch_size, collate_fn, samples, seed, as_json) -> 
     from shmguard.job import parse_count
 
     result = measure(dataset, parse_count("batch_size", batch_size, 1), samples=samples, seed=seed, collate_spec=collate_fn)
-    click.echo(json.dumps(report_json(result), indent=2) if as_json else report_text(result))
+    from shmguard.jsonout import stamp
+
+    click.echo(json.dumps(stamp(report_json(result)), indent=2) if as_json else report_text(result))
     return 0
 
 
@@ -376,7 +378,9 @@ def tune_command(dataset, batch_size, collate_fn, workers, prefetch_factors, bat
                          progress=progress)
     if plot:
         tuning.write_png(plot, result)
-    click.echo(json.dumps(tuning.as_json(result), indent=2) if as_json else tuning.table(result))
+    from shmguard.jsonout import stamp
+
+    click.echo(json.dumps(stamp(tuning.as_json(result)), indent=2) if as_json else tuning.table(result))
     return 0 if result.recommended else 1
 
 

@@ -366,6 +366,11 @@ def diagnose(ev: Evidence) -> Diagnosis:
                     f"a worker that died of SIGBUS in a full /dev/shm, sometimes a worker killed for memory.",
                     fix, s, needed)
     if s := first(signals, "enospc-unplaced"):
+        if peak_low(ev):
+            return make(NOT_SHARED_MEMORY, "disk-full",
+                        f"Something ran out of space (No space left on device), but not /dev/shm: it stayed under "
+                        f"half full (peak {format_size(ev.shm_peak)} of {format_size(ev.shm_size)}).",
+                        "find the full filesystem with df -h in the container and free space there.", s)
         return make(UNDETERMINED, "enospc",
                     "Something ran out of space (No space left on device), and nothing in the log says it was "
                     "/dev/shm" + (f" (its peak was {format_size(ev.shm_peak)} of {format_size(ev.shm_size)})"

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shmguard.diagnosis import Diagnosis
+from shmguard.jsonout import stamp
 from shmguard.engine.follow import Output, engine_answers, follow, is_engine_loss, lost_engine
 from shmguard.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED
 from shmguard.engine.peak import PeakSampler
@@ -301,11 +302,11 @@ def run(job, options: RunOptions, dry_run: bool, as_json: bool, out=None, err=No
     healthcheck_hint = bool(options.healthcheck)
     if dry_run:
         if as_json:
-            print(json.dumps({"plan": {"shm_bytes": plan.shm_bytes, "required_shm_bytes": plan.required_shm,
+            print(json.dumps(stamp({"plan": {"shm_bytes": plan.shm_bytes, "required_shm_bytes": plan.required_shm,
                                         "mem_limit": plan.mem_limit, "nofile": plan.nofile,
                                         "environment": {k: redact(k, v) for k, v in plan.environment.items()},
                                         "warnings": list(plan.warnings)},
-                              "docker_run": docker_cli(plan, healthcheck_hint)}, indent=2), file=out)
+                              "docker_run": docker_cli(plan, healthcheck_hint)}), indent=2), file=out)
         else:
             for line in describe(plan):
                 print(line, file=out)
@@ -329,11 +330,11 @@ def run(job, options: RunOptions, dry_run: bool, as_json: bool, out=None, err=No
     if options.detach:
         return 0
     if as_json:
-        print(json.dumps({"exit_code": result.exit_code, "container": result.name, "container_id": result.container_id,
+        print(json.dumps(stamp({"exit_code": result.exit_code, "container": result.name, "container_id": result.container_id,
                           "shm_size_bytes": result.shm_size, "required_shm_bytes": plan.required_shm,
                           "peak_shm_bytes": result.peak_shm, "diagnosis": result.diagnosis.as_dict() if result.diagnosis else None,
                           "interrupted": result.interrupted, "removed": result.removed,
-                          "engine_note": result.engine_note}), file=out)
+                          "engine_note": result.engine_note})), file=out)
     else:
         for line in report_lines(result):
             print(line, file=err)

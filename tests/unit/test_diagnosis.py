@@ -154,3 +154,9 @@ def test_the_fix_is_spelled_for_the_platform(platform, expected):
     assert expected in found.fix
     if platform is None:
         assert "sizeLimit: 369Mi" in found.fix
+
+
+def test_enospc_without_a_path_is_not_shm_when_shm_stayed_low():
+    line = "OSError: [Errno 28] No space left on device"
+    assert diagnose(Evidence(exit_code=1, logs=line, shm_size=64 * MIB, shm_peak=0)).verdict == NOT_SHARED_MEMORY
+    assert diagnose(Evidence(exit_code=1, logs=line, shm_size=64 * MIB, shm_peak=60 * MIB)).verdict == UNDETERMINED
