@@ -67,14 +67,16 @@ CHECKPOINT_CALL = re.compile(r"torch/serialization\.py|\btorch\.save\(")
 CONTEXT_LINES = 15
 PATH = re.compile(r"(?<![\w.])/(?:[\w.@+~-]+/?)+")
 SHM_PATHS = ("/dev/shm", "/run/shm")
-# NCCL's shared-memory transport (src/misc/shmutils.cc, include/shm.h in older releases). Defined here
-# because shmguard/nccl.py (NCCL_SHM_ERRORS) is not on this branch; the lead may merge the two lists.
-NCCL_FALLOCATE = re.compile(r"NCCL WARN Call to posix_fallocate failed ?: ?(?P<error>.+)")
-NCCL_EXTEND = re.compile(r"NCCL WARN Error: failed to extend (?P<path>\S+) to (?P<size>\d+) bytes(?:, error: (?P<error>.+))?")
-NCCL_CREATE = re.compile(r"NCCL WARN Error while creating shared memory segment (?P<path>\S+) \(size (?P<size>\d+)\)"
+# NCCL's shared-memory transport (include/shm.h up to 2.11, src/misc/shmutils.cc up to 2.27, src/os/linux.cc
+# from 2.28). Defined here because shmguard/nccl.py (NCCL_SHM_ERRORS) is on another branch; its list names the
+# same messages. Here a message counts as a full /dev/shm only when it says ENOSPC (or says nothing).
+NCCL_FALLOCATE = re.compile(r"Call to posix_fallocate failed ?: ?(?P<error>.+)")
+NCCL_EXTEND = re.compile(r"Error: failed to extend (?P<path>\S+) to (?P<size>\d+) bytes(?:, error: (?P<error>.+))?")
+NCCL_CREATE = re.compile(r"Error while creating shared memory segment (?P<path>\S+) \(size (?P<size>\d+)\)"
                          r"(?:, error: (?P<error>.+))?")
-NCCL_ATTACH = re.compile(r"NCCL WARN Error while attaching to shared memory segment (?P<path>\S+) \(size (?P<size>\d+)\)"
+NCCL_ATTACH = re.compile(r"Error while attaching to shared memory segment (?P<path>\S+) \(size (?P<size>\d+)\)"
                          r"(?:, error: (?P<error>.+))?")
+NCCL_SHM_FILE = re.compile(r"Error: failed to create shared memory file (?P<path>\S+)(?:.*?error: (?P<error>.+))?")
 NCCL_CUDA_FAILURE = re.compile(r"NCCL WARN Cuda failure '(?P<error>[^']+)'")
 COMMAND_NOT_FOUND = re.compile(r"exec .* failed: No such file or directory|executable file not found")
 
@@ -166,7 +168,7 @@ def scan(logs: str) -> list[Signal]:
 
 def nccl_signal(line: str) -> Signal | None:
     for pattern, kind in ((NCCL_FALLOCATE, "nccl-fallocate"), (NCCL_EXTEND, "nccl-extend"),
-                          (NCCL_CREATE, "nccl-create"), (NCCL_ATTACH, "nccl-attach")):
+                          (NCCL_CREATE, "nccl-create"), (NCCL_ATTACH, "nccl-attach"), (NCCL_SHM_FILE, "nccl-file")):
         m = pattern.search(line)
         if m:
             details = {k: v for k, v in m.groupdict().items() if v is not None}
@@ -390,7 +392,7 @@ def diagnose(ev: Evidence) -> Diagnosis:
 
 def nccl_diagnosis(ev: Evidence, signals: list[Signal], make) -> Diagnosis | None:
     """NCCL's shared-memory transport: a segment that did not fit (ENOSPC) is /dev/shm; others are not its size."""
-    space = [s for s in signals if s.kind in ("nccl-fallocate", "nccl-extend", "nccl-create")
+    space = [s for s in signals if s.kind in ("nccl-fallocate", "nccl-extend", "nccl-create", "nccl-file")
              and ENOSPC.search(s.details.get("error", "") or s.line)]
     create = first(signals, "nccl-create", "nccl-extend")
     if space or (create and not first(signals, "nccl-cuda-failure")):
@@ -418,6 +420,11 @@ def nccl_diagnosis(ev: Evidence, signals: list[Signal], make) -> Diagnosis | Non
                     "NCCL could not create a shared-memory segment, and it says why: a CUDA failure "
                     f"({first(signals, 'nccl-cuda-failure').details['error']}), not a full /dev/shm.",
                     "see NCCL's troubleshooting guide; NCCL_SHM_DISABLE=1 avoids the shared-memory transport.", s)
+    if s := first(signals, "nccl-file"):
+        return make(UNDETERMINED, "nccl-shm-file",
+                    f"NCCL could not create its file {s.details['path']} in /dev/shm, and not for want of space: "
+                    f"/dev/shm is missing, read-only or out of inodes.",
+                    "mount a writable tmpfs at /dev/shm, or set NCCL_SHM_DISABLE=1.", s)
     if s := first(signals, "nccl-attach"):
         return make(UNDETERMINED, "nccl-shm-attach",
                     "An NCCL rank could not attach to another rank's shared-memory segment "

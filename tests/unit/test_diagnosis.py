@@ -160,3 +160,11 @@ def test_enospc_without_a_path_is_not_shm_when_shm_stayed_low():
     line = "OSError: [Errno 28] No space left on device"
     assert diagnose(Evidence(exit_code=1, logs=line, shm_size=64 * MIB, shm_peak=0)).verdict == NOT_SHARED_MEMORY
     assert diagnose(Evidence(exit_code=1, logs=line, shm_size=64 * MIB, shm_peak=60 * MIB)).verdict == UNDETERMINED
+
+
+def test_nccl_shm_file_creation():
+    # Lines in the shape of NCCL 2.28+ (src/os/linux.cc), written here: no public log of them was found.
+    line = "NCCL WARN Error: failed to create shared memory file /dev/shm/nccl-Ab12Cd, error: No space left on device (28)"
+    assert diagnose(Evidence(exit_code=1, logs=line)).verdict == SHARED_MEMORY
+    readonly = "NCCL WARN Error: failed to create shared memory file /dev/shm/nccl-Ab12Cd, error: Read-only file system (30)"
+    assert diagnose(Evidence(exit_code=1, logs=readonly)).cause == "nccl-shm-file"
