@@ -96,6 +96,7 @@ class Evidence:
     platform: str | None = None  # how to spell the fix: see PLATFORMS
     command: str | None = None  # the container's command, for exit 127
     running: bool = False
+    notes: tuple[str, ...] = ()  # what could not be used (e.g. a job description that does not validate)
 
 
 @dataclass(frozen=True)
@@ -242,7 +243,7 @@ def facts(ev: Evidence) -> list[str]:
         out.append(f"/dev/shm peak {format_size(ev.shm_peak)}")
     if ev.memory_limit is not None:
         out.append(f"memory limit {format_size(ev.memory_limit)}")
-    return out
+    return out + list(ev.notes)
 
 
 def peak_low(ev: Evidence) -> bool:

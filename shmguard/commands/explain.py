@@ -40,8 +40,12 @@ class ExplainError(ShmguardError):
     """The evidence could not be read: no engine, no such container, an unreadable Pod."""
 
 
-def job_for(flag_values: dict, own_values: dict, where: str):
-    """The Job from the container's own values over the flags' (None when neither describes one)."""
+def job_for(flag_values: dict, own_values: dict, where: str, notes: list[str] | None = None):
+    """The Job from the container's own values over the flags' (None when neither describes one).
+
+    Bad flags are a UsageError; a container whose own description does not make a job (incomplete, a bad
+    value) is still explained, without the job, and `notes` says why.
+    """
     values = {k: v for k, v in flag_values.items() if v is not None}
     values.update(own_values)
     if own_values.get("sample_bytes") is not None and "sample_shape" not in own_values:
@@ -54,7 +58,10 @@ def job_for(flag_values: dict, own_values: dict, where: str):
     try:
         return make_job(**{k: v for k, v in values.items() if k in ENV_VARS})
     except UsageError as exc:
-        raise UsageError(f"{where}: {exc}") from None
+        if not own_values or notes is None:
+            raise UsageError(f"{where}: {exc}") from None
+        notes.append(f"job not used ({where}: {exc}; the job options can complete it)")
+        return None
 
 
 # --- a container, from `docker inspect` -------------------------------------------------------------
@@ -89,7 +96,8 @@ def container_evidence(attrs: dict, logs: str, flag_values: dict) -> Evidence:
     config = attrs.get("Config") or {}
     environ = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
     name = str(attrs.get("Name") or attrs.get("Id") or "the container").lstrip("/")
-    job = job_for(flag_values, env_values(environ), f"{name}'s SHMGUARD_* variables")
+    notes: list[str] = []
+    job = job_for(flag_values, env_values(environ), f"{name}'s SHMGUARD_* variables", notes)
     shm, unbounded = container_shm(attrs)
     started = state.get("Status") not in ("created",)
     memory = host.get("Memory")
@@ -98,7 +106,8 @@ def container_evidence(attrs: dict, logs: str, flag_values: dict) -> Evidence:
         exit_code=state.get("ExitCode") if started and not state.get("Running") else None,
         oom_killed=bool(state.get("OOMKilled")), logs=logs, shm_size=shm, shm_unbounded=unbounded,
         memory_limit=memory if isinstance(memory, int) and memory > 0 else None, job=job, platform="docker",
-        command=" ".join(command) if isinstance(command, list) else command, running=bool(state.get("Running")))
+        command=" ".join(command) if isinstance(command, list) else command, running=bool(state.get("Running")),
+        notes=tuple(notes))
 
 
 # --- a Pod object ---------------------------------------------------------------------------------
@@ -175,11 +184,12 @@ def pod_evidence(pod: dict, flag_values: dict) -> list[tuple[str, Evidence]]:
         name = str(container.get("name") or "?")
         where = f"pod {pod_name}, container {name}"
         own = container_env_values(container)
+        notes: list[str] = []
         if container.get("name") == loader:
             own.update(annotation_values(annotations))
-            job = job_for(flag_values, own, f"{where}'s shmguard.io/* annotations or SHMGUARD_* env")
+            job = job_for(flag_values, own, f"{where}'s shmguard.io/* annotations or SHMGUARD_* env", notes)
         else:
-            job = job_for({}, own, f"{where}'s SHMGUARD_* env")
+            job = job_for({}, own, f"{where}'s SHMGUARD_* env", notes)
         shm, unbounded = pod_shm(spec, container, where)
         limits = (container.get("resources") or {}).get("limits") or {}
         memory = quantity(limits["memory"], f"{where}: limits.memory") if limits.get("memory") is not None else None
@@ -189,7 +199,7 @@ def pod_evidence(pod: dict, flag_values: dict) -> list[tuple[str, Evidence]]:
         out.append((name, Evidence(
             exit_code=exit_code if isinstance(exit_code, int) else None, oom_killed=ended.get("reason") == "OOMKilled",
             logs=str(ended.get("message") or ""), shm_size=shm, shm_unbounded=unbounded, memory_limit=memory,
-            job=job, platform="kubernetes", running=running)))
+            job=job, platform="kubernetes", running=running, notes=tuple(notes))))
     return out
 
 

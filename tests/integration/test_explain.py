@@ -1,20 +1,27 @@
-"""`shmguard explain` on a container that really died of shared memory, and `run --json`'s post-mortem of a
-container that filled a disk that is not /dev/shm (#18 item 11), both validated against their schemas."""
+"""`shmguard explain` on a container that really died of shared memory (Docker, and Podman through its Docker API),
+and `run --json`'s post-mortem of a container that filled a disk that is not /dev/shm (#18 item 11), validated
+against their schemas."""
 
 from __future__ import annotations
 
 import json
 import os
+import pathlib
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
 import uuid
 
 import jsonschema
+import pytest
 
 from shmguard import schemas
 
 JOB_ENV = {"SHMGUARD_WORKERS": "4", "SHMGUARD_BATCH_SIZE": "64", "SHMGUARD_SAMPLE_SHAPE": "3,224,224"}
 TRAIN = ["python", "/app/train.py", "--steps", "20", "--timeout", "20"]
+BASE_IMAGE = "shmguard-base:bookworm"
 
 
 def shmguard(*args, env=None, timeout=300):
@@ -61,3 +68,69 @@ def test_run_json_does_not_blame_shm_for_a_full_disk(docker_client, demo_image):
     assert report["peak_shm_bytes"] is not None and report["peak_shm_bytes"] * 2 < report["shm_size_bytes"]
     assert report["diagnosis"]["verdict"] == "not-shared-memory", report
     assert "shm-size" not in (report["diagnosis"]["fix"] or "")
+
+
+PODMAN_CONF = """[containers]
+default_ulimits = ["nofile=20000:20000", "nproc=20000:20000"]
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+"""
+
+
+@pytest.fixture
+def podman_socket(docker_client):
+    """A Podman API service of the test's own (storage, socket and config in a temporary folder) with the base image.
+
+    The config is /work/shared/PODMAN.md's: ulimits within this machine's hard limits, runc for hybrid cgroups.
+    The folder has a short name: Podman refuses a runroot longer than 50 characters.
+    """
+    if not shutil.which("podman"):
+        pytest.skip("podman is not installed (apt-get install -y podman runc)")
+    tmp_path = pathlib.Path(tempfile.mkdtemp(prefix="sg-podman-", dir="/tmp"))
+    env = {**os.environ, "CONTAINERS_CONF": str(tmp_path / "containers.conf")}
+    (tmp_path / "containers.conf").write_text(PODMAN_CONF)
+    podman = ["podman", "--root", str(tmp_path / "root"), "--runroot", str(tmp_path / "run"), "--storage-driver", "vfs"]
+    service = None
+    try:
+        save = subprocess.Popen(["docker", "save", BASE_IMAGE], stdout=subprocess.PIPE)
+        loaded = subprocess.run([*podman, "load"], stdin=save.stdout, env=env, capture_output=True, timeout=300)
+        save.wait(timeout=60)
+        assert loaded.returncode == 0, loaded.stderr.decode()[-2000:]
+        socket = tmp_path / "podman.sock"
+        service = subprocess.Popen([*podman, "system", "service", "--time=0", f"unix://{socket}"], env=env,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while not socket.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert socket.exists(), "the Podman service did not open its socket"
+        yield f"unix://{socket}"
+    finally:
+        subprocess.run([*podman, "rm", "-af"], env=env, capture_output=True, timeout=120)
+        if service is not None:
+            service.terminate()
+            service.wait(timeout=30)
+        shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_explain_through_podmans_docker_api(podman_socket):
+    import docker
+
+    client = docker.DockerClient(base_url=podman_socket)
+    container = client.containers.create(f"localhost/{BASE_IMAGE}", ["dd", "if=/dev/zero", "of=/dev/shm/blob", "bs=1M",
+                                                                     "count=100"],
+                                         environment=JOB_ENV, labels={"org.shmguard.test": "podman"})
+    container.start()
+    assert container.wait(timeout=120)["StatusCode"] == 1
+    deadline = time.monotonic() + 10  # conmon writes the log file: it may trail the exit a little
+    while b"No space left" not in container.logs() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    proc = shmguard("explain", "--json", "--host", podman_socket, container.id)
+    data = json.loads(proc.stdout)
+    entry = data["diagnoses"][0]
+    assert proc.returncode == 1, (proc.stdout, proc.stderr, container.logs())
+    assert entry["verdict"] == "shared-memory" and "/dev/shm/blob" in entry["summary"]
+    assert entry["shm_size_bytes"] == 65_536_000  # Podman's default, not Docker's 64 MiB
+    assert "--shm-size=369m" in entry["fix"]
+    # DOCKER_HOST is honoured as well as --host.
+    assert shmguard("explain", container.id, env={"DOCKER_HOST": podman_socket}).returncode == 1
