@@ -275,7 +275,7 @@ def memory_advice(ev: Evidence) -> tuple[str | None, int | None]:
     needed = sizing.memory_needed(ev.job)
     if ev.memory_limit is None or needed > ev.memory_limit:
         return (f"{memory_spelling(needed, ev.platform)} or more: the job needs about {format_size(needed)}, "
-                f"its /dev/shm peak of {format_size(sizing.shm_size(ev.job))} included."), needed
+                f"the {format_size(sizing.shm_size(ev.job))} of /dev/shm it needs included."), needed
     return (f"shmguard's model puts the job at {format_size(needed)}, within the {format_size(ev.memory_limit)} it "
             f"was killed at: something besides the DataLoader's batches (the model, data held in memory, a leak) "
             f"uses the rest. Raise the limit above {format_size(ev.memory_limit)} and watch the peak "
