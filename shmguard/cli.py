@@ -243,6 +243,54 @@ def patch(in_place, check, files, **options) -> int:
     return run_patch(job_from_options(options), list(files), in_place=in_place, check=check)
 
 
+@cli.command("explain")
+@job_options
+@click.option("--host", metavar="URL", help="The Docker API to ask (default: DOCKER_HOST, else the local socket); "
+                                            "Podman's socket works too, e.g. unix:///run/podman/podman.sock.")
+@click.option("--tail", type=click.IntRange(min=1), default=2000, show_default=True, help="Log lines of the container to read.")
+@click.option("--shm-size", "shm_size", metavar="SIZE", help="A log on stdin: the /dev/shm the container had (64m, 64Mi).")
+@click.option("--memory-limit", "memory_limit", metavar="SIZE", help="A log on stdin: the container's memory limit.")
+@click.option("--exit-code", "exit_code", type=int, help="A log on stdin: the container's exit code.")
+@click.option("--oom-killed", "oom_killed", is_flag=True, help="A log on stdin: the container was OOM-killed.")
+@click.option("--platform", type=click.Choice(["docker", "kubernetes"]),
+              help="A log on stdin: spell the fix for this platform (default: both).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.argument("container", required=False)
+def explain_command(container, host, tail, shm_size, memory_limit, exit_code, oom_killed, platform, as_json,
+                    **options) -> int:
+    """Explain why a container died: was it shared memory, and what is the exact fix?
+
+    CONTAINER is read through the Docker API (inspect and the log's tail; Podman
+    through its Docker-compatible socket). Without it, stdin is read: a Pod object
+    (kubectl get pod NAME -o yaml) or a log (kubectl logs NAME), which --shm-size,
+    --memory-limit, --exit-code and --oom-killed describe. The job options (or the
+    container's SHMGUARD_* variables and shmguard.io/* annotations) give the sizes.
+    Exit 1 when it finds a shared-memory failure, 0 when not, 2 on bad usage or
+    when the container cannot be read.
+    """
+    from shmguard.commands.explain import describe_sizes, explain
+
+    keys = ("workers", "batch_size", "sample_shape", "dtype", "sample_bytes", "prefetch_factor",
+            "procs_per_node", "gpus", "pin_memory", "sharing_strategy")
+    if options.get("dataset"):
+        job = job_from_options(options)
+        flag_values = {"sample_bytes": str(job.sample_bytes), "workers": job.workers, "batch_size": job.batch_size,
+                       "prefetch_factor": job.prefetch_factor, "procs_per_node": job.procs_per_node, "gpus": job.gpus,
+                       "pin_memory": job.pin_memory, "sharing_strategy": job.sharing_strategy}
+    else:
+        if options.get("collate_fn"):
+            from shmguard.errors import UsageError
+
+            raise UsageError("--collate-fn goes with --dataset")
+        flag_values = {key: options.get(key) for key in keys}
+    stdin_text = None
+    if not container and not sys.stdin.isatty():
+        stdin_text = sys.stdin.read()
+    facts = {"shm_size": describe_sizes(shm_size, "--shm-size"), "memory_limit": describe_sizes(memory_limit, "--memory-limit"),
+             "exit_code": exit_code, "oom_killed": oom_killed, "platform": platform}
+    return explain(container, flag_values, stdin_text, host, tail, facts, as_json, echo=click.echo)
+
+
 @cli.command("measure")
 @click.option("--dataset", required=True, metavar="MODULE:CALLABLE", help="A callable returning your Dataset or IterableDataset.")
 @click.option("--batch-size", required=True, envvar="SHMGUARD_BATCH_SIZE", metavar="B", help="Samples per batch.")
@@ -264,7 +312,9 @@ def measure_command(dataset, batch_size, collate_fn, samples, seed, as_json) -> 
     from shmguard.job import parse_count
 
     result = measure(dataset, parse_count("batch_size", batch_size, 1), samples=samples, seed=seed, collate_spec=collate_fn)
-    click.echo(json.dumps(report_json(result), indent=2) if as_json else report_text(result))
+    from shmguard.jsonout import stamp
+
+    click.echo(json.dumps(stamp(report_json(result)), indent=2) if as_json else report_text(result))
     return 0
 
 
@@ -299,7 +349,9 @@ def tune_command(dataset, batch_size, collate_fn, workers, prefetch_factors, bat
                          progress=progress)
     if plot:
         tuning.write_png(plot, result)
-    click.echo(json.dumps(tuning.as_json(result), indent=2) if as_json else tuning.table(result))
+    from shmguard.jsonout import stamp
+
+    click.echo(json.dumps(stamp(tuning.as_json(result)), indent=2) if as_json else tuning.table(result))
     return 0 if result.recommended else 1
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 
+from shmguard.jsonout import stamp
 from shmguard.probe import Root
 from shmguard.probe.snapshot import take_snapshot
 from shmguard.verdict import Report, evaluate, exit_code
 
 
 def report_json(report: Report, snapshot_probes: dict | None = None) -> str:
-    data = report.as_dict()
+    data = stamp(report.as_dict())
     if snapshot_probes is not None:
         data["probes"] = snapshot_probes
     return json.dumps(data, indent=2, sort_keys=False)

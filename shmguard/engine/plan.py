@@ -3,7 +3,8 @@
 - `make_plan`: job + options -> a RunPlan, with refusals (RunError) and warnings;
 - `create_kwargs`: the plan as docker-py `containers.create` arguments;
 - `docker_cli`: the plan as the equivalent `docker run` command line (--dry-run);
-- `diagnose`: an exit code and the log's tail -> what killed the job, with the fix.
+- `post_mortem`: an exit code, the log's tail and the shm peak -> what killed the job, with the fix
+  (shmguard.diagnosis, the same as `shmguard explain`).
 
 The engine side (create, start, follow, remove) is shmguard/commands/run.py.
 """
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shmguard import model, nccl, sizing
+from shmguard.diagnosis import NO_FAILURE, Diagnosis, Evidence, diagnose
 from shmguard.errors import EXIT_RUN_FAILED, ShmguardError
 from shmguard.units import MIB, docker_size, format_size, parse_size
 
@@ -25,10 +27,6 @@ ENGINE_WAIT = 60.0  # default --engine-wait: a dockerd restart takes seconds, a 
 
 
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
-
-
-SHM_DEATH = re.compile(r"unable to allocate shared memory|out of shared memory|Bus error|"
-                       r"No space left on device|insufficient shared memory", re.IGNORECASE)
 
 
 class RunError(ShmguardError):
@@ -249,25 +247,18 @@ def describe(plan: RunPlan) -> list[str]:
     return lines
 
 
-def diagnose(exit_code: int, logs_tail: str, oom_killed: bool, plan: RunPlan) -> str | None:
-    """One paragraph on a shared-memory death (or a missing command), with the fix; None when the exit does not look like one."""
-    needed = docker_size(max(plan.required_shm, plan.shm_bytes * 2))
-    if exit_code == 127 and re.search(r"exec .* failed: No such file or directory|executable file not found", logs_tail):
-        command = shlex.join(plan.options.command) or "its default command"
-        return (f"The container's command was not found in the image (exit 127): {command}. Check the command after "
-                f"`--` and the image's PATH.")
-    if exit_code == 137 and oom_killed:
-        return (f"The container was killed by the kernel's OOM killer (exit 137): its memory limit of "
-                f"{format_size(plan.mem_limit or 0)} was full. /dev/shm pages count against that limit, so a job whose "
-                f"batches fill {format_size(plan.required_shm)} of shm needs a limit that holds them plus its processes: "
-                f"run it with --memory={docker_size(model.memory_bytes(plan.job))} or more, or lower --batch-size, "
-                f"--workers or --prefetch-factor.")
-    if exit_code == 135 or (exit_code != 0 and SHM_DEATH.search(logs_tail)):
-        what = "died of SIGBUS (exit 135)" if exit_code == 135 else f"exited {exit_code} after running out of shared memory"
-        return (f"The container {what}: its DataLoader needed more /dev/shm than the {format_size(plan.shm_bytes)} it had. "
-                f"shmguard's model puts this job at {format_size(plan.required_shm)}; run it without --shm-size to get "
-                f"that, or with --shm-size={needed}, and check that nothing else fills /dev/shm (shmguard check).")
-    return None
+def post_mortem(exit_code: int, logs_tail: str, oom_killed: bool, plan: RunPlan,
+                shm_peak: int | None = None) -> Diagnosis | None:
+    """What killed the job, with the fix (shmguard.diagnosis, as `shmguard explain`); None when the job ended well
+    or nothing in the evidence says why (its own error is in the log just printed)."""
+    evidence = Evidence(exit_code=exit_code, oom_killed=oom_killed, logs=logs_tail,
+                        shm_size=None if plan.options.ipc_host else plan.shm_bytes, shm_unbounded=plan.options.ipc_host,
+                        shm_peak=shm_peak, memory_limit=plan.mem_limit, job=plan.job, platform="run",
+                        command=shlex.join(plan.options.command) or "its default command")
+    found = diagnose(evidence)
+    if found.verdict == NO_FAILURE or found.cause == "unknown":
+        return None
+    return found
 
 
 def parse_memory(value: str | None) -> int | None:

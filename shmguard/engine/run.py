@@ -19,10 +19,12 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from shmguard.diagnosis import Diagnosis
+from shmguard.jsonout import stamp
 from shmguard.engine.follow import Output, engine_answers, follow, is_engine_loss, lost_engine
 from shmguard.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED
 from shmguard.engine.peak import PeakSampler
-from shmguard.engine.plan import (RunError, RunOptions, RunPlan, create_kwargs, describe, diagnose, docker_cli,
+from shmguard.engine.plan import (RunError, RunOptions, RunPlan, create_kwargs, describe, docker_cli, post_mortem,
                                make_plan, parse_env, redact, resource_kwargs)
 from shmguard.units import format_size
 
@@ -154,7 +156,7 @@ class RunResult:
     name: str | None
     shm_size: int
     peak_shm: int | None
-    diagnosis: str | None
+    diagnosis: Diagnosis | None
     removed: bool
     interrupted: bool = False
     engine_note: str | None = None  # the engine went away during the run, and how that ended
@@ -254,10 +256,11 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
             if not is_engine_loss(exc):
                 raise
             state = {}
-        diagnosis = None if interrupted else diagnose(exit_code, output.tail_text(), bool(state.get("OOMKilled")), plan)
+        peak = watcher.peaks["shm"] if watcher else None
+        diagnosis = None if interrupted else post_mortem(exit_code, output.tail_text(), bool(state.get("OOMKilled")),
+                                                         plan, peak)
         removed = opts.remove and remove_uninterrupted(container)
-        return RunResult(exit_code, container.id, container.name, plan.shm_bytes,
-                         watcher.peaks["shm"] if watcher else None, diagnosis,
+        return RunResult(exit_code, container.id, container.name, plan.shm_bytes, peak, diagnosis,
                          removed=removed, interrupted=interrupted, engine_note=note)
     except Exception as exc:
         if not is_engine_loss(exc):
@@ -279,7 +282,7 @@ def report_lines(result: RunResult) -> list[str]:
     if result.engine_note:
         lines.append(f"shmguard: {result.engine_note}")
     if result.diagnosis:
-        lines.append(f"shmguard: {result.diagnosis}")
+        lines.append(f"shmguard: {result.diagnosis.text()}")
     return lines
 
 
@@ -299,11 +302,11 @@ def run(job, options: RunOptions, dry_run: bool, as_json: bool, out=None, err=No
     healthcheck_hint = bool(options.healthcheck)
     if dry_run:
         if as_json:
-            print(json.dumps({"plan": {"shm_bytes": plan.shm_bytes, "required_shm_bytes": plan.required_shm,
+            print(json.dumps(stamp({"plan": {"shm_bytes": plan.shm_bytes, "required_shm_bytes": plan.required_shm,
                                         "mem_limit": plan.mem_limit, "nofile": plan.nofile,
                                         "environment": {k: redact(k, v) for k, v in plan.environment.items()},
                                         "warnings": list(plan.warnings)},
-                              "docker_run": docker_cli(plan, healthcheck_hint)}, indent=2), file=out)
+                              "docker_run": docker_cli(plan, healthcheck_hint)}), indent=2), file=out)
         else:
             for line in describe(plan):
                 print(line, file=out)
@@ -327,11 +330,11 @@ def run(job, options: RunOptions, dry_run: bool, as_json: bool, out=None, err=No
     if options.detach:
         return 0
     if as_json:
-        print(json.dumps({"exit_code": result.exit_code, "container": result.name, "container_id": result.container_id,
+        print(json.dumps(stamp({"exit_code": result.exit_code, "container": result.name, "container_id": result.container_id,
                           "shm_size_bytes": result.shm_size, "required_shm_bytes": plan.required_shm,
-                          "peak_shm_bytes": result.peak_shm, "diagnosis": result.diagnosis,
+                          "peak_shm_bytes": result.peak_shm, "diagnosis": result.diagnosis.as_dict() if result.diagnosis else None,
                           "interrupted": result.interrupted, "removed": result.removed,
-                          "engine_note": result.engine_note}), file=out)
+                          "engine_note": result.engine_note})), file=out)
     else:
         for line in report_lines(result):
             print(line, file=err)

@@ -54,7 +54,7 @@ def test_podmans_default_shm_kills_the_dataloader(client):
 
 
 def shmguard(podman, *args, timeout=600):
-    env = {**os.environ, **podman}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("SHMGUARD_")}, **podman}
     return subprocess.run([sys.executable, "-m", "shmguard", *args], capture_output=True, text=True, env=env,
                           timeout=timeout)
 
@@ -91,5 +91,32 @@ def test_health_probe_runs_in_a_podman_container(podman, client):
             assert b"unhealthy: /dev/shm has 62.5 MiB free" in small.logs()
         finally:
             small.remove(force=True)
+    finally:
+        container.remove(force=True)
+
+
+def test_explain_through_podmans_docker_api(podman, client):
+    """`shmguard explain` reads a Podman container through --host and DOCKER_HOST alike."""
+    import json
+    import time
+
+    env = {"SHMGUARD_WORKERS": "4", "SHMGUARD_BATCH_SIZE": "64", "SHMGUARD_SAMPLE_SHAPE": "3,224,224"}
+    container = client.containers.create(DEMO_IMAGE, ["dd", "if=/dev/zero", "of=/dev/shm/blob", "bs=1M", "count=100"],
+                                         environment=env, labels={TEST_LABEL: SESSION})
+    try:
+        container.start()
+        assert container.wait(timeout=120)["StatusCode"] == 1
+        deadline = time.monotonic() + 60  # conmon writes the log file: it may trail the exit
+        while b"No space left" not in container.logs() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert b"No space left" in container.logs()
+        host = podman["DOCKER_HOST"]
+        proc = shmguard({}, "explain", "--json", "--host", host, container.id)
+        entry = json.loads(proc.stdout)["diagnoses"][0]
+        assert proc.returncode == 1, (proc.stdout, proc.stderr, container.logs(tail=2000), container.attrs.get("State"))
+        assert entry["verdict"] == "shared-memory" and "/dev/shm/blob" in entry["summary"]
+        assert entry["shm_size_bytes"] == PODMAN_DEFAULT_SHM
+        assert "--shm-size=369m" in entry["fix"]
+        assert shmguard(podman, "explain", container.id).returncode == 1  # DOCKER_HOST is honoured too
     finally:
         container.remove(force=True)

@@ -6,10 +6,10 @@ import shlex
 
 import pytest
 
-from shmguard import model
+from shmguard import model, sizing
 from shmguard.job import make_job
-from shmguard.engine.plan import (RunError, RunOptions, create_kwargs, diagnose, docker_cli, gpu_count, make_plan,
-                               parse_env, parse_volume)
+from shmguard.engine.plan import (RunError, RunOptions, create_kwargs, docker_cli, gpu_count, make_plan, parse_env,
+                                  parse_volume, post_mortem)
 from shmguard.units import GIB, MIB
 
 JOB = make_job(workers=4, batch_size=64, sample_shape="3,224,224")
@@ -111,13 +111,43 @@ def test_docker_cli_is_copy_pasteable_and_masks_secrets():
     assert "hunter2" not in line
 
 
-def test_diagnose():
+ENOSPC_TORCH = "RuntimeError: unable to allocate shared memory(shm) for file </torch_1>: No space left on device (28)"
+
+
+def test_post_mortem_of_a_shared_memory_death():
     p = plan(memory=2 * GIB)
-    assert "SIGBUS (exit 135)" in diagnose(135, "", False, p)
-    text = diagnose(1, "RuntimeError: unable to allocate shared memory(shm) for file </torch_1>: No space left on device (28)", False, p)
-    assert "needed more /dev/shm than the 369.0 MiB" in text and "--shm-size=" in text
-    assert "OOM killer" in diagnose(137, "", True, p) and "--memory=" in diagnose(137, "", True, p)
-    assert diagnose(137, "", False, p) is None
-    assert diagnose(1, "ValueError: bad learning rate", False, p) is None
-    assert diagnose(0, "No space left on device", False, p) is None
-    assert "not found in the image" in diagnose(127, "[FATAL tini (7)] exec nope failed: No such file or directory", False, p)
+    assert post_mortem(135, "", False, p).verdict == "likely-shared-memory"
+    assert post_mortem(135, "", False, p, shm_peak=p.shm_bytes).verdict == "shared-memory"
+    found = post_mortem(1, ENOSPC_TORCH, False, p, shm_peak=10 * MIB)
+    # The plan already gave the model's size: the advice must not invent a bigger one.
+    assert found.verdict == "shared-memory" and "needs 369.0 MiB of /dev/shm and had 369.0 MiB" in found.text()
+    small = plan(shm_size=64 * MIB)
+    assert "--shm-size=369m" in post_mortem(1, ENOSPC_TORCH, False, small).text()
+
+
+def test_post_mortem_does_not_blame_shm_for_other_deaths():
+    p = plan(memory=2 * GIB)
+    assert post_mortem(137, "", False, p).cause == "killed"
+    assert post_mortem(1, "ValueError: bad learning rate", False, p) is None
+    assert post_mortem(0, "No space left on device", False, p) is None
+    assert "not found in the image" in post_mortem(127, "[FATAL tini (7)] exec nope failed: No such file or directory",
+                                                   False, p).text()
+    # #18 item 11: a full checkpoint disk with /dev/shm at 0 B, and a SIGBUS with /dev/shm nearly empty.
+    disk = post_mortem(1, "OSError: [Errno 28] No space left on device: '/ckpt/epoch3.pt'", False, p, shm_peak=0)
+    assert disk.verdict == "not-shared-memory" and "/ckpt/epoch3.pt" in disk.text() and "--shm-size" not in disk.text()
+    bus = post_mortem(135, "Bus error (core dumped)", False, p, shm_peak=0)
+    assert bus.verdict == "not-shared-memory" and "--shm-size" not in bus.text()
+
+
+def test_post_mortem_of_an_oom_kill_never_advises_a_limit_below_the_one_that_was_killed():
+    small = make_job(workers=1, batch_size=1, sample_bytes="1k")
+    p = make_plan(small, RunOptions(image="demo:latest", memory=400 * MIB), host_memory=24 * GIB)
+    assert sizing.memory_needed(small) < 400 * MIB  # the model fits it in 400m: #18 item 11's case
+    found = post_mortem(137, "", True, p, shm_peak=MIB)
+    assert found.verdict == "not-shared-memory" and found.cause == "oom"
+    assert "--memory=" not in found.text() and "above 400.0 MiB" in found.text()
+    big = plan(memory=800 * MIB, shm_size=GIB)  # 1 GiB of tmpfs under 800 MiB (a WARN): the shm pages can fill it
+    found = post_mortem(137, "", True, big)
+    assert found.verdict == "likely-shared-memory" and found.cause == "oom-shm"
+    assert post_mortem(137, "", True, big, shm_peak=700 * MIB).verdict == "shared-memory"  # seen holding most of it
+    assert f"--memory={sizing.memory_needed(JOB) // MIB}m or more" in found.text()

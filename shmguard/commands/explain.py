@@ -1,0 +1,353 @@
+"""`shmguard explain`: after the crash, was it shared memory, and what is the fix?
+
+Three sources of evidence, each turned into shmguard.diagnosis.Evidence (pure
+functions here; the engine and stdin are read by the thin `explain` below):
+
+- a container, through the Docker API (Docker, or Podman's Docker-compatible
+  socket): `docker inspect` (exit code, OOMKilled, ShmSize, a tmpfs or bind at
+  /dev/shm, --ipc host, the memory limit, SHMGUARD_* env) and the log's tail;
+- a Pod object (`kubectl get pod -o yaml|json`) on stdin: per container, its
+  termination (state, else lastState: exit code, reason OOMKilled, the message),
+  the volume mounted at /dev/shm (an emptyDir's medium and sizeLimit; none: the
+  runtime's 64 MiB), its memory limit, and the job from shmguard.io/* annotations
+  and SHMGUARD_* env (shmguard.manifests.annotations.resolve_job);
+- anything else on stdin is a log, with --shm-size, --memory-limit, --exit-code
+  and --oom-killed saying what the log cannot.
+
+The job options fill what the container's own description (env, annotations)
+leaves out, as for `patch`. Exit 1 when a diagnosis blames shared memory, else 0.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from shmguard.diagnosis import Diagnosis, Evidence, diagnose
+from shmguard.errors import EXIT_FAIL, EXIT_OK, ShmguardError, UsageError
+from shmguard.job import ENV_VARS, env_values, make_job
+from shmguard.jsonout import stamp
+from shmguard.units import MIB, parse_quantity
+
+RUNTIME_DEFAULT_SHM = 64 * MIB  # containerd's and CRI-O's /dev/shm for a pod without a volume there
+LOG_TAIL_LINES = 2000
+POD_HINT = re.compile(r'^\s*kind:\s*["\']?(Pod|List)["\']?\s*$|"kind"\s*:\s*"(Pod|List)"', re.MULTILINE)
+TMPFS_SIZE = re.compile(r"(?:^|,)size=([^,]+)")
+
+
+class ExplainError(ShmguardError):
+    """The evidence could not be read: no engine, no such container, an unreadable Pod."""
+
+
+def job_for(flag_values: dict, own_values: dict, where: str, notes: list[str] | None = None):
+    """The Job from the container's own values over the flags' (None when neither describes one).
+
+    Bad flags are a UsageError; a container whose own description does not make a job (incomplete, a bad
+    value) is still explained, without the job, and `notes` says why.
+    """
+    values = {k: v for k, v in flag_values.items() if v is not None}
+    values.update(own_values)
+    if own_values.get("sample_bytes") is not None and "sample_shape" not in own_values:
+        values.pop("sample_shape", None)
+        values.pop("dtype", None)
+    elif own_values.get("sample_shape") is not None and "sample_bytes" not in own_values:
+        values.pop("sample_bytes", None)
+    if "workers" not in values and "batch_size" not in values:
+        return None
+    try:
+        return make_job(**{k: v for k, v in values.items() if k in ENV_VARS})
+    except UsageError as exc:
+        if not own_values or notes is None:
+            raise UsageError(f"{where}: {exc}") from None
+        notes.append(f"job not used ({where}: {exc}; the job options can complete it)")
+        return None
+
+
+# --- a container, from `docker inspect` -------------------------------------------------------------
+
+def container_shm(attrs: dict) -> tuple[int | None, bool]:
+    """(/dev/shm bytes, unbounded) of a container: --ipc host or a bind of a host path is the host's shm."""
+    host = attrs.get("HostConfig") or {}
+    if str(host.get("IpcMode") or "") == "host":
+        return None, True
+    for mount in attrs.get("Mounts") or []:
+        if mount.get("Destination") == "/dev/shm" and mount.get("Type") == "bind":
+            return None, True
+    tmpfs = (host.get("Tmpfs") or {}).get("/dev/shm")
+    if tmpfs is not None:
+        m = TMPFS_SIZE.search(tmpfs)
+        if not m:
+            return None, True  # a tmpfs without size= is half of the host's memory
+        try:
+            from shmguard.units import parse_size
+
+            return parse_size(m.group(1)), False
+        except ValueError:
+            return None, False
+    size = host.get("ShmSize")
+    return (int(size) if isinstance(size, int) and size > 0 else None), False
+
+
+def container_evidence(attrs: dict, logs: str, flag_values: dict) -> Evidence:
+    """Evidence from a container's `docker inspect` and its log."""
+    state = attrs.get("State") or {}
+    host = attrs.get("HostConfig") or {}
+    config = attrs.get("Config") or {}
+    environ = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
+    name = str(attrs.get("Name") or attrs.get("Id") or "the container").lstrip("/")
+    notes: list[str] = []
+    job = job_for(flag_values, env_values(environ), f"{name}'s SHMGUARD_* variables", notes)
+    shm, unbounded = container_shm(attrs)
+    started = state.get("Status") not in ("created",)
+    memory = host.get("Memory")
+    command = config.get("Cmd")
+    return Evidence(
+        exit_code=state.get("ExitCode") if started and not state.get("Running") else None,
+        oom_killed=bool(state.get("OOMKilled")), logs=logs, shm_size=shm, shm_unbounded=unbounded,
+        memory_limit=memory if isinstance(memory, int) and memory > 0 else None, job=job, platform="docker",
+        command=" ".join(command) if isinstance(command, list) else command, running=bool(state.get("Running")),
+        notes=tuple(notes))
+
+
+# --- a Pod object ---------------------------------------------------------------------------------
+
+def looks_like_pod(text: str) -> bool:
+    return bool(POD_HINT.search(text[:200_000]))
+
+
+def pods_in(documents: list) -> list[dict]:
+    """The Pod objects in the parsed documents (a Pod, or a List of them as `kubectl get pods -o yaml` gives)."""
+    pods = []
+    for doc in documents:
+        if not isinstance(doc, dict):
+            continue
+        if doc.get("kind") == "Pod":
+            pods.append(doc)
+        elif doc.get("kind") == "List" and isinstance(doc.get("items"), list):
+            pods += [item for item in doc["items"] if isinstance(item, dict) and item.get("kind", "Pod") == "Pod"]
+    return pods
+
+
+def quantity(value, where: str) -> int:
+    try:
+        return parse_quantity(value)
+    except ValueError as exc:
+        raise ExplainError(f"{where}: {exc}") from None
+
+
+def pod_shm(spec: dict, container: dict, where: str) -> tuple[int | None, bool]:
+    """(/dev/shm bytes, unbounded) of a pod's container: the volume mounted there, else the runtime's default."""
+    mounts = container.get("volumeMounts") if isinstance(container.get("volumeMounts"), list) else []
+    name = next((m.get("name") for m in mounts if isinstance(m, dict) and str(m.get("mountPath", "")).rstrip("/") == "/dev/shm"), None)
+    if name is None:
+        return (None, True) if spec.get("hostIPC") else (RUNTIME_DEFAULT_SHM, False)
+    volumes = spec.get("volumes") if isinstance(spec.get("volumes"), list) else []
+    volume = next((v for v in volumes if isinstance(v, dict) and v.get("name") == name), {})
+    empty_dir = volume.get("emptyDir")
+    if isinstance(empty_dir, dict) and empty_dir.get("medium") == "Memory":
+        if empty_dir.get("sizeLimit") is None:
+            return None, True
+        return quantity(empty_dir["sizeLimit"], f"{where}: volume {name} sizeLimit"), False
+    return None, False  # a disk-backed emptyDir or another volume: not a tmpfs whose size we know
+
+
+def termination(status: dict) -> tuple[dict | None, bool]:
+    """(the termination to explain, still running): the current one, else the last (a restarted container)."""
+    state = status.get("state") if isinstance(status.get("state"), dict) else {}
+    last = status.get("lastState") if isinstance(status.get("lastState"), dict) else {}
+    if isinstance(state.get("terminated"), dict):
+        return state["terminated"], False
+    if isinstance(last.get("terminated"), dict):
+        return last["terminated"], False
+    return None, "running" in state
+
+
+def pod_evidence(pod: dict, flag_values: dict) -> list[tuple[str, Evidence]]:
+    """Evidence for each container of a Pod object."""
+    from shmguard.manifests.annotations import CONTAINER, annotation_values
+    from shmguard.manifests.annotations import env_values as container_env_values
+
+    metadata = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
+    pod_name = metadata.get("name") or "the pod"
+    containers = [c for c in spec.get("containers") or [] if isinstance(c, dict)]
+    if not containers:
+        raise ExplainError(f"pod {pod_name}: no spec.containers; give the whole object (kubectl get pod NAME -o yaml)")
+    statuses = {s.get("name"): s for s in status.get("containerStatuses") or [] if isinstance(s, dict)}
+    annotations = metadata.get("annotations") if isinstance(metadata.get("annotations"), dict) else {}
+    # The job options and annotations describe the container that runs the DataLoader (as for patch).
+    loader = annotations.get(CONTAINER) or containers[0].get("name")
+    out = []
+    for container in containers:
+        name = str(container.get("name") or "?")
+        where = f"pod {pod_name}, container {name}"
+        own = container_env_values(container)
+        notes: list[str] = []
+        if container.get("name") == loader:
+            own.update(annotation_values(annotations))
+            job = job_for(flag_values, own, f"{where}'s shmguard.io/* annotations or SHMGUARD_* env", notes)
+        else:
+            job = job_for({}, own, f"{where}'s SHMGUARD_* env", notes)
+        shm, unbounded = pod_shm(spec, container, where)
+        limits = (container.get("resources") or {}).get("limits") or {}
+        memory = quantity(limits["memory"], f"{where}: limits.memory") if limits.get("memory") is not None else None
+        ended, running = termination(statuses.get(name, {}))
+        ended = ended or {}
+        exit_code = ended.get("exitCode")
+        out.append((name, Evidence(
+            exit_code=exit_code if isinstance(exit_code, int) else None, oom_killed=ended.get("reason") == "OOMKilled",
+            logs=str(ended.get("message") or ""), shm_size=shm, shm_unbounded=unbounded, memory_limit=memory,
+            job=job, platform="kubernetes", running=running, notes=tuple(notes))))
+    return out
+
+
+# --- rendering ------------------------------------------------------------------------------------
+
+def entry(container: str | None, evidence: Evidence, found: Diagnosis) -> dict[str, Any]:
+    return {"container": container, "exit_code": evidence.exit_code, "oom_killed": evidence.oom_killed,
+            "shm_size_bytes": evidence.shm_size, "shm_unbounded": evidence.shm_unbounded,
+            "memory_limit_bytes": evidence.memory_limit,
+            "job": evidence.job.as_dict() if evidence.job is not None else None, **found.as_dict()}
+
+
+def text_report(entries: list[dict]) -> str:
+    lines = []
+    for item in entries:
+        who = f"{item['container']}: " if item["container"] else ""
+        lines.append(f"shmguard explain: {who}{item['verdict']} ({item['cause']})")
+        lines.append(f"  what happened: {item['summary']}")
+        if item["fix"]:
+            lines.append(f"  fix: {item['fix']}")
+        if item["evidence"]:
+            lines.append(f"  evidence: {'; '.join(item['evidence'])}")
+    return "\n".join(lines)
+
+
+def report(source: str, name: str | None, items: list[tuple[str | None, Evidence]], as_json: bool) -> tuple[str, int]:
+    """The report (text or JSON) and explain's exit code: 1 when any diagnosis blames shared memory."""
+    diagnosed = [(container, ev, diagnose(ev)) for container, ev in items]
+    entries = [entry(container, ev, found) for container, ev, found in diagnosed]
+    blames = any(found.blames_shared_memory for _, _, found in diagnosed)
+    if as_json:
+        data = stamp({"source": source, "name": name, "blames_shared_memory": blames, "diagnoses": entries})
+        return json.dumps(data, indent=2), EXIT_FAIL if blames else EXIT_OK
+    return text_report(entries), EXIT_FAIL if blames else EXIT_OK
+
+
+# --- the readers (engine, stdin) ------------------------------------------------------------------
+
+def last_lines(chunks, count: int) -> bytes:
+    """The last count lines of a streamed log, in bounded memory.
+
+    Podman 4.3's Docker API answers `tail=N` now and then with an empty or partial log
+    where the whole log has the lines (about 1 in 5 in tests/integration/test_podman.py);
+    reading it whole keeps only what the tail would have given.
+    """
+    from collections import deque
+
+    lines: deque[bytes] = deque(maxlen=count)
+    partial = b""
+    for chunk in chunks:
+        parts = (partial + chunk).split(b"\n")
+        partial = parts.pop()
+        lines.extend(part + b"\n" for part in parts)
+    if partial:
+        lines.append(partial)
+    return b"".join(lines)
+
+
+def is_podman(client) -> bool:
+    """Whether the engine behind the Docker API is Podman (its version names a "Podman Engine" component)."""
+    try:
+        components = client.version().get("Components") or []
+    except Exception:  # an engine that cannot say is treated as Docker
+        return False
+    return any("podman" in str(c.get("Name", "")).lower() for c in components)
+
+
+def read_container(name: str, host: str | None, tail: int) -> tuple[dict, str]:
+    """`docker inspect` and the log's tail of a container, through the Docker API (DOCKER_HOST, or --host)."""
+    import docker
+
+    try:
+        client = docker.DockerClient(base_url=host) if host else docker.from_env()
+        client.ping()
+    except Exception as exc:  # DockerException, or requests' errors for a socket that is not there
+        where = host or "DOCKER_HOST or the local socket"
+        raise ExplainError(f"no Docker engine answers at {where}: {exc}") from None
+    try:
+        container = client.containers.get(name)
+        if is_podman(client):
+            logs = last_lines(container.logs(stdout=True, stderr=True, stream=True), tail)
+        else:
+            logs = container.logs(stdout=True, stderr=True, tail=tail)
+        return container.attrs, logs.decode("utf-8", "replace")
+    except docker.errors.NotFound:
+        raise ExplainError(f"no container {name!r} on this engine (docker ps -a lists them)") from None
+    except docker.errors.APIError as exc:
+        raise ExplainError(f"the engine could not give {name}'s inspect and logs: {exc.explanation or exc}") from None
+    finally:
+        client.close()
+
+
+def stdin_items(text: str, flag_values: dict, stdin_facts: dict) -> tuple[str, str | None, list]:
+    """A Pod object (or a List of pods) on stdin, or else a log."""
+    if looks_like_pod(text):
+        from shmguard.manifests.yamlio import load
+
+        try:
+            documents = load(text, "stdin")
+        except ShmguardError:
+            documents = []
+        pods = pods_in(documents)
+        if pods:
+            if any(v is not None and v is not False for v in stdin_facts.values()):
+                raise UsageError("--shm-size, --memory-limit, --exit-code and --oom-killed describe a log; "
+                                 "a Pod object says them itself")
+            items = []
+            for pod in pods:
+                pod_name = (pod.get("metadata") or {}).get("name")
+                items += [(f"{pod_name}/{name}" if len(pods) > 1 else name, ev)
+                          for name, ev in pod_evidence(pod, flag_values)]
+            return "pod", pods[0].get("metadata", {}).get("name") if len(pods) == 1 else None, items
+    job = job_for(flag_values, {}, "the job options")
+    evidence = Evidence(exit_code=stdin_facts["exit_code"], oom_killed=bool(stdin_facts["oom_killed"]), logs=text,
+                        shm_size=stdin_facts["shm_size"], memory_limit=stdin_facts["memory_limit"], job=job,
+                        platform=stdin_facts.get("platform"))
+    return "logs", None, [(None, evidence)]
+
+
+def describe_sizes(value: str | None, flag: str) -> int | None:
+    from shmguard.units import parse_size
+
+    if value is None:
+        return None
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise UsageError(f"{flag}: {exc}") from None
+
+
+def explain(container: str | None, flag_values: dict, stdin_text: str | None, host: str | None, tail: int,
+            stdin_facts: dict, as_json: bool, echo=print) -> int:
+    if container:
+        if any(v is not None and v is not False for k, v in stdin_facts.items() if k != "platform"):
+            raise UsageError("--shm-size, --memory-limit, --exit-code and --oom-killed describe a log on stdin; "
+                             "a container's come from the engine")
+        attrs, logs = read_container(container, host, tail)
+        evidence = container_evidence(attrs, logs, flag_values)
+        name = str(attrs.get("Name") or container).lstrip("/")
+        text, code = report("container", name, [(name, evidence)], as_json)
+    else:
+        if stdin_text is None:
+            raise UsageError("give a CONTAINER, or pipe a log or a Pod object on stdin "
+                             "(kubectl logs POD | shmguard explain, kubectl get pod POD -o yaml | shmguard explain)")
+        if not stdin_text.strip():
+            raise UsageError("stdin is empty: nothing to explain")
+        source, name, items = stdin_items(stdin_text, flag_values, stdin_facts)
+        text, code = report(source, name, items, as_json)
+    echo(text)
+    return code
+

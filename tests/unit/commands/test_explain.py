@@ -1,0 +1,158 @@
+"""`shmguard explain`: evidence from inspect, Pod objects and logs; the CLI's exit codes and bad usage."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from shmguard import main
+from shmguard.commands import explain as explaining
+from shmguard.commands.explain import container_evidence, container_shm, pod_evidence, pods_in
+from shmguard.units import GIB, MIB
+
+from ..conftest import DATA
+
+CAPTURED = DATA / "explain"
+PODS = CAPTURED / "pods"
+JOB_FLAGS = ["--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224"]
+NO_FLAGS = {k: None for k in ("workers", "batch_size", "sample_shape", "dtype", "sample_bytes", "prefetch_factor",
+                              "procs_per_node", "gpus", "pin_memory", "sharing_strategy")}
+
+
+def inspect(name: str) -> dict:
+    return json.loads((CAPTURED / name / "inspect.json").read_text())
+
+
+def run_cli(monkeypatch, capsys, args, stdin: str | None = None):
+    monkeypatch.setattr("sys.stdin", io.StringIO(stdin if stdin is not None else ""))
+    if stdin is None:
+        monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+    for var in ("SHMGUARD_WORKERS", "SHMGUARD_BATCH_SIZE", "SHMGUARD_SAMPLE_SHAPE", "SHMGUARD_SAMPLE_BYTES"):
+        monkeypatch.delenv(var, raising=False)
+    code = main(["explain", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_container_evidence_from_a_captured_inspect():
+    ev = container_evidence(inspect("oom-400m-shm-1g"), "", NO_FLAGS)
+    assert (ev.exit_code, ev.oom_killed, ev.shm_size, ev.memory_limit) == (137, True, GIB, 400 * MIB)
+    assert ev.job.workers == 4 and ev.job.batch_size == 64 and ev.platform == "docker"  # from its SHMGUARD_* env
+
+
+def test_the_container_env_wins_and_flags_fill_the_gaps():
+    attrs = inspect("worker-bus-error-64m")  # no SHMGUARD_* variables
+    assert container_evidence(attrs, "", NO_FLAGS).job is None
+    flags = {**NO_FLAGS, "workers": "2", "batch_size": "8", "sample_bytes": "1m"}
+    assert container_evidence(attrs, "", flags).job.workers == 2
+    env_job = container_evidence(inspect("dataloader-enospc-64m"), "", {**flags, "workers": "9"}).job
+    assert env_job.workers == 4 and env_job.sample_shape == (3, 224, 224)
+
+
+@pytest.mark.parametrize("host, mounts, expected", [
+    ({"ShmSize": 67108864}, [], (64 * MIB, False)),
+    ({"ShmSize": 67108864, "IpcMode": "host"}, [], (None, True)),
+    ({"ShmSize": 67108864, "Tmpfs": {"/dev/shm": "rw,size=1g"}}, [], (GIB, False)),
+    ({"ShmSize": 67108864, "Tmpfs": {"/dev/shm": "rw"}}, [], (None, True)),
+    ({"ShmSize": 67108864}, [{"Type": "bind", "Destination": "/dev/shm"}], (None, True)),
+    ({"ShmSize": 65536000}, [], (65536000, False)),  # Podman's default
+])
+def test_container_shm(host, mounts, expected):
+    assert container_shm({"HostConfig": host, "Mounts": mounts}) == expected
+
+
+def test_a_running_or_never_started_container_has_no_exit_code():
+    running = container_evidence({"State": {"Status": "running", "Running": True, "ExitCode": 0}}, "", NO_FLAGS)
+    assert running.exit_code is None and running.running
+    created = container_evidence({"State": {"Status": "created", "ExitCode": 0}}, "", NO_FLAGS)
+    assert created.exit_code is None
+
+
+def test_pod_evidence_reads_the_last_termination_the_shm_volume_and_the_annotations():
+    import yaml
+
+    pod = pods_in([yaml.safe_load((PODS / "oom-unbounded-shm.yaml").read_text())])[0]
+    (trainer, ev), (metrics, sidecar) = pod_evidence(pod, NO_FLAGS)
+    assert (trainer, ev.exit_code, ev.oom_killed, ev.shm_unbounded, ev.memory_limit) == ("trainer", 137, True, True, 2 * GIB)
+    assert ev.job.workers == 8 and ev.platform == "kubernetes"
+    assert metrics == "metrics" and sidecar.running and sidecar.job is None and sidecar.shm_size == 64 * MIB
+
+
+def test_pods_in_a_list():
+    pod = {"kind": "Pod", "metadata": {"name": "a"}, "spec": {"containers": [{"name": "c"}]}}
+    assert pods_in([{"kind": "List", "items": [pod, {"kind": "Service"}]}, "text", None]) == [pod]
+
+
+def test_explain_a_pod_on_stdin(monkeypatch, capsys):
+    code, out, _ = run_cli(monkeypatch, capsys, [], (PODS / "enospc-default-shm.yaml").read_text())
+    assert code == 1
+    assert "pytorch: shared-memory (shm-enospc)" in out and "sizeLimit: 369Mi" in out
+
+
+def test_explain_a_pod_as_json(monkeypatch, capsys):
+    code, out, _ = run_cli(monkeypatch, capsys, ["--json"], (PODS / "oom-unbounded-shm.yaml").read_text())
+    data = json.loads(out)
+    assert code == 1 and data["schema_version"] == 1 and data["source"] == "pod" and data["blames_shared_memory"]
+    assert [d["container"] for d in data["diagnoses"]] == ["trainer", "metrics"]
+
+
+def test_explain_logs_on_stdin_with_the_job(monkeypatch, capsys):
+    logs = (CAPTURED / "dataloader-enospc-64m" / "logs.txt").read_text()
+    code, out, _ = run_cli(monkeypatch, capsys, ["--shm-size", "64Mi", "--memory-limit", "8Gi", "--platform",
+                                                 "kubernetes", *JOB_FLAGS], logs)
+    assert code == 1 and "sizeLimit: 369Mi" in out and "/dev/shm 64.0 MiB" in out and "docker run" not in out
+
+
+def test_explain_logs_that_do_not_point_at_shm_exit_0(monkeypatch, capsys):
+    logs = (CAPTURED / "checkpoint-disk-full" / "logs.txt").read_text()
+    code, out, _ = run_cli(monkeypatch, capsys, ["--exit-code", "1"], logs)
+    assert code == 0 and "not-shared-memory (disk-full)" in out
+
+
+@pytest.mark.parametrize("args, stdin, message", [
+    ([], None, "give a CONTAINER, or pipe"),
+    ([], "   \n", "stdin is empty"),
+    (["--shm-size", "lots"], "log", "--shm-size"),
+    (["--workers", "x", "--batch-size", "4", "--sample-bytes", "1k"], "log", "--workers must be a whole number"),
+    (["some-container", "--exit-code", "1"], None, "describe a log on stdin"),
+    (["--exit-code", "1"], (PODS / "enospc-default-shm.yaml").read_text(), "a Pod object says them itself"),
+    (["--collate-fn", "m:f"], "log", "--collate-fn goes with --dataset"),
+])
+def test_bad_usage_is_one_line_and_exit_2(monkeypatch, capsys, args, stdin, message):
+    code, out, err = run_cli(monkeypatch, capsys, args, stdin)
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_a_bad_quantity_in_a_pod_names_the_field(monkeypatch, capsys):
+    text = (PODS / "enospc-default-shm.yaml").read_text().replace("memory: 8Gi", "memory: lots")
+    code, _, err = run_cli(monkeypatch, capsys, [], text)
+    assert code == 2 and "limits.memory" in err
+
+
+def test_a_container_through_the_engine(monkeypatch, capsys):
+    seen = {}
+
+    def fake_read(name, host, tail):
+        seen.update(name=name, host=host, tail=tail)
+        return inspect("dataloader-enospc-64m"), (CAPTURED / "dataloader-enospc-64m" / "logs.txt").read_text()
+
+    monkeypatch.setattr(explaining, "read_container", fake_read)
+    code, out, _ = run_cli(monkeypatch, capsys, ["--host", "unix:///run/podman/podman.sock", "--tail", "50", "trainer"])
+    assert code == 1 and "docker run --shm-size=369m" in out
+    assert seen == {"name": "trainer", "host": "unix:///run/podman/podman.sock", "tail": 50}
+
+
+def test_no_engine_is_one_line_and_exit_2(monkeypatch, capsys):
+    code, _, err = run_cli(monkeypatch, capsys, ["--host", "unix:///nonexistent/docker.sock", "trainer"])
+    assert code == 2 and "no Docker engine answers at unix:///nonexistent/docker.sock" in err
+
+
+def test_a_container_whose_own_job_is_incomplete_is_explained_without_it():
+    attrs = inspect("dataloader-enospc-64m")
+    attrs["Config"]["Env"] = ["SHMGUARD_WORKERS=4"]
+    ev = container_evidence(attrs, "", NO_FLAGS)
+    assert ev.job is None and "the job needs --workers and --batch-size" in ev.notes[0]
+    flags = {**NO_FLAGS, "batch_size": "64", "sample_shape": "3,224,224"}
+    assert container_evidence(attrs, "", flags).job.workers == 4  # the flags complete it
