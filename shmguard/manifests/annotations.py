@@ -24,6 +24,7 @@ PREFIX = "shmguard.io/"
 KEYS = {name: PREFIX + name.replace("_", "-") for name in ENV_VARS}
 SKIP = PREFIX + "skip"
 CONTAINER = PREFIX + "container"
+MEMORY = PREFIX + "memory"  # the memory limit to give the DataLoader container(s) when they have none
 
 
 def annotation_values(annotations) -> dict[str, str]:
@@ -46,6 +47,22 @@ def env_values(container) -> dict[str, str]:
             if str(item["value"]).strip() != "":
                 out[by_var[item["name"]]] = str(item["value"]).strip()
     return out
+
+
+def setting(key: str, *layers) -> str | None:
+    """The value of one annotation, from the most specific layer that sets it (layers most specific first)."""
+    for annotations in layers:
+        if isinstance(annotations, dict) and annotations.get(key) is not None and str(annotations[key]).strip() != "":
+            return str(annotations[key]).strip()
+    return None
+
+
+def skip_setting(*layers) -> bool | None:
+    """`shmguard.io/skip` from the most specific layer that says anything (True, False), or None: not said."""
+    for annotations in layers:
+        if isinstance(annotations, dict) and SKIP in annotations:
+            return parse_flag("skip", annotations[SKIP])
+    return None
 
 
 def skipped(*layers) -> bool:
