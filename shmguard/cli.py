@@ -251,25 +251,70 @@ def render_compose_command(image, name, cpus, memory, env, command, **options) -
     return 0
 
 
+def job_defaults_from_options(values: dict) -> dict:
+    """Raw job values for per-template resolution (annotations override them); validated once if they describe a job."""
+    from shmguard.job import make_job
+    from shmguard.manifests.annotations import describes_job
+
+    keys = ("workers", "batch_size", "sample_shape", "dtype", "sample_bytes", "prefetch_factor",
+            "procs_per_node", "gpus", "pin_memory", "sharing_strategy")
+    if values.get("dataset"):
+        explicit = {k: values.get(k) for k in ("procs_per_node", "gpus")}
+        job = job_from_options(values)
+        raw = {"workers": job.workers, "batch_size": job.batch_size, "sample_bytes": job.sample_bytes,
+               "prefetch_factor": job.prefetch_factor, "pin_memory": job.pin_memory,
+               "sharing_strategy": job.sharing_strategy}
+        raw.update({k: v for k, v in explicit.items() if v is not None})
+        return raw
+    raw = {key: values.pop(key) for key in keys if values.get(key) is not None}
+    values.pop("dataset", None), values.pop("collate_fn", None)
+    if describes_job(raw):
+        make_job(**raw)  # a bad value on the command line is one error, not one per template
+    return raw
+
+
 @cli.command()
 @job_options
 @click.option("-i", "--in-place", is_flag=True, help="Rewrite the files (atomically) instead of printing.")
 @click.option("--check", is_flag=True, help="Change nothing; list what would change and exit 1 if anything would.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stderr (every template, what changed or why not).")
+@click.option("--kind", "kinds", multiple=True, metavar="KIND", help="Only objects of this kind (`Job`, or with its group: `batch.volcano.sh/Job`); repeatable.")
+@click.option("--name", "names", multiple=True, metavar="PATTERN", help="Only objects whose name matches (shell pattern); repeatable.")
+@click.option("-l", "--selector", "labels", multiple=True, metavar="KEY[=VALUE]", help="Only objects with this label; repeatable (all must match).")
+@click.option("-n", "--namespace", "namespaces", multiple=True, metavar="NS", help="Only objects in this namespace; repeatable.")
+@click.option("--opt-in", is_flag=True, help='Only templates whose object or template is annotated shmguard.io/skip: "false".')
+@click.option("--container", metavar="NAME[,NAME]", help="The container(s) that run the DataLoader (default: the first that is not a known sidecar).")
+@click.option("--memory", metavar="SIZE", help="A memory limit for DataLoader containers that have none (default: leave them without).")
+@click.option("--size-unsized", is_flag=True, help="Give an existing memory /dev/shm without sizeLimit the job's size (default: keep it unsized).")
+@click.option("--include-init", is_flag=True, help="Mount /dev/shm into init containers and sidecars too.")
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
-def patch(in_place, check, files, **options) -> int:
+def patch(in_place, check, as_json, kinds, names, labels, namespaces, opt_in, container, memory, size_unsized,
+          include_init, files, **options) -> int:
     """Add or fix the /dev/shm emptyDir, its mount and the memory limits in every pod template of FILES (or stdin).
 
-    Handles Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob and
-    PyTorchJob; other documents pass through. Patching twice changes nothing.
+    Finds the pod templates of Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet,
+    Job, CronJob, the Kubeflow jobs (PyTorchJob, TFJob, MPIJob, XGBoostJob, PaddleJob,
+    JAXJob), Trainer runtimes, KubeRay, JobSet, Volcano, LeaderWorkerSet, Argo, KServe,
+    Knative and `kind: List`, and of any other object by shape. By default every
+    template is sized; shmguard.io/skip: "true" leaves one alone. shmguard.io/*
+    annotations on an object or template override the job options. Never lowers a
+    limit or a request, never shrinks a /dev/shm. Patching twice changes nothing.
     """
     from shmguard.commands.patch import patch as run_patch
     from shmguard.errors import UsageError
+    from shmguard.manifests.podspec import PatchOptions, asked_memory
 
     if in_place and check:
         raise UsageError("-i and --check do not go together")
     if in_place and (not files or "-" in files):
         raise UsageError("-i needs files to rewrite, not stdin")
-    return run_patch(job_from_options(options), list(files), in_place=in_place, check=check)
+    patch_options = PatchOptions(
+        kinds=tuple(k for item in kinds for k in item.split(",") if k), names=names, labels=labels,
+        namespaces=namespaces, opt_in=opt_in, container=container,
+        memory=None if memory is None else asked_memory(memory, "--memory"), size_unsized=size_unsized,
+        include_init=include_init)
+    return run_patch(job_defaults_from_options(options), list(files), in_place=in_place, check=check,
+                     options=patch_options, as_json=as_json)
 
 
 @cli.command("measure")

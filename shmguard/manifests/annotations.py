@@ -92,12 +92,13 @@ def resolve_job(defaults: dict, container=None, *annotation_layers):
     values = merged_values(defaults, container, *annotation_layers)
     if not describes_job(values):
         return None
-    specific = {}
-    for layer in annotation_layers:
-        specific.update(annotation_values(layer))
-    if "sample_bytes" in specific and "sample_shape" not in specific:
+    # A sample size given at a more specific level (env over defaults, annotations over env) replaces the other form.
+    levels = [{k: v for k, v in defaults.items() if v is not None}, env_values(container)]
+    levels += [annotation_values(layer) for layer in annotation_layers]
+    level = {name: max((i for i, lv in enumerate(levels) if name in lv), default=-1) for name in ("sample_bytes", "sample_shape")}
+    if level["sample_bytes"] > level["sample_shape"]:
         values.pop("sample_shape", None)
         values.pop("dtype", None)
-    elif "sample_shape" in specific and "sample_bytes" not in specific:
+    elif level["sample_shape"] > level["sample_bytes"]:
         values.pop("sample_bytes", None)
     return make_job(**{k: v for k, v in values.items() if k in ENV_VARS})

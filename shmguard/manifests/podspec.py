@@ -105,7 +105,7 @@ class TemplateResult:
         return "info"
 
     def lines(self) -> list[str]:
-        head = f"document {self.document} {self.name}"
+        head = f"document {self.document} {self.name}".rstrip()
         if self.status == CHANGED:
             out = [f"{head}: {c.text()}" for c in self.changes]
         elif self.status == UNCHANGED:
@@ -409,7 +409,7 @@ class Sizer:
         if limit is None:
             target = max(asked, request or 0)  # requests never end up above the limit
         else:
-            target = max(limit, need, asked or 0)  # never lowered
+            target = max(limit, need, asked or 0, request or 0)  # never lowered; never below the request
             if target == limit:
                 return limit
         text = k8s_quantity(target)
@@ -523,8 +523,6 @@ def size_pod_template(template: PodTemplate, defaults=None, options: PatchOption
     if reason:
         return result
     result = Sizer(template, defaults_dict(defaults), options).run()
-    if template.found_by == "shape" and group_of(template.obj) is None:
-        result.notes.append("no apiVersion: found by its shape (a list of containers with name and image)")
     return result
 
 
@@ -541,7 +539,7 @@ def patch_documents(docs: list, defaults=None, options: PatchOptions | None = No
         if doc is None:
             continue
         if not isinstance(doc, dict):
-            summary.results.append(TemplateResult(f"document {index + 1}", index + 1, "", ERROR,
+            summary.results.append(TemplateResult("", index + 1, "", ERROR,
                                                   f"a manifest must be a mapping, not {type(doc).__name__}"))
             continue
         try:
@@ -549,6 +547,11 @@ def patch_documents(docs: list, defaults=None, options: PatchOptions | None = No
         except ManifestError as exc:
             summary.results.append(TemplateResult(label_of(doc), index + 1, "", ERROR,
                                                   str(exc).removeprefix(where_of(index, doc) + ": ")))
+            continue
+        if found and group_of(doc) is None:
+            summary.results.append(TemplateResult(label_of(doc), index + 1, "", ERROR,
+                                                  "no apiVersion: kubectl would refuse it, and shmguard cannot tell "
+                                                  "which kind it is (a batch/v1 Job or a Volcano Job?)"))
             continue
         if group_of(doc) == "trainer.kubeflow.org" and doc.get("kind") == "TrainJob":
             runtime = trainjob_runtime(doc) or "the runtime it names"

@@ -126,13 +126,16 @@ def test_patch_keeps_every_field_and_is_idempotent(containers_extra, limit, size
         for key, value in before.items():
             if key not in ("resources", "volumeMounts"):
                 assert after[key] == value
-        limit_after = parse_quantity(after["resources"]["limits"]["memory"])
-        if "resources" in before:
-            assert limit_after >= parse_quantity(before["resources"]["limits"]["memory"])
+        if "resources" in before:  # never lowered
+            assert parse_quantity(after["resources"]["limits"]["memory"]) >= parse_quantity(before["resources"]["limits"]["memory"])
+        else:  # no limit is not given one (tmpfs is capped by none either)
+            assert "resources" not in after
         assert any(m["mountPath"] == "/dev/shm" for m in after["volumeMounts"])
+    if size_limit:  # never shrunk
+        assert parse_quantity(doc["spec"]["volumes"][0]["emptyDir"]["sizeLimit"]) >= parse_quantity(size_limit)
     kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)  # still a valid Pod
     again = copy.deepcopy(doc)
-    assert podspec.patch_documents([again], job) == [] and again == doc
+    assert podspec.patch_documents([again], job).changes == [] and again == doc
 
 
 @SETTINGS
