@@ -317,6 +317,32 @@ def patch(in_place, check, as_json, kinds, names, labels, namespaces, opt_in, co
                      options=patch_options, as_json=as_json)
 
 
+@cli.command("fn")
+def fn_command() -> int:
+    """KRM function: a ResourceList on stdin, the same with pod templates sized on stdout.
+
+    The job and options come from functionConfig (a ConfigMap's data: workers,
+    batch-size, sample-shape, … and kind, name, selector, namespace, opt-in,
+    container, memory, size-unsized, include-init). One result per pod template,
+    with its severity. For kustomize (as a container or exec transformer), kpt fn
+    and anything that speaks ResourceList. Exit 1 when a result is an error.
+    """
+    import sys
+
+    from shmguard.manifests import yamlio
+    from shmguard.manifests.krm import run
+
+    text = sys.stdin.read(yamlio.MAX_INPUT_BYTES + 1)
+    docs = [d for d in yamlio.load(text, "stdin") if d is not None]
+    if len(docs) != 1:
+        from shmguard.errors import UsageError
+
+        raise UsageError(f"shmguard fn reads one ResourceList on stdin, not {len(docs)} documents")
+    resource_list, code = run(docs[0])
+    click.echo(yamlio.dump([resource_list]), nl=False)
+    return code
+
+
 @cli.command("measure")
 @click.option("--dataset", required=True, metavar="MODULE:CALLABLE", help="A callable returning your Dataset or IterableDataset.")
 @click.option("--batch-size", required=True, envvar="SHMGUARD_BATCH_SIZE", metavar="B", help="Samples per batch.")
