@@ -223,18 +223,24 @@ def target_values(job, image, name, cpus, memory, env, command) -> dict:
 @job_options
 @target_options
 @click.option("--namespace", help="Namespace of the workload.")
-@click.option("--kind", type=click.Choice(["pod", "job", "deployment", "pytorchjob"], case_sensitive=False), default="job",
-              show_default=True, help="What to render (a PyTorchJob has a Master and --replicas Workers).")
-@click.option("--replicas", type=click.IntRange(min=0), default=1, show_default=True, help="PyTorchJob Worker replicas.")
+@click.option("--kind", type=click.Choice(["pod", "job", "deployment", "pytorchjob", "raycluster", "rayjob", "jobset",
+                                           "trainjob"], case_sensitive=False), default="job", show_default=True,
+              help="What to render (a PyTorchJob has a Master and --replicas Workers; a RayCluster/RayJob a head "
+                   "and --replicas workers; a JobSet --replicas pods; a TrainJob --replicas nodes).")
+@click.option("--replicas", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Workers: PyTorchJob Worker replicas, Ray workers, JobSet pods, TrainJob nodes.")
+@click.option("--runtime", default="torch-distributed", show_default=True,
+              help="TrainJob: the ClusterTrainingRuntime it runs on.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def render_k8s_command(image, name, cpus, memory, env, namespace, kind, replicas, command, **options) -> int:
+def render_k8s_command(image, name, cpus, memory, env, namespace, kind, replicas, runtime, command, **options) -> int:
     """Print a Kubernetes manifest: an emptyDir of medium Memory at /dev/shm with a sizeLimit, memory limits
     that include it, CPUs for the workers, GPUs, the SHMGUARD_* environment and `shmguard health` probes."""
     from shmguard.commands.render import render_k8s
 
     job = job_from_options(options)
     values = target_values(job, image, name, cpus, memory, env, command)
-    click.echo(render_k8s(job, kind=kind, namespace=namespace, workers_replicas=replicas, **values), nl=False)
+    click.echo(render_k8s(job, kind=kind, namespace=namespace, workers_replicas=replicas, runtime=runtime, **values),
+               nl=False)
     return 0
 
 
