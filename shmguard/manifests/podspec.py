@@ -283,7 +283,7 @@ class Sizer:
         object_store, store_source = self.ray_object_store()
         asked = self.asked()
         limits = [self.size_memory(c, p, job, object_store, asked) for c, p in loaders]
-        shm = self.shm_needed(job, len(loaders), object_store, store_source, limits)
+        shm = self.shm_needed(job, len(loaders), object_store, store_source, limits, loaders[0][0])
         self.result.needs = {"shm": k8s_quantity(shm) if shm else "unsized",
                              "memory": k8s_quantity(self.memory_needed(job, object_store))}
         self.size_volume(volume, volume_name, shm, job)
@@ -377,10 +377,11 @@ class Sizer:
             return None, ""
         value = self.t.ray["params"].get("object-store-memory")
         if value is not None:
+            source = f"rayStartParams object-store-memory {value}"
             try:
-                return int(str(value).strip()), "rayStartParams object-store-memory"
+                return int(str(value).strip()), source
             except ValueError:
-                return asked_memory(value, "rayStartParams object-store-memory"), "rayStartParams object-store-memory"
+                return asked_memory(value, "rayStartParams object-store-memory"), source
         return None, "default"
 
     def memory_needed(self, job, object_store: int | None) -> int:
@@ -425,11 +426,11 @@ class Sizer:
             self.change(f"{cpath}.resources.requests.memory", request_text, text, "kept equal to the limit, so the QoS class stays")
         return target
 
-    def shm_needed(self, job, loaders: int, object_store, store_source: str, limits) -> int | None:
+    def shm_needed(self, job, loaders: int, object_store, store_source: str, limits, ray_container: dict) -> int | None:
         if not self.t.ray:
             return sizing.pod_shm_size(job, loaders)
         if object_store is not None:
-            self.result.notes.append(f"Ray's object store ({k8s_quantity(object_store)}, {store_source}) lives in /dev/shm too")
+            self.result.notes.append(f"Ray's object store ({store_source}) lives in /dev/shm too")
             return sizing.pod_shm_size(job, loaders, object_store)
         limit = limits[0] if limits else None
         if limit is None:
@@ -437,7 +438,8 @@ class Sizer:
                                      "/dev/shm is not capped, so that it fits")
             return None
         store = sizing.ray_object_store(limit)
-        self.result.notes.append(f"Ray's object store (30% of the {k8s_quantity(limit)} memory limit: {k8s_quantity(store)}) "
+        written = ray_container["resources"]["limits"]["memory"]  # as the manifest says it (4G, 5Gi)
+        self.result.notes.append(f"Ray's object store (30% of the {written} memory limit: {k8s_quantity(store)}) "
                                  f"lives in /dev/shm too")
         return sizing.pod_shm_size(job, loaders, store)
 

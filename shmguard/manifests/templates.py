@@ -22,6 +22,7 @@ Pure functions on plain dicts (what the YAML loader gives); no I/O.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -192,7 +193,7 @@ class Finder:
             self.by_shape(self.doc, "")
         elif (group, kind) == ("", "Pod"):
             spec, path = self.get(self.doc, "", "spec")
-            self.pod_spec(spec, path, "")
+            self.pod_spec(spec, path, "", **pod_role(self.doc))
         elif (group, kind) in SIMPLE_TEMPLATE_KINDS:
             spec, path = self.get(self.doc, "", "spec")
             node, path = self.get(spec, path, "template")
@@ -353,6 +354,44 @@ class Finder:
         elif isinstance(node, list):
             for i, value in enumerate(node):
                 self.by_shape(value, f"{path}[{i}]")
+
+
+RAY_FLAG = re.compile(r"--(num-cpus|object-store-memory)[= ]\s*['\"]?([0-9.e+]+)")
+# The roles of a Pod an operator made, from its labels (the webhook sees Pods, not their templates).
+ROLE_LABELS = {
+    "training.kubeflow.org/replica-type": {"launcher": NO_DATALOADER_ROLES[("kubeflow.org", "MPIJob", "Launcher")],
+                                           "ps": NO_DATALOADER_ROLES[("kubeflow.org", "TFJob", "PS")]},
+    "training.kubeflow.org/job-role": {"launcher": NO_DATALOADER_ROLES[("kubeflow.org", "MPIJob", "Launcher")]},
+    "jobset.sigs.k8s.io/replicatedjob-name": {
+        "dataset-initializer": NO_DATALOADER_ROLES[("trainer.kubeflow.org", "*", "dataset-initializer")],
+        "model-initializer": NO_DATALOADER_ROLES[("trainer.kubeflow.org", "*", "model-initializer")]},
+}
+
+
+def pod_role(pod: dict) -> dict:
+    """What a Pod's labels and its Ray container's `ray start` flags say about its role (for Pods made by operators).
+
+    KubeRay labels its pods `ray.io/node-type: head|worker` and passes rayStartParams to
+    `ray start` as `--key=value` in the first container's command or args.
+    """
+    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    extra: dict[str, Any] = {}
+    for label, roles in ROLE_LABELS.items():
+        why = roles.get(str(labels.get(label, "")).lower())
+        if why:
+            extra["no_dataloader"] = why
+    node_type = str(labels.get("ray.io/node-type", "")).lower()
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    containers = spec.get("containers") if isinstance(spec.get("containers"), list) else []
+    if node_type in ("head", "worker") and containers and isinstance(containers[0], dict):
+        first = containers[0]
+        words = " ".join(str(w) for key in ("command", "args") if isinstance(first.get(key), list) for w in first[key])
+        params = {name: value for name, value in RAY_FLAG.findall(words)}
+        extra["ray"] = {"head": node_type == "head", "params": params}
+        if str(params.get("num-cpus", "")).strip() in ("0", "0.0"):
+            extra["no_dataloader"] = "a Ray node with num-cpus 0 runs no tasks, so no DataLoader"
+    return extra
 
 
 def is_list(doc: dict) -> bool:
