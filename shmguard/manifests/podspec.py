@@ -556,13 +556,68 @@ def patch_documents(docs: list, defaults=None, options: PatchOptions | None = No
                                                   "which kind it is (a batch/v1 Job or a Volcano Job?)"))
             continue
         if group_of(doc) == "trainer.kubeflow.org" and doc.get("kind") == "TrainJob":
-            runtime = trainjob_runtime(doc) or "the runtime it names"
-            summary.results.append(TemplateResult(label_of(doc), index + 1, "spec.trainer", SKIPPED,
-                                                  f"a TrainJob has no pod template: its pods come from {runtime}; "
-                                                  f"size that runtime (shmguard patch on it)"))
+            summary.results.append(size_trainjob(index, doc, defaults, options))
         for template in found:
             summary.results.append(size_pod_template(template, defaults, options))
     return summary
+
+
+def size_trainjob(index: int, doc: dict, defaults=None, options: PatchOptions | None = None) -> TemplateResult:
+    """A Kubeflow Trainer TrainJob has no pod template: its pods, and their /dev/shm, come from the runtime it
+    names. What it can set, `trainer.resourcesPerNode`, overrides the runtime's container resources, so its
+    memory limit must hold the job: sized as a container's (never lowered; requests equal stay equal)."""
+    options = options or PatchOptions()
+    runtime = trainjob_runtime(doc) or "the runtime it names"
+    pointer = f"its pods and their /dev/shm come from {runtime}: size that runtime (shmguard patch on it)"
+    name = f"{label_of(doc)} trainer"
+    reason = not_selected(doc, options)
+    if reason:
+        return TemplateResult(name, index + 1, "spec.trainer", SKIPPED, reason)
+    spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else {}
+    trainer = spec.get("trainer")
+    if not isinstance(trainer, dict):
+        return TemplateResult(name, index + 1, "spec.trainer", SKIPPED, f"a TrainJob without a trainer: {pointer}")
+    env = [e for e in trainer.get("env") or [] if isinstance(e, dict)]
+    procs = trainer.get("numProcPerNode")
+    if isinstance(procs, int) and not any(e.get("name") == "SHMGUARD_PROCS_PER_NODE" for e in env):
+        env.append({"name": "SHMGUARD_PROCS_PER_NODE", "value": str(procs)})  # the manifest's fact, under annotations
+    node = {"name": "node", "env": env, "command": trainer.get("command"), "args": trainer.get("args"),
+            "resources": trainer.get("resourcesPerNode")}
+    template = PodTemplate(doc_index=index, obj=doc, name=name, path="spec.trainer", spec={}, containers=[node],
+                           container_paths=["spec.trainer"])
+    sizer = Sizer(template, defaults_dict(defaults), options)
+
+    def size() -> TemplateResult:
+        if ann.skip_setting(template.object_annotations) is True:
+            return sizer.leave('shmguard.io/skip: "true"')
+        if options.opt_in and ann.skip_setting(template.object_annotations) is not False:
+            return sizer.leave('not opted in (--opt-in sizes only templates annotated shmguard.io/skip: "false")')
+        job = sizer.job(node)
+        if job is None:
+            return sizer.leave("no job described: give --workers, --batch-size and the sample size, "
+                               "or shmguard.io/* annotations")
+        asked = sizer.asked()
+        resources = node["resources"] if isinstance(node["resources"], dict) else {}
+        limits = resources.get("limits") if isinstance(resources.get("limits"), dict) else {}
+        if limits.get("memory") is None and asked is None:
+            sizer.result.notes.append("resourcesPerNode sets no memory limit: the runtime's containers' limits apply")
+        else:
+            sizer.size_memory(node, "spec.trainer", job, None, asked)
+        sizer.result.needs = {"shm": k8s_quantity(sizing.shm_size(job)), "memory": k8s_quantity(sizing.memory_needed(job))}
+        for change in sizer.result.changes:
+            change.path = change.path.replace("spec.trainer.resources.", "spec.trainer.resourcesPerNode.")
+        sizer.result.notes = [n.replace("spec.trainer (node)", "spec.trainer.resourcesPerNode") for n in sizer.result.notes]
+        sizer.result.notes.append(pointer)
+        sizer.result.status = CHANGED if sizer.result.changes else UNCHANGED
+        return sizer.result
+
+    try:
+        result = size()
+    except UsageError as exc:
+        return TemplateResult(name, index + 1, "spec.trainer", ERROR, str(exc))
+    if result.status == CHANGED and node["resources"] is not None and trainer.get("resourcesPerNode") is None:
+        trainer["resourcesPerNode"] = node["resources"]
+    return result
 
 
 def size_pod(pod: dict, defaults=None, options: PatchOptions | None = None) -> TemplateResult:

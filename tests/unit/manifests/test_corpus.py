@@ -250,10 +250,19 @@ def test_roles_that_run_no_dataloader_are_left_alone_and_said_so():
         assert r.status == "skipped" and words in r.reason, (name, r.reason)
 
 
-def test_a_trainjob_points_at_its_runtime():
+def test_a_trainjob_points_at_its_runtime_and_its_resources_per_node_hold_the_job():
     docs, summary = patched("trainer-multi-step.yaml")
     trainjob = result(summary, "TrainJob/")
-    assert trainjob.status == "skipped" and "TrainingRuntime/torch-with-dataset-init" in trainjob.reason
+    assert trainjob.status == "unchanged" and "TrainingRuntime/torch-with-dataset-init" in trainjob.notes[-1]
+    big = {"workers": "8", "batch_size": "256", "sample_bytes": "8Mi"}  # needs more than its 8Gi limit
+    docs, summary = patched("trainer-multi-step.yaml", big)
+    per_node = docs[1]["spec"]["trainer"]["resourcesPerNode"]
+    need = k8s_quantity(sizing.memory_needed(make_job(**big)))
+    assert per_node["limits"]["memory"] == need and per_node["requests"]["memory"] == "4Gi"  # requests kept
+    assert any(c.startswith("document 2 TrainJob/multi-step-example trainer: spec.trainer.resourcesPerNode.limits.memory: 8Gi -> ")
+               for c in summary.changes)
+    docs, summary = patched("trainer-trainjob-multi-node.yaml")  # no resourcesPerNode: the runtime's limits apply
+    assert summary.results[0].status == "unchanged" and "runtime's containers' limits apply" in summary.results[0].notes[0]
 
 
 def test_gpu_pods_run_one_process_per_gpu_unless_told():
