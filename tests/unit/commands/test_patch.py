@@ -69,6 +69,7 @@ def test_bad_manifests_exit_2_and_write_nothing(tmp_path, capsys, text, message)
     assert main(["patch", *JOB, "-i", str(good), str(bad)]) == 2
     err = capsys.readouterr().err
     assert str(bad) in err and message in err and "Traceback" not in err
+    assert f"{good}: document 2 Job/train" in err  # the good file is still reported
     assert good.read_text() == MANIFEST and bad.read_text() == text
 
 
