@@ -307,3 +307,26 @@ def test_two_different_volumes_at_dev_shm_are_reported_and_the_pod_left_alone():
     r = result(summary, "workerTemplate")
     assert r.status == "skipped" and "dshm (emptyDir)" in r.reason and "hostshm (hostPath)" in r.reason
     assert r.severity == "warning" and spec == before
+
+
+def test_init_containers_get_the_mount_only_when_asked():
+    """vLLM gateway deployment: a native-sidecar init container (lora-adapter-syncer) beside the `vllm` server."""
+    docs, _ = patched("vllm-production-stack-gpu-deployment.yaml")
+    init = container(docs, 0, "spec.template.spec.initContainers[0]")
+    assert not any(m.get("mountPath") == "/dev/shm" for m in init.get("volumeMounts", []))
+    docs, summary = patched("vllm-production-stack-gpu-deployment.yaml", options=podspec.PatchOptions(include_init=True))
+    init = container(docs, 0, "spec.template.spec.initContainers[0]")
+    assert {"name": "shm", "mountPath": "/dev/shm"} in init["volumeMounts"]  # the pod's existing volume, not a new one
+    assert len(container(docs, 0, "spec.template.spec.volumes")) == len(load("vllm-production-stack-gpu-deployment.yaml")[0]
+                                                                          ["spec"]["template"]["spec"]["volumes"])
+
+
+def test_a_named_container_that_is_not_there_is_an_error_for_that_template_only():
+    docs, summary = patched("kserve-inferenceservice-collocation.yaml", options=podspec.PatchOptions(container="nope"))
+    assert summary.errors[0].reason.startswith("no container named nope")
+    assert "kserve-container, transformer-container" in summary.errors[0].reason
+    assert docs == load("kserve-inferenceservice-collocation.yaml")
+    docs, summary = patched("kserve-inferenceservice-collocation.yaml",
+                            options=podspec.PatchOptions(container="transformer-container"))
+    limits = [c["resources"]["limits"]["memory"] for c in docs[0]["spec"]["predictor"]["containers"]]
+    assert limits == ["1Gi", "1Gi"]  # 1Gi holds the 854Mi the job needs: nothing raised, nothing lowered
