@@ -417,7 +417,12 @@ class Sizer:
                                      f"shmguard.io/memory sets one)")
             return None
         if limit is None:
-            target = max(asked, request or 0)  # requests never end up above the limit
+            # What was asked, but at least what the job needs (a second run would raise it anyway)
+            # and never below the request.
+            target = max(asked, need, request or 0)
+            if target > asked:
+                self.result.notes.append(f"{label}: asked for a {k8s_quantity(asked)} memory limit; "
+                                         f"{k8s_quantity(target)} given (what the job needs, or the request)")
         else:
             target = max(limit, need, asked or 0, request or 0)  # never lowered; never below the request
             if target == limit:
