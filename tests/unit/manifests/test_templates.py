@@ -83,3 +83,17 @@ def test_bad_templates_are_named_by_document_and_path(doc, message):
         find_templates(0, doc)
     summary = podspec.patch_documents([doc], DEFAULTS)
     assert summary.errors and message in summary.errors[0].reason
+
+
+def test_a_new_volume_never_takes_a_name_in_use_and_a_null_empty_dir_is_fixed():
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+           "spec": {"volumes": [{"name": "dshm", "configMap": {"name": "c"}}], "containers": [dict(C[0])]}}
+    podspec.size_pod(pod, DEFAULTS)
+    assert [v["name"] for v in pod["spec"]["volumes"]] == ["dshm", "dshm-1"]
+    assert pod["spec"]["containers"][0]["volumeMounts"] == [{"name": "dshm-1", "mountPath": "/dev/shm"}]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+           "spec": {"volumes": [{"name": "shm", "emptyDir": None}],
+                    "containers": [{**C[0], "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}]}]}}
+    result = podspec.size_pod(pod, DEFAULTS)
+    assert pod["spec"]["volumes"] == [{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "369Mi"}}]
+    assert result.status == "changed"
