@@ -8,7 +8,11 @@ import pytest
 from shmguard.manifests import podspec
 from shmguard.manifests.templates import ManifestError, find_templates, group_of, is_pod_spec
 
-C = [{"name": "c", "image": "x"}]
+
+
+def containers():
+    return [{"name": "c", "image": "x"}]  # fresh each time: patching changes them in place
+
 DEFAULTS = {"workers": "4", "batch_size": "64", "sample_shape": "3,224,224"}
 
 
@@ -23,20 +27,20 @@ def test_group_of():
 
 
 def test_group_and_kind_both_decide():
-    batch = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": {"template": {"spec": {"containers": C}}}}
+    batch = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": {"template": {"spec": {"containers": containers()}}}}
     assert names(batch) == [("Job/j", "spec.template.spec")]
     volcano = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "v"},
-               "spec": {"tasks": [{"name": "w", "template": {"spec": {"containers": C}}}]}}
+               "spec": {"tasks": [{"name": "w", "template": {"spec": {"containers": containers()}}}]}}
     assert names(volcano) == [("Job/v tasks[w]", "spec.tasks[0].template.spec")]
     other = {"apiVersion": "example.com/v1", "kind": "Job", "metadata": {"name": "o"},
-             "spec": {"runner": {"template": {"metadata": {}, "spec": {"containers": C}}}}}
+             "spec": {"runner": {"template": {"metadata": {}, "spec": {"containers": containers()}}}}}
     assert names(other) == [("Job/o runner.template", "spec.runner.template.spec")]
 
 
 def test_the_general_rule_finds_pod_specs_in_unknown_kinds_and_only_those():
     doc = {"apiVersion": "example.com/v1", "kind": "Trainer", "metadata": {"name": "t"}, "spec": {
-        "roles": [{"name": "a", "pod": {"spec": {"containers": C}}},
-                  {"name": "b", "podSpec": {"containers": C, "volumes": []}}],
+        "roles": [{"name": "a", "pod": {"spec": {"containers": containers()}}},
+                  {"name": "b", "podSpec": {"containers": containers(), "volumes": []}}],
         "notes": {"containers": [{"name": "only-a-name"}]},  # no image: not a PodSpec
         "script": "containers: [{name: c, image: x}]"}}  # a string is not parsed
     assert names(doc) == [("Trainer/t roles[0].pod", "spec.roles[0].pod.spec"),
@@ -47,7 +51,7 @@ def test_the_general_rule_finds_pod_specs_in_unknown_kinds_and_only_those():
 def test_a_list_is_searched_item_by_item():
     doc = {"apiVersion": "v1", "kind": "List", "items": [
         {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}},
-        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {"template": {"spec": {"containers": C}}}}]}
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {"template": {"spec": {"containers": containers()}}}}]}
     (template,) = find_templates(0, doc)
     assert (template.name, template.path, template.container_paths) == (
         "Deployment/d", "items[1].spec.template.spec", ["items[1].spec.template.spec.containers[0]"])
@@ -60,7 +64,7 @@ def test_pods_made_by_operators_keep_their_role():
     result = podspec.size_pod(ray, DEFAULTS)
     assert result.status == "skipped" and "num-cpus 0" in result.reason
     launcher = {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": "l", "labels": {"training.kubeflow.org/job-role": "launcher"}}, "spec": {"containers": C}}
+                "metadata": {"name": "l", "labels": {"training.kubeflow.org/job-role": "launcher"}}, "spec": {"containers": containers()}}
     assert "launcher" in podspec.size_pod(launcher, DEFAULTS).reason
     launcher["metadata"]["annotations"] = {"shmguard.io/skip": "false"}
     assert podspec.size_pod(launcher, DEFAULTS).status == "changed"
@@ -69,7 +73,7 @@ def test_pods_made_by_operators_keep_their_role():
 @pytest.mark.parametrize("doc, message", [
     ({"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "r"}, "spec": {}}, "spec.headGroupSpec is missing"),
     ({"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "r"},
-      "spec": {"headGroupSpec": {"template": {"spec": {"containers": C}}}, "workerGroupSpecs": {"a": 1}}},
+      "spec": {"headGroupSpec": {"template": {"spec": {"containers": containers()}}}, "workerGroupSpecs": {"a": 1}}},
      "spec.workerGroupSpecs should be a list, not dict"),
     ({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "p"},
       "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 1}}}}, "spec.pytorchReplicaSpecs.Worker.template is missing"),
@@ -87,13 +91,13 @@ def test_bad_templates_are_named_by_document_and_path(doc, message):
 
 def test_a_new_volume_never_takes_a_name_in_use_and_a_null_empty_dir_is_fixed():
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-           "spec": {"volumes": [{"name": "dshm", "configMap": {"name": "c"}}], "containers": [dict(C[0])]}}
+           "spec": {"volumes": [{"name": "dshm", "configMap": {"name": "c"}}], "containers": [containers()[0]]}}
     podspec.size_pod(pod, DEFAULTS)
     assert [v["name"] for v in pod["spec"]["volumes"]] == ["dshm", "dshm-1"]
     assert pod["spec"]["containers"][0]["volumeMounts"] == [{"name": "dshm-1", "mountPath": "/dev/shm"}]
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
            "spec": {"volumes": [{"name": "shm", "emptyDir": None}],
-                    "containers": [{**C[0], "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}]}]}}
+                    "containers": [{**containers()[0], "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}]}]}}
     result = podspec.size_pod(pod, DEFAULTS)
     assert pod["spec"]["volumes"] == [{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "369Mi"}}]
     assert result.status == "changed"
