@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from shmguard.errors import UsageError
 from shmguard.units import parse_quantity
@@ -421,9 +421,3 @@ def trainjob_runtime(doc: dict) -> str | None:
     if not ref.get("name"):
         return None
     return f"{ref.get('kind', 'ClusterTrainingRuntime')}/{ref['name']}"
-
-
-def pod_templates(doc: dict, where: str) -> Iterator[tuple[str, dict]]:
-    """(path, pod spec) for every pod template in a document (kept for callers of the first version)."""
-    for template in find_templates(0, doc):
-        yield template.path, template.spec

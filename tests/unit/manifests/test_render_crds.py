@@ -117,3 +117,18 @@ def test_jobset_runs_replicas_pods():
     job = doc["spec"]["replicatedJobs"][0]["template"]["spec"]
     assert job["parallelism"] == job["completions"] == 2
     assert job["template"]["spec"]["restartPolicy"] == "Never"
+
+
+def test_render_at_the_command_line(capsys):
+    import yaml
+
+    from shmguard import main
+
+    job = ["--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224", "--image", "img:1"]
+    assert main(["render", "k8s", *job, "--kind", "trainjob", "--runtime", "torchtune", "--replicas", "3",
+                 "--", "tune", "run"]) == 0
+    doc = yaml.safe_load(capsys.readouterr().out)
+    assert doc["spec"]["runtimeRef"] == {"name": "torchtune"} and doc["spec"]["trainer"]["numNodes"] == 3
+    validate(doc)
+    assert main(["render", "k8s", *job, "--kind", "raycluster", "--", "python", "x.py"]) == 2
+    assert "--kind rayjob" in capsys.readouterr().err
