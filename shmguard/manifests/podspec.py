@@ -430,13 +430,15 @@ class Sizer:
         text = k8s_quantity(target)
         if container.get("resources") is None:
             container["resources"] = resources
-        resources.setdefault("limits", limits)["memory"] = text
+        if resources.get("limits") is None:  # absent, or `limits:` with nothing under it
+            resources["limits"] = limits
+        limits["memory"] = text
         why = ("asked for (--memory or shmguard.io/memory)" if limit is None else
                "the job's /dev/shm is charged to it, plus its processes"
                + (" and Ray's object store" if self.t.ray else ""))
         self.change(f"{cpath}.resources.limits.memory", limit_text, text, why)
         if request is not None and limit is not None and request == limit:
-            resources.setdefault("requests", requests)["memory"] = text
+            requests["memory"] = text  # request == limit: the requests mapping is the document's
             self.change(f"{cpath}.resources.requests.memory", request_text, text, "kept equal to the limit, so the QoS class stays")
         return target
 

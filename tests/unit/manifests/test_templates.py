@@ -101,3 +101,11 @@ def test_a_new_volume_never_takes_a_name_in_use_and_a_null_empty_dir_is_fixed():
     result = podspec.size_pod(pod, DEFAULTS)
     assert pod["spec"]["volumes"] == [{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "369Mi"}}]
     assert result.status == "changed"
+
+
+def test_null_resources_and_limits_take_an_asked_limit():
+    for resources in (None, {}, {"limits": None, "requests": None}, {"limits": {}}):
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+               "spec": {"containers": [{"name": "c", "image": "x", "resources": resources}]}}
+        result = podspec.size_pod(pod, DEFAULTS, podspec.PatchOptions(memory=2 * 1024**3))
+        assert result.status == "changed" and pod["spec"]["containers"][0]["resources"]["limits"] == {"memory": "2Gi"}
