@@ -403,8 +403,9 @@ class Sizer:
         label = f"{cpath} ({container.get('name', '?')})"
         resources = container.get("resources")
         resources = {} if resources is None else mapping(resources, self.where, f"{cpath}.resources")
-        limits = mapping(resources.get("limits") or {}, self.where, f"{cpath}.resources.limits")
-        requests = mapping(resources.get("requests") or {}, self.where, f"{cpath}.resources.requests")
+        limits = {} if resources.get("limits") is None else mapping(resources["limits"], self.where, f"{cpath}.resources.limits")
+        requests = ({} if resources.get("requests") is None
+                    else mapping(resources["requests"], self.where, f"{cpath}.resources.requests"))
         limit_text, request_text = limits.get("memory"), requests.get("memory")
         limit = None if limit_text is None else memory_of(limit_text, self.where, f"{cpath}.resources.limits.memory")
         request = None if request_text is None else memory_of(request_text, self.where, f"{cpath}.resources.requests.memory")
