@@ -43,7 +43,8 @@ def env_values(container) -> dict[str, str]:
     by_var = {var: name for name, var in ENV_VARS.items()}
     out = {}
     for item in env:
-        if isinstance(item, dict) and item.get("name") in by_var and isinstance(item.get("value"), (str, int, float)):
+        if (isinstance(item, dict) and isinstance(item.get("name"), str) and item["name"] in by_var
+                and isinstance(item.get("value"), (str, int, float))):
             if str(item["value"]).strip() != "":
                 out[by_var[item["name"]]] = str(item["value"]).strip()
     return out

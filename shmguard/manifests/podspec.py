@@ -343,7 +343,9 @@ class Sizer:
         for source, items in (("shared", t.shared_volumes), ("own", listing(t.spec.get("volumes"), self.where, f"{t.path}.volumes"))):
             for i, volume in enumerate(items):
                 volume = mapping(volume, self.where, f"{t.path}.volumes[{i}]")
-                by_name[volume.get("name")] = volume
+                if not isinstance(volume.get("name"), str):
+                    raise ManifestError(f"{self.where}: {t.path}.volumes[{i}].name should be a string")
+                by_name[volume["name"]] = volume
         return by_name
 
     def everyone(self) -> list[tuple[dict, str]]:
@@ -594,12 +596,16 @@ def size_trainjob(index: int, doc: dict, defaults=None, options: PatchOptions | 
     trainer = spec.get("trainer")
     if not isinstance(trainer, dict):
         return TemplateResult(name, index + 1, "spec.trainer", SKIPPED, f"a TrainJob without a trainer: {pointer}")
-    env = [e for e in trainer.get("env") or [] if isinstance(e, dict)]
+    env = [e for e in trainer.get("env") if isinstance(e, dict)] if isinstance(trainer.get("env"), list) else []
     procs = trainer.get("numProcPerNode")
     if isinstance(procs, int) and not any(e.get("name") == "SHMGUARD_PROCS_PER_NODE" for e in env):
         env.append({"name": "SHMGUARD_PROCS_PER_NODE", "value": str(procs)})  # the manifest's fact, under annotations
+    per_node = trainer.get("resourcesPerNode")
+    if per_node is not None and not isinstance(per_node, dict):
+        return TemplateResult(name, index + 1, "spec.trainer", ERROR,
+                              f"spec.trainer.resourcesPerNode should be a mapping, not {type(per_node).__name__}")
     node = {"name": "node", "env": env, "command": trainer.get("command"), "args": trainer.get("args"),
-            "resources": trainer.get("resourcesPerNode")}
+            "resources": per_node}
     template = PodTemplate(doc_index=index, obj=doc, name=name, path="spec.trainer", spec={}, containers=[node],
                            container_paths=["spec.trainer"])
     sizer = Sizer(template, defaults_dict(defaults), options)

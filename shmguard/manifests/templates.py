@@ -144,6 +144,8 @@ class Finder:
         self.label = label_of(doc)
         self.group = group_of(doc)
         self.kind = doc.get("kind")
+        if self.kind is not None and not isinstance(self.kind, str):
+            raise ManifestError(f"{where}: kind should be a string, not {type(self.kind).__name__}")
         self.found: list[PodTemplate] = []
 
     def get(self, node, path: str, key: str, required: bool = True):

@@ -330,3 +330,34 @@ def test_a_named_container_that_is_not_there_is_an_error_for_that_template_only(
                             options=podspec.PatchOptions(container="transformer-container"))
     limits = [c["resources"]["limits"]["memory"] for c in docs[0]["spec"]["predictor"]["containers"]]
     assert limits == ["1Gi", "1Gi"]  # 1Gi holds the 854Mi the job needs: nothing raised, nothing lowered
+
+
+def nodes(value, path=()):
+    """Every (path, node) of a document."""
+    yield path, value
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from nodes(v, path + (k,))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from nodes(v, path + (i,))
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_any_node_replaced_by_junk_gives_results_never_a_crash(name):
+    """Hostile structure: every node of every real manifest in turn replaced by a value of the wrong type."""
+    original = load(name)
+    junk = [None, 7, "x", [], ["x"], {}, {"containers": "x"}]
+    for index, doc in enumerate(original):
+        for path, _node in nodes(doc):
+            if not path:
+                continue
+            for value in junk:
+                docs = copy.deepcopy(original)
+                parent = docs[index]
+                for key in path[:-1]:
+                    parent = parent[key]
+                parent[path[-1]] = value
+                summary = podspec.patch_documents(docs, DEFAULTS)  # must not raise
+                for r in summary.errors:
+                    assert r.reason and "Traceback" not in r.reason
