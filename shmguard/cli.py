@@ -290,7 +290,8 @@ def job_defaults_from_options(values: dict) -> dict:
 @click.option("-n", "--namespace", "namespaces", multiple=True, metavar="NS", help="Only objects in this namespace; repeatable.")
 @click.option("--opt-in", is_flag=True, help='Only templates whose object or template is annotated shmguard.io/skip: "false".')
 @click.option("--container", metavar="NAME[,NAME]", help="The container(s) that run the DataLoader (default: the first that is not a known sidecar).")
-@click.option("--memory", metavar="SIZE", help="A memory limit for DataLoader containers that have none (default: leave them without).")
+@click.option("--memory", metavar="SIZE", help="A memory limit for the DataLoader containers: given to those with none (default: "
+                   "none given), a lower one raised to it; never below what the job needs.")
 @click.option("--size-unsized", is_flag=True, help="Give an existing memory /dev/shm without sizeLimit the job's size (default: keep it unsized).")
 @click.option("--include-init", is_flag=True, help="Mount /dev/shm into init containers and sidecars too.")
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
