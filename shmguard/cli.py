@@ -194,18 +194,24 @@ def target_values(job, image, name, cpus, memory, env, command) -> dict:
 @job_options
 @target_options
 @click.option("--namespace", help="Namespace of the workload.")
-@click.option("--kind", type=click.Choice(["pod", "job", "deployment", "pytorchjob"], case_sensitive=False), default="job",
-              show_default=True, help="What to render (a PyTorchJob has a Master and --replicas Workers).")
-@click.option("--replicas", type=click.IntRange(min=0), default=1, show_default=True, help="PyTorchJob Worker replicas.")
+@click.option("--kind", type=click.Choice(["pod", "job", "deployment", "pytorchjob", "raycluster", "rayjob", "jobset",
+                                           "trainjob"], case_sensitive=False), default="job", show_default=True,
+              help="What to render (a PyTorchJob has a Master and --replicas Workers; a RayCluster/RayJob a head "
+                   "and --replicas workers; a JobSet --replicas pods; a TrainJob --replicas nodes).")
+@click.option("--replicas", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Workers: PyTorchJob Worker replicas, Ray workers, JobSet pods, TrainJob nodes.")
+@click.option("--runtime", default="torch-distributed", show_default=True,
+              help="TrainJob: the ClusterTrainingRuntime it runs on.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def render_k8s_command(image, name, cpus, memory, env, namespace, kind, replicas, command, **options) -> int:
+def render_k8s_command(image, name, cpus, memory, env, namespace, kind, replicas, runtime, command, **options) -> int:
     """Print a Kubernetes manifest: an emptyDir of medium Memory at /dev/shm with a sizeLimit, memory limits
     that include it, CPUs for the workers, GPUs, the SHMGUARD_* environment and `shmguard health` probes."""
     from shmguard.commands.render import render_k8s
 
     job = job_from_options(options, nccl_env=env_mapping(env))
     values = target_values(job, image, name, cpus, memory, env, command)
-    click.echo(render_k8s(job, kind=kind, namespace=namespace, workers_replicas=replicas, **values), nl=False)
+    click.echo(render_k8s(job, kind=kind, namespace=namespace, workers_replicas=replicas, runtime=runtime, **values),
+               nl=False)
     return 0
 
 
@@ -222,25 +228,97 @@ def render_compose_command(image, name, cpus, memory, env, command, **options) -
     return 0
 
 
+def job_defaults_from_options(values: dict) -> dict:
+    """Raw job values for per-template resolution (annotations override them); validated once if they describe a job."""
+    from shmguard.job import make_job
+    from shmguard.manifests.annotations import describes_job
+
+    keys = ("workers", "batch_size", "sample_shape", "dtype", "sample_bytes", "prefetch_factor",
+            "procs_per_node", "gpus", "pin_memory", "sharing_strategy")
+    if values.get("dataset"):
+        explicit = {k: values.get(k) for k in ("procs_per_node", "gpus")}
+        job = job_from_options(values)
+        raw = {"workers": job.workers, "batch_size": job.batch_size, "sample_bytes": job.sample_bytes,
+               "prefetch_factor": job.prefetch_factor, "pin_memory": job.pin_memory,
+               "sharing_strategy": job.sharing_strategy}
+        raw.update({k: v for k, v in explicit.items() if v is not None})
+        return raw
+    raw = {key: values.pop(key) for key in keys if values.get(key) is not None}
+    values.pop("dataset", None), values.pop("collate_fn", None)
+    if describes_job(raw):
+        make_job(**raw)  # a bad value on the command line is one error, not one per template
+    return raw
+
+
 @cli.command()
 @job_options
 @click.option("-i", "--in-place", is_flag=True, help="Rewrite the files (atomically) instead of printing.")
 @click.option("--check", is_flag=True, help="Change nothing; list what would change and exit 1 if anything would.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stderr (every template, what changed or why not).")
+@click.option("--kind", "kinds", multiple=True, metavar="KIND", help="Only objects of this kind (`Job`, or with its group: `batch.volcano.sh/Job`); repeatable.")
+@click.option("--name", "names", multiple=True, metavar="PATTERN", help="Only objects whose name matches (shell pattern); repeatable.")
+@click.option("-l", "--selector", "labels", multiple=True, metavar="KEY[=VALUE]", help="Only objects with this label; repeatable (all must match).")
+@click.option("-n", "--namespace", "namespaces", multiple=True, metavar="NS", help="Only objects in this namespace; repeatable.")
+@click.option("--opt-in", is_flag=True, help='Only templates whose object or template is annotated shmguard.io/skip: "false".')
+@click.option("--container", metavar="NAME[,NAME]", help="The container(s) that run the DataLoader (default: the first that is not a known sidecar).")
+@click.option("--memory", metavar="SIZE", help="A memory limit for the DataLoader containers: given to those with none (default: "
+                   "none given), a lower one raised to it; never below what the job needs.")
+@click.option("--size-unsized", is_flag=True, help="Give an existing memory /dev/shm without sizeLimit the job's size (default: keep it unsized).")
+@click.option("--include-init", is_flag=True, help="Mount /dev/shm into init containers and sidecars too.")
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
-def patch(in_place, check, files, **options) -> int:
+def patch(in_place, check, as_json, kinds, names, labels, namespaces, opt_in, container, memory, size_unsized,
+          include_init, files, **options) -> int:
     """Add or fix the /dev/shm emptyDir, its mount and the memory limits in every pod template of FILES (or stdin).
 
-    Handles Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob and
-    PyTorchJob; other documents pass through. Patching twice changes nothing.
+    Finds the pod templates of Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet,
+    Job, CronJob, the Kubeflow jobs (PyTorchJob, TFJob, MPIJob, XGBoostJob, PaddleJob,
+    JAXJob), Trainer runtimes, KubeRay, JobSet, Volcano, LeaderWorkerSet, Argo, KServe,
+    Knative and `kind: List`, and of any other object by shape. By default every
+    template is sized; shmguard.io/skip: "true" leaves one alone. shmguard.io/*
+    annotations on an object or template override the job options. Never lowers a
+    limit or a request, never shrinks a /dev/shm. Patching twice changes nothing.
     """
     from shmguard.commands.patch import patch as run_patch
     from shmguard.errors import UsageError
+    from shmguard.manifests.podspec import PatchOptions, asked_memory
 
     if in_place and check:
         raise UsageError("-i and --check do not go together")
     if in_place and (not files or "-" in files):
         raise UsageError("-i needs files to rewrite, not stdin")
-    return run_patch(job_from_options(options), list(files), in_place=in_place, check=check)
+    patch_options = PatchOptions(
+        kinds=tuple(k for item in kinds for k in item.split(",") if k), names=names, labels=labels,
+        namespaces=namespaces, opt_in=opt_in, container=container,
+        memory=None if memory is None else asked_memory(memory, "--memory"), size_unsized=size_unsized,
+        include_init=include_init)
+    return run_patch(job_defaults_from_options(options), list(files), in_place=in_place, check=check,
+                     options=patch_options, as_json=as_json)
+
+
+@cli.command("fn")
+def fn_command() -> int:
+    """KRM function: a ResourceList on stdin, the same with pod templates sized on stdout.
+
+    The job and options come from functionConfig (a ConfigMap's data: workers,
+    batch-size, sample-shape, … and kind, name, selector, namespace, opt-in,
+    container, memory, size-unsized, include-init). One result per pod template,
+    with its severity. For kustomize (as a container or exec transformer), kpt fn
+    and anything that speaks ResourceList. Exit 1 when a result is an error.
+    """
+    import sys
+
+    from shmguard.manifests import yamlio
+    from shmguard.manifests.krm import run
+
+    text = sys.stdin.read(yamlio.MAX_INPUT_BYTES + 1)
+    docs = [d for d in yamlio.load(text, "stdin") if d is not None]
+    if len(docs) != 1:
+        from shmguard.errors import UsageError
+
+        raise UsageError(f"shmguard fn reads one ResourceList on stdin, not {len(docs)} documents")
+    resource_list, code = run(docs[0])
+    click.echo(yamlio.dump([resource_list]), nl=False)
+    return code
 
 
 @cli.command("explain")

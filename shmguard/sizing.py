@@ -86,3 +86,45 @@ def nofile_limit(job) -> int | None:
     if job.sharing_strategy != "file_descriptor" or needed <= NOFILE_COMMON_SOFT:
         return None
     return 1 << (needed - 1).bit_length()
+
+
+# Ray keeps its object store in /dev/shm. Unless `object-store-memory` is given, a node
+# takes 30% of the memory it has (in a pod: the container's memory limit), at most 200 GB
+# (https://docs.ray.io/en/latest/ray-core/scheduling/memory-management.html: "By default,
+# Ray reserves 30% of available memory"; ray/_private/ray_constants.py
+# DEFAULT_OBJECT_STORE_MEMORY_PROPORTION = 0.3, DEFAULT_OBJECT_STORE_MAX_MEMORY_BYTES = 200e9).
+# When /dev/shm cannot hold it, Ray falls back to /tmp and warns that this harms performance.
+RAY_OBJECT_STORE_PERCENT = 30
+RAY_OBJECT_STORE_MAX = 200 * 10**9
+
+
+def ray_object_store(memory_limit: int) -> int:
+    """The object store Ray takes by default on a node with this memory limit (bytes)."""
+    return min(memory_limit * RAY_OBJECT_STORE_PERCENT // 100, RAY_OBJECT_STORE_MAX)
+
+
+def pod_shm_size(job, loaders: int = 1, extra: int = 0) -> int:
+    """The /dev/shm a pod needs: one job's peak per container that runs it (the shm is the pod's, shared),
+    plus extra bytes that live there too (Ray's object store); whole MiB, at least SHM_FLOOR."""
+    return shm_size_for(loaders * model.shm_bytes(job) + extra)
+
+
+def memory_needed_with(job, extra: int) -> int:
+    """The memory limit when extra bytes live in /dev/shm beside the job (tmpfs is charged): whole MiB."""
+    return model.round_up(model.memory_bytes(job) + extra, MIB)
+
+
+def ray_memory_needed(job, object_store: int | None) -> int:
+    """The memory limit of a Ray node that runs the job: the object store, the job's shm and its processes.
+
+    With a fixed object store (rayStartParams `object-store-memory`) that is a sum. With Ray's
+    default the store is 30% of the limit itself, so the limit L must satisfy L >= 0.3 L + need:
+    the smallest such L in whole MiB (below the 200 GB cap, which is then the store).
+    """
+    if object_store is not None:
+        return memory_needed_with(job, object_store)
+    need = model.memory_bytes(job)
+    limit = model.round_up(-(-need * 100 // (100 - RAY_OBJECT_STORE_PERCENT)), MIB)
+    if ray_object_store(limit) >= RAY_OBJECT_STORE_MAX:
+        limit = memory_needed_with(job, RAY_OBJECT_STORE_MAX)
+    return limit

@@ -25,6 +25,7 @@ PREFIX = "shmguard.io/"
 KEYS = {name: PREFIX + name.replace("_", "-") for name in ENV_VARS}
 SKIP = PREFIX + "skip"
 CONTAINER = PREFIX + "container"
+MEMORY = PREFIX + "memory"  # the memory limit to give the DataLoader container(s) when they have none
 
 
 def annotation_values(annotations) -> dict[str, str]:
@@ -43,7 +44,8 @@ def env_values(container) -> dict[str, str]:
     by_var = {var: name for name, var in ENV_VARS.items()}
     out = {}
     for item in env:
-        if isinstance(item, dict) and item.get("name") in by_var and isinstance(item.get("value"), (str, int, float)):
+        if (isinstance(item, dict) and isinstance(item.get("name"), str) and item["name"] in by_var
+                and isinstance(item.get("value"), (str, int, float))):
             if str(item["value"]).strip() != "":
                 out[by_var[item["name"]]] = str(item["value"]).strip()
     return out
@@ -57,6 +59,22 @@ def nccl_env_values(container) -> dict[str, str]:
     return dict(nccl.env_of({item["name"]: str(item["value"]) for item in env
                              if isinstance(item, dict) and isinstance(item.get("name"), str)
                              and isinstance(item.get("value"), (str, int, float))}))
+
+
+def setting(key: str, *layers) -> str | None:
+    """The value of one annotation, from the most specific layer that sets it (layers most specific first)."""
+    for annotations in layers:
+        if isinstance(annotations, dict) and annotations.get(key) is not None and str(annotations[key]).strip() != "":
+            return str(annotations[key]).strip()
+    return None
+
+
+def skip_setting(*layers) -> bool | None:
+    """`shmguard.io/skip` from the most specific layer that says anything (True, False), or None: not said."""
+    for annotations in layers:
+        if isinstance(annotations, dict) and SKIP in annotations:
+            return parse_flag("skip", annotations[SKIP])
+    return None
 
 
 def skipped(*layers) -> bool:
@@ -86,12 +104,13 @@ def resolve_job(defaults: dict, container=None, *annotation_layers):
     values = merged_values(defaults, container, *annotation_layers)
     if not describes_job(values):
         return None
-    specific = {}
-    for layer in annotation_layers:
-        specific.update(annotation_values(layer))
-    if "sample_bytes" in specific and "sample_shape" not in specific:
+    # A sample size given at a more specific level (env over defaults, annotations over env) replaces the other form.
+    levels = [{k: v for k, v in defaults.items() if v is not None}, env_values(container)]
+    levels += [annotation_values(layer) for layer in annotation_layers]
+    level = {name: max((i for i, lv in enumerate(levels) if name in lv), default=-1) for name in ("sample_bytes", "sample_shape")}
+    if level["sample_bytes"] > level["sample_shape"]:
         values.pop("sample_shape", None)
         values.pop("dtype", None)
-    elif "sample_shape" in specific and "sample_bytes" not in specific:
+    elif level["sample_shape"] > level["sample_bytes"]:
         values.pop("sample_bytes", None)
     return make_job(**{k: v for k, v in values.items() if k in ENV_VARS}, nccl_env=nccl_env_values(container))

@@ -1,110 +1,658 @@
-"""Patch an existing pod spec so that its /dev/shm, mounts and memory limits fit the job.
+"""Size each pod template for its DataLoader job, and never make a working pod worse.
 
-Pure functions on plain dicts, changed in place; each returns what it changed, in words.
+Plain dicts in, changed in place, and a structured result per template (what changed,
+before -> after and why; or why it was left alone), so that the text side can diff the
+original and the patched documents and the webhook can size a single Pod.
+
+The rules (issue #20), each because the first version broke a working pod:
+
+- the shm is the pod's: its memory is charged to the container(s) that run the
+  DataLoader (the first main container, or `shmguard.io/container` / --container),
+  not to every container; known sidecars (fluent-bit, istio-proxy, …) and init
+  containers get neither the mount nor a new limit unless asked (--include-init);
+- memory limits are never lowered and requests never lowered; a container with no
+  memory limit keeps none (tmpfs is then capped by no limit either; say so), unless
+  --memory or `shmguard.io/memory` asks for one; requests == limits before means
+  requests == limits after (raise both), so the QoS class stays;
+- the limit holds what the job needs (shmguard.sizing), never an existing sizeLimit
+  the job does not need;
+- an existing /dev/shm volume (any name; `/dev/shm/` counts) is resized or kept, never
+  duplicated; a sizeLimit is never shrunk; an unsized memory emptyDir stays unsized
+  unless asked (--size-unsized); a hostPath is kept; two different volumes at /dev/shm
+  in one pod are reported, and the pod left alone;
+- Ray keeps its object store in /dev/shm: a Ray pod's shm holds the store plus the
+  job, and its memory limit both plus the processes (shmguard.sizing.ray_*);
+- GPU pods run one training process per GPU: --procs-per-node defaults to a literal
+  torchrun `--nproc_per_node`, else to the `nvidia.com/gpu` the container asks for.
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+import fnmatch
+import re
+from dataclasses import dataclass, field
+from typing import Any
 
 from shmguard import model, sizing
-from shmguard.manifests.render import SHM_PATH, SHM_VOLUME
-from shmguard.manifests.templates import ManifestError, listing, mapping, memory_of, pod_templates, where_of
-from shmguard.units import k8s_quantity
+from shmguard.errors import UsageError
+from shmguard.manifests import annotations as ann
+from shmguard.manifests.templates import (ManifestError, PodTemplate, find_templates, group_of, label_of, listing,
+                                          mapping, memory_of, trainjob_runtime, where_of)
+from shmguard.units import k8s_quantity, parse_quantity, parse_size
+
+SHM_PATH = "/dev/shm"
+SHM_VOLUME = "dshm"
+GPU_RESOURCE = "nvidia.com/gpu"
+# Containers that ship logs, proxy traffic or hold credentials: never the DataLoader.
+# Matched against the container's name and its image's repository name.
+SIDECARS = ("fluent-bit", "fluentbit", "fluentd", "vector", "promtail", "filebeat", "logrotate", "istio-proxy",
+            "proxyv2", "linkerd-proxy", "envoy", "cloud-sql-proxy", "cloudsql-proxy", "vault-agent", "oauth2-proxy",
+            "otel-collector", "opentelemetry-collector", "datadog-agent", "gke-gcsfuse-sidecar", "queue-proxy")
+NPROC = re.compile(r"--nproc[_-]per[_-]node(?:=|\s+)(\S+)")
+
+CHANGED, UNCHANGED, SKIPPED, ERROR = "changed", "unchanged", "skipped", "error"
 
 
-def patch_pod_spec(spec: dict, job, where: str, path: str) -> list[str]:
-    """Make one pod spec right for the job, in place; return what was changed."""
-    changes: list[str] = []
-    containers = listing(spec.get("containers"), where, f"{path}.containers")
-    if not containers:
-        raise ManifestError(f"{where}: {path}.containers is missing or empty: a pod template needs containers")
-    volumes = listing(spec.get("volumes"), where, f"{path}.volumes")
-    by_name = {}
-    for i, volume in enumerate(volumes):
-        by_name[mapping(volume, where, f"{path}.volumes[{i}]").get("name")] = volume
-    shm_limit = sizing.shm_size(job)
-    # The volume(s) already mounted at /dev/shm, if any.
-    mounted = set()
-    for ci, container in enumerate(containers):
-        mapping(container, where, f"{path}.containers[{ci}]")
-        for mi, mount in enumerate(listing(container.get("volumeMounts"), where, f"{path}.containers[{ci}].volumeMounts")):
-            if mapping(mount, where, f"{path}.containers[{ci}].volumeMounts[{mi}]").get("mountPath") == SHM_PATH:
-                mounted.add(mount.get("name"))
-    volume_name = next(iter(sorted(n for n in mounted if n)), SHM_VOLUME)
-    volume = by_name.get(volume_name)
-    if volume is None:
-        volume = {"name": volume_name, "emptyDir": {"medium": "Memory", "sizeLimit": k8s_quantity(shm_limit)}}
-        volumes.append(volume)
-        spec["volumes"] = volumes
-        changes.append(f"{path}.volumes: added {volume_name} (emptyDir, medium Memory, sizeLimit {k8s_quantity(shm_limit)})")
-    else:
-        vpath = f"{path}.volumes[{volume_name}]"
+@dataclass(frozen=True)
+class PatchOptions:
+    """Which templates to touch and how. The default: every pod template of every object."""
+
+    kinds: tuple[str, ...] = ()  # `Kind` or `group/Kind` (`batch.volcano.sh/Job`); empty: all
+    names: tuple[str, ...] = ()  # object names, shell patterns
+    labels: tuple[str, ...] = ()  # `key=value` or `key` on the object
+    namespaces: tuple[str, ...] = ()  # metadata.namespace of the object
+    opt_in: bool = False  # only templates whose object or template says `shmguard.io/skip: "false"`
+    container: str | None = None  # the container(s) that run the DataLoader, comma-separated
+    memory: int | None = None  # a memory limit to give DataLoader containers that have none
+    size_unsized: bool = False  # cap an existing unsized memory /dev/shm at the job's need
+    include_init: bool = False  # mount /dev/shm into init containers and sidecars too
+
+
+@dataclass
+class Change:
+    path: str
+    before: str | None
+    after: str | None
+    why: str
+
+    def text(self) -> str:
+        if self.before is None:
+            return f"{self.path}: added {self.after} ({self.why})"
+        return f"{self.path}: {self.before} -> {self.after} ({self.why})"
+
+
+@dataclass
+class TemplateResult:
+    """What happened to one pod template: changed, unchanged (with notes), skipped (why) or error (why)."""
+
+    name: str
+    document: int  # 1-based
+    path: str
+    status: str
+    reason: str = ""
+    changes: list[Change] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    needs: dict[str, str] = field(default_factory=dict)  # shm and memory the job needs, as Kubernetes quantities
+
+    @property
+    def severity(self) -> str:
+        """For KRM results: error, warning (left alone with a note worth reading) or info."""
+        if self.status == ERROR:
+            return "error"
+        if self.status == SKIPPED and self.reason.startswith("conflict"):
+            return "warning"
+        return "info"
+
+    def lines(self) -> list[str]:
+        head = f"document {self.document} {self.name}".rstrip()
+        if self.status == CHANGED:
+            out = [f"{head}: {c.text()}" for c in self.changes]
+        elif self.status == UNCHANGED:
+            out = [f"{head}: nothing to change"]
+        else:
+            out = [f"{head}: {'left alone' if self.status == SKIPPED else 'error'}: {self.reason}"]
+        return out + [f"{head}: note: {n}" for n in self.notes]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"template": self.name, "document": self.document, "path": self.path, "status": self.status,
+                "reason": self.reason, "changes": [vars(c) for c in self.changes], "notes": list(self.notes),
+                "needs": dict(self.needs)}
+
+
+@dataclass
+class PatchSummary:
+    results: list[TemplateResult] = field(default_factory=list)
+
+    @property
+    def changed(self) -> list[TemplateResult]:
+        return [r for r in self.results if r.status == CHANGED]
+
+    @property
+    def errors(self) -> list[TemplateResult]:
+        return [r for r in self.results if r.status == ERROR]
+
+    @property
+    def changes(self) -> list[str]:
+        """Every change as one line (`document 2 Job/train: path: before -> after (why)`)."""
+        return [f"document {r.document} {r.name}: {c.text()}" for r in self.results for c in r.changes]
+
+    def lines(self) -> list[str]:
+        return [line for r in self.results for line in r.lines()]
+
+    def to_json(self) -> dict[str, Any]:
+        counts = {s: sum(r.status == s for r in self.results) for s in (CHANGED, UNCHANGED, SKIPPED, ERROR)}
+        return {"templates": [r.to_json() for r in self.results], "counts": counts}
+
+
+# --- picking containers and the job -----------------------------------------------------------
+
+def is_sidecar(container: dict) -> bool:
+    """A known log shipper, proxy or agent, by its name or its image's repository name."""
+    image = str(container.get("image") or "").split("@")[0]
+    repo = image.rsplit("/", 1)[-1].split(":")[0].lower()
+    name = str(container.get("name") or "").lower()
+    return any(word in (name, repo) or name.startswith(word + "-") for word in SIDECARS)
+
+
+def shm_mounted(container: dict) -> list[dict]:
+    mounts = container.get("volumeMounts")
+    if not isinstance(mounts, list):
+        return []
+    return [m for m in mounts if isinstance(m, dict) and str(m.get("mountPath", "")).rstrip("/") == SHM_PATH]
+
+
+def gpus_of(container: dict) -> int | None:
+    resources = container.get("resources") if isinstance(container.get("resources"), dict) else {}
+    for key in ("limits", "requests"):
+        values = resources.get(key) if isinstance(resources.get(key), dict) else {}
+        if values.get(GPU_RESOURCE) is not None:
+            try:
+                return int(str(values[GPU_RESOURCE]).strip())
+            except ValueError:
+                return None
+    return None
+
+
+def torchrun_procs(container: dict) -> int | None:
+    """torchrun's --nproc_per_node / --nproc-per-node in the command or args, when it is a literal number."""
+    words = [str(w) for key in ("command", "args") if isinstance(container.get(key), list) for w in container[key]]
+    match = NPROC.search(" ".join(words))
+    if match and match.group(1).strip("'\"").isdigit():
+        return int(match.group(1).strip("'\""))
+    return None
+
+
+def defaults_dict(defaults) -> dict:
+    """Raw job values from a dict of option values, or from a Job (its default procs and GPUs left to inference)."""
+    if defaults is None:
+        return {}
+    if isinstance(defaults, dict):
+        return {k: v for k, v in defaults.items() if v is not None}
+    values = {"workers": defaults.workers, "batch_size": defaults.batch_size, "sample_bytes": defaults.sample_bytes,
+              "prefetch_factor": defaults.prefetch_factor, "pin_memory": defaults.pin_memory,
+              "sharing_strategy": defaults.sharing_strategy}
+    if defaults.procs_per_node != 1:
+        values["procs_per_node"] = defaults.procs_per_node
+    if defaults.gpus:
+        values["gpus"] = defaults.gpus
+    return values
+
+
+def asked_memory(value, source: str) -> int:
+    for parse in (parse_quantity, parse_size):
+        try:
+            return parse(value)
+        except ValueError:
+            continue
+    raise UsageError(f"{source}: {value!r} is not a memory size (2Gi, 2g, 2147483648)")
+
+
+def plain_copy(value):
+    """A deep copy of YAML-loaded data (dicts, lists, scalars): several times faster than copy.deepcopy."""
+    if isinstance(value, dict):
+        return {k: plain_copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain_copy(v) for v in value]
+    return value
+
+
+# --- selecting objects -------------------------------------------------------------------------
+
+def not_selected(obj: dict, options: PatchOptions) -> str | None:
+    """Why the object is outside the selectors, or None when it is selected."""
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    kind = str(obj.get("kind", ""))
+    group = group_of(obj)
+    if options.kinds and not any(k == kind or (group is not None and k == f"{group}/{kind}") for k in options.kinds):
+        return f"kind {kind} not selected (--kind {','.join(options.kinds)})"
+    name = str(meta.get("name") or meta.get("generateName") or "")
+    if options.names and not any(fnmatch.fnmatchcase(name, pattern) for pattern in options.names):
+        return f"name {name or '?'} not selected (--name)"
+    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    for selector in options.labels:
+        key, _, value = selector.partition("=")
+        if key not in labels or ("=" in selector and str(labels[key]) != value):
+            return f"label {selector} not on the object (--selector)"
+    if options.namespaces and str(meta.get("namespace", "")) not in options.namespaces:
+        return f"namespace {meta.get('namespace') or '(none)'} not selected (--namespace)"
+    return None
+
+
+# --- one template --------------------------------------------------------------------------------
+
+class Sizer:
+    """Sizes one template in place; collects changes and notes."""
+
+    def __init__(self, template: PodTemplate, defaults: dict, options: PatchOptions):
+        self.t = template
+        self.defaults = defaults
+        self.options = options
+        self.where = where_of(template.doc_index, template.obj)
+        self.result = TemplateResult(template.name, template.doc_index + 1, template.path, UNCHANGED)
+        self.layers = (template.template_annotations, template.object_annotations)  # most specific first
+
+    def change(self, path: str, before, after, why: str) -> None:
+        self.result.changes.append(Change(path, None if before is None else str(before), str(after), why))
+
+    def leave(self, reason: str) -> TemplateResult:
+        self.result.status = SKIPPED
+        self.result.reason = reason
+        return self.result
+
+    def run(self) -> TemplateResult:
+        saved = plain_copy(self.t.spec)
+        try:
+            return self.size()
+        except UsageError as exc:  # ManifestError included: the template is reported (unchanged), the others go on
+            self.t.spec.clear()
+            self.t.spec.update(saved)
+            self.result.status = ERROR
+            self.result.reason = str(exc).removeprefix(self.where + ": ")
+            self.result.changes.clear()
+            return self.result
+
+    def size(self) -> TemplateResult:
+        t, options = self.t, self.options
+        skip = ann.skip_setting(*self.layers)
+        if skip is True:
+            return self.leave('shmguard.io/skip: "true"')
+        if options.opt_in and skip is None:
+            return self.leave('not opted in (--opt-in sizes only templates annotated shmguard.io/skip: "false")')
+        if t.no_dataloader and skip is not False:
+            return self.leave(f'{t.no_dataloader} (annotate it shmguard.io/skip: "false" to size it)')
+        loaders = self.loaders()
+        job = self.job(loaders[0][0])
+        if job is None:
+            self.result.notes.clear()
+            return self.leave("no job described: give --workers, --batch-size and the sample size, "
+                              "or shmguard.io/* annotations")
+        volume, volume_name = self.shm_volume()
+        if isinstance(volume, str):
+            return self.leave(volume)  # a conflict, said in words
+        object_store, store_source = self.ray_object_store()
+        asked = self.asked()
+        limits = [self.size_memory(c, p, job, object_store, asked) for c, p in loaders]
+        shm = self.shm_needed(job, len(loaders), object_store, store_source, limits, loaders[0][0])
+        self.result.needs = {"shm": k8s_quantity(shm) if shm else "unsized",
+                             "memory": k8s_quantity(self.memory_needed(job, object_store))}
+        self.size_volume(volume, volume_name, shm, job)
+        self.mount(loaders, volume, volume_name)
+        self.result.status = CHANGED if self.result.changes else UNCHANGED
+        return self.result
+
+    def loaders(self) -> list[tuple[dict, str]]:
+        """The containers that run the DataLoader, with their paths."""
+        t = self.t
+        pairs = list(zip(t.containers, t.container_paths))
+        wanted = ann.setting(ann.CONTAINER, *self.layers) or self.options.container
+        if wanted:
+            names = [n.strip() for n in wanted.split(",") if n.strip()]
+            chosen = [(c, p) for c, p in pairs if c.get("name") in names]
+            missing = [n for n in names if n not in {c.get("name") for c, _ in chosen}]
+            if missing:
+                raise UsageError(f"no container named {missing[0]} (shmguard.io/container or --container); "
+                                 f"the containers are {', '.join(str(c.get('name')) for c in t.containers)}")
+            return chosen
+        main = [(c, p) for c, p in pairs if not is_sidecar(c)]
+        return main[:1] or pairs[:1]
+
+    def job(self, container: dict):
+        values = dict(self.defaults)
+        merged = ann.merged_values(values, container, self.t.object_annotations, self.t.template_annotations)
+        gpus = gpus_of(container)
+        if "procs_per_node" not in merged:
+            procs = torchrun_procs(container) or gpus
+            if procs and procs > 1:
+                values["procs_per_node"] = procs
+                source = "torchrun --nproc_per_node" if torchrun_procs(container) else f"one per {GPU_RESOURCE}"
+                self.result.notes.append(f"{procs} training processes ({source}); "
+                                         f"--procs-per-node or shmguard.io/procs-per-node overrides")
+        if "gpus" not in merged and gpus:
+            values["gpus"] = gpus
+        return ann.resolve_job(values, container, self.t.object_annotations, self.t.template_annotations)
+
+    def asked(self) -> int | None:
+        value = ann.setting(ann.MEMORY, *self.layers)
+        if value is not None:
+            return asked_memory(value, ann.MEMORY)
+        return self.options.memory
+
+    def volumes(self) -> dict[str, dict]:
+        t = self.t
+        by_name = {}
+        for source, items in (("shared", t.shared_volumes), ("own", listing(t.spec.get("volumes"), self.where, f"{t.path}.volumes"))):
+            for i, volume in enumerate(items):
+                volume = mapping(volume, self.where, f"{t.path}.volumes[{i}]")
+                if not isinstance(volume.get("name"), str):
+                    raise ManifestError(f"{self.where}: {t.path}.volumes[{i}].name should be a string")
+                by_name[volume["name"]] = volume
+        return by_name
+
+    def everyone(self) -> list[tuple[dict, str]]:
+        t = self.t
+        out = list(zip(t.containers, t.container_paths))
+        out += [(c, f"{t.path}.initContainers[{i}]") for i, c in enumerate(t.init_containers)]
+        out += [(c, f"{t.path}.sidecars[{i}]") for i, c in enumerate(t.sidecars) if isinstance(c, dict)]
+        return out
+
+    def shm_volume(self):
+        """(volume, name) of the one volume at /dev/shm, (None, name to add), or (conflict text, None)."""
+        by_name = self.volumes()
+        users: dict[str, list[str]] = {}
+        for container, _path in self.everyone():
+            for mount in shm_mounted(container):
+                users.setdefault(str(mount.get("name")), []).append(str(container.get("name") or "(unnamed)"))
+        if len(users) > 1:
+            kinds = []
+            for name, who in users.items():
+                volume = by_name.get(name) or {}
+                kind = next((k for k in volume if k != "name"), "missing")
+                kinds.append(f"{name} ({kind}) in {', '.join(who)}")
+            return (f"conflict: containers mount different volumes at /dev/shm: {'; '.join(kinds)}; "
+                    f"make them one memory emptyDir"), None
+        if users:
+            name = next(iter(users))
+            if name not in by_name:
+                raise UsageError(f"{self.t.path}: /dev/shm is mounted from volume {name}, which the pod does not have")
+            return by_name[name], name
+        name = SHM_VOLUME
+        n = 1
+        while name in by_name:
+            name = f"{SHM_VOLUME}-{n}"
+            n += 1
+        return None, name
+
+    def ray_object_store(self) -> tuple[int | None, str]:
+        """Ray's object store: (fixed bytes, source); (None, "default") when it is 30% of the limit; (None, "") for non-Ray."""
+        if not self.t.ray:
+            return None, ""
+        value = self.t.ray["params"].get("object-store-memory")
+        if value is not None:
+            source = f"rayStartParams object-store-memory {value}"
+            try:
+                return int(str(value).strip()), source
+            except ValueError:
+                return asked_memory(value, "rayStartParams object-store-memory"), source
+        return None, "default"
+
+    def memory_needed(self, job, object_store: int | None) -> int:
+        if self.t.ray:
+            return sizing.ray_memory_needed(job, object_store)
+        return sizing.memory_needed(job)
+
+    def size_memory(self, container: dict, cpath: str, job, object_store, asked) -> int | None:
+        """Raise the container's memory limit to what the job needs (never lower it); the limit it ends with."""
+        label = f"{cpath} ({container.get('name', '?')})"
+        resources = container.get("resources")
+        resources = {} if resources is None else mapping(resources, self.where, f"{cpath}.resources")
+        limits = {} if resources.get("limits") is None else mapping(resources["limits"], self.where, f"{cpath}.resources.limits")
+        requests = ({} if resources.get("requests") is None
+                    else mapping(resources["requests"], self.where, f"{cpath}.resources.requests"))
+        limit_text, request_text = limits.get("memory"), requests.get("memory")
+        limit = None if limit_text is None else memory_of(limit_text, self.where, f"{cpath}.resources.limits.memory")
+        request = None if request_text is None else memory_of(request_text, self.where, f"{cpath}.resources.requests.memory")
+        need = self.memory_needed(job, object_store)
+        if limit is None and asked is not None and sizing.memory_status(job, asked) == sizing.FAIL:
+            raise UsageError(sizing.memory_shortfall(job, asked, "memory", k8s_quantity))
+        if limit is None and asked is None:
+            self.result.notes.append(f"{label} has no memory limit, so nothing caps /dev/shm's pages but the node; "
+                                     f"left unset (the job needs about {k8s_quantity(need)}; --memory or "
+                                     f"shmguard.io/memory sets one)")
+            return None
+        if limit is None:
+            # What was asked, but at least what the job needs (a second run would raise it anyway)
+            # and never below the request.
+            target = max(asked, need, request or 0)
+            if target > asked:
+                self.result.notes.append(f"{label}: asked for a {k8s_quantity(asked)} memory limit; "
+                                         f"{k8s_quantity(target)} given (what the job needs, or the request)")
+        else:
+            target = max(limit, need, asked or 0, request or 0)  # never lowered; never below the request
+            if target == limit:
+                return limit
+        text = k8s_quantity(target)
+        if container.get("resources") is None:
+            container["resources"] = resources
+        if resources.get("limits") is None:  # absent, or `limits:` with nothing under it
+            resources["limits"] = limits
+        limits["memory"] = text
+        why = ("asked for (--memory or shmguard.io/memory)" if limit is None else
+               "the job's /dev/shm is charged to it, plus its processes"
+               + (" and Ray's object store" if self.t.ray else ""))
+        self.change(f"{cpath}.resources.limits.memory", limit_text, text, why)
+        if request is not None and limit is not None and request == limit:
+            requests["memory"] = text  # request == limit: the requests mapping is the document's
+            self.change(f"{cpath}.resources.requests.memory", request_text, text, "kept equal to the limit, so the QoS class stays")
+        return target
+
+    def shm_needed(self, job, loaders: int, object_store, store_source: str, limits, ray_container: dict) -> int | None:
+        if not self.t.ray:
+            return sizing.pod_shm_size(job, loaders)
+        if object_store is not None:
+            self.result.notes.append(f"Ray's object store ({store_source}) lives in /dev/shm too")
+            return sizing.pod_shm_size(job, loaders, object_store)
+        limit = limits[0] if limits else None
+        if limit is None:
+            self.result.notes.append("Ray's object store takes 30% of the node's memory here (no memory limit): "
+                                     "/dev/shm is not capped, so that it fits")
+            return None
+        store = sizing.ray_object_store(limit)
+        written = ray_container["resources"]["limits"]["memory"]  # as the manifest says it (4G, 5Gi)
+        self.result.notes.append(f"Ray's object store (30% of the {written} memory limit: {k8s_quantity(store)}) "
+                                 f"lives in /dev/shm too")
+        return sizing.pod_shm_size(job, loaders, store)
+
+    def size_volume(self, volume, name: str, shm: int | None, job) -> None:
+        t = self.t
+        if volume is None:
+            empty_dir: dict[str, Any] = {"medium": "Memory"}
+            if shm is not None:
+                empty_dir["sizeLimit"] = k8s_quantity(shm)
+            volumes = t.spec.get("volumes")
+            if volumes is None:
+                volumes = t.spec["volumes"] = []
+            volumes.append({"name": name, "emptyDir": empty_dir})
+            self.change(f"{t.path}.volumes[{name}]", None,
+                        f"emptyDir medium Memory" + (f" sizeLimit {empty_dir['sizeLimit']}" if shm else " (no sizeLimit)"),
+                        "the job's shared memory; a container's own /dev/shm is 64 MiB")
+            return
+        vpath = f"{t.path}.volumes[{name}]"
+        if "hostPath" in volume:
+            self.result.notes.append(f"{vpath} is a hostPath: the node's own /dev/shm, shared with the node and not "
+                                     f"sized by a pod; kept")
+            return
         other = [k for k in volume if k not in ("name", "emptyDir")]
         if other:
-            raise ManifestError(f"{where}: {vpath} mounted at /dev/shm is a {other[0]} volume, not an emptyDir: "
-                                f"replace it with an emptyDir of medium Memory")
+            raise UsageError(f"{vpath} mounted at /dev/shm is a {other[0]} volume: shmguard sizes an emptyDir "
+                             f"of medium Memory (replace it with one)")
         empty_dir = volume.get("emptyDir")
         if empty_dir is None:
             empty_dir = volume["emptyDir"] = {}
-        mapping(empty_dir, where, f"{vpath}.emptyDir")
-        if empty_dir.get("medium") != "Memory":
-            empty_dir["medium"] = "Memory"
-            changes.append(f"{vpath}.emptyDir.medium: set to Memory (a disk-backed /dev/shm is not shared memory)")
+        mapping(empty_dir, self.where, f"{vpath}.emptyDir")
         current = empty_dir.get("sizeLimit")
-        if current is None:
-            empty_dir["sizeLimit"] = k8s_quantity(shm_limit)
-            changes.append(f"{vpath}.emptyDir.sizeLimit: set to {k8s_quantity(shm_limit)} (it had none: one pod could fill node memory)")
-        elif memory_of(current, where, f"{vpath}.emptyDir.sizeLimit") < model.shm_bytes(job):
-            empty_dir["sizeLimit"] = k8s_quantity(shm_limit)
-            changes.append(f"{vpath}.emptyDir.sizeLimit: {current} -> {k8s_quantity(shm_limit)} (too small for the job)")
-    needed = sizing.memory_needed(job)
-    for ci, container in enumerate(containers):
-        cpath = f"{path}.containers[{ci}]"
-        label = f"{cpath} ({container.get('name', '?')})"
-        mounts = listing(container.get("volumeMounts"), where, f"{cpath}.volumeMounts")
-        if not any(m.get("mountPath") == SHM_PATH for m in mounts):
-            mounts.append({"name": volume_name, "mountPath": SHM_PATH})
+        size = None if current is None else memory_of(current, self.where, f"{vpath}.emptyDir.sizeLimit")
+        if empty_dir.get("medium") != "Memory":
+            before = empty_dir.get("medium") or "(disk)"
+            empty_dir["medium"] = "Memory"
+            self.change(f"{vpath}.emptyDir.medium", before, "Memory",
+                        "a disk-backed /dev/shm is not shared memory")
+            if size is None and shm is not None:
+                empty_dir["sizeLimit"] = k8s_quantity(shm)
+                self.change(f"{vpath}.emptyDir.sizeLimit", "none", k8s_quantity(shm), "caps the new tmpfs at the job's need")
+                return
+        if size is None:
+            if shm is not None and self.options.size_unsized:
+                empty_dir["sizeLimit"] = k8s_quantity(shm)
+                self.change(f"{vpath}.emptyDir.sizeLimit", "none", k8s_quantity(shm), "asked for (--size-unsized)")
+            else:
+                self.result.notes.append(f"{vpath} has no sizeLimit: kept unsized (the job needs "
+                                         f"{k8s_quantity(shm) if shm else 'an unknown amount'}; --size-unsized caps it)")
+            return
+        if shm is not None and size < shm:
+            empty_dir["sizeLimit"] = k8s_quantity(shm)
+            self.change(f"{vpath}.emptyDir.sizeLimit", current, k8s_quantity(shm), "too small for the job")
+        elif shm is not None and size > shm:
+            self.result.notes.append(f"{vpath} sizeLimit {current} is more than the {k8s_quantity(shm)} the job "
+                                     f"needs: kept (never shrunk)")
+
+    def mount(self, loaders, volume, name: str) -> None:
+        if volume is not None and "hostPath" in volume:
+            return  # the host's /dev/shm is not spread to more containers
+        t = self.t
+        targets = [(c, p) for c, p in zip(t.containers, t.container_paths) if not is_sidecar(c)]
+        targets += [pair for pair in loaders if pair not in targets]
+        if self.options.include_init:
+            targets += [pair for pair in self.everyone() if pair not in targets]
+        for container, cpath in targets:
+            if shm_mounted(container):
+                continue
+            mounts = listing(container.get("volumeMounts"), self.where, f"{cpath}.volumeMounts")
+            mounts.append({"name": name, "mountPath": SHM_PATH})
             container["volumeMounts"] = mounts
-            changes.append(f"{label}: mounted {volume_name} at /dev/shm")
-        resources = container.get("resources")
-        if resources is None:
-            resources = container["resources"] = {}
-        mapping(resources, where, f"{cpath}.resources")
-        limits = resources.get("limits")
-        if limits is None:
-            limits = resources["limits"] = {}
-        mapping(limits, where, f"{cpath}.resources.limits")
-        current = limits.get("memory")
-        if current is None or memory_of(current, where, f"{cpath}.resources.limits.memory") < needed:
-            limits["memory"] = k8s_quantity(needed)
-            before = "none" if current is None else current
-            changes.append(f"{label}: limits.memory {before} -> {k8s_quantity(needed)} "
-                           f"(the shm sizeLimit is charged to it, plus the job's processes)")
-        requests = resources.get("requests")
-        if isinstance(requests, dict) and requests.get("memory") is not None:
-            if memory_of(requests["memory"], where, f"{cpath}.resources.requests.memory") > memory_of(limits["memory"], where, "limits.memory"):
-                requests["memory"] = limits["memory"]
-                changes.append(f"{label}: requests.memory lowered to the limit")
-    return changes
+            self.change(f"{cpath}.volumeMounts", None, f"{name} at /dev/shm", f"for {container.get('name') or 'the container'}")
+        skipped = [str(c.get("name")) for c, p in zip(t.containers, t.container_paths)
+                   if is_sidecar(c) and not shm_mounted(c) and (c, p) not in loaders]
+        if skipped and not self.options.include_init:
+            self.result.notes.append(f"sidecar(s) {', '.join(skipped)}: no /dev/shm, no limit change (--include-init)")
 
 
-def patch_documents(docs: list, job) -> list[str]:
-    """Patch every pod template in the documents, in place; other documents are left as they are."""
-    changes: list[str] = []
+def size_pod_template(template: PodTemplate, defaults=None, options: PatchOptions | None = None) -> TemplateResult:
+    """Size one pod template in place for its job; what was done or why not. Never raises for a bad template."""
+    options = options or PatchOptions()
+    reason = not_selected(template.obj, options)
+    result = TemplateResult(template.name, template.doc_index + 1, template.path, SKIPPED, reason or "")
+    if reason:
+        return result
+    result = Sizer(template, defaults_dict(defaults), options).run()
+    return result
+
+
+def patch_documents(docs: list, defaults=None, options: PatchOptions | None = None) -> PatchSummary:
+    """Size every pod template in the documents, in place; other documents are left as they are.
+
+    defaults: the job's raw option values (as from the command line or the webhook's
+    settings; annotations and SHMGUARD_* env in the manifest override them), or a Job.
+    A bad document or template is an error result; the others are still sized.
+    """
+    options = options or PatchOptions()
+    summary = PatchSummary()
     for index, doc in enumerate(docs):
         if doc is None:
             continue
         if not isinstance(doc, dict):
-            raise ManifestError(f"document {index + 1}: a manifest must be a mapping, not {type(doc).__name__}")
-        where = where_of(index, doc)
-        for path, spec in pod_templates(doc, where):
-            changes.extend(f"{where}: {change}" for change in patch_pod_spec(spec, job, where, path))
-    return changes
+            summary.results.append(TemplateResult("", index + 1, "", ERROR,
+                                                  f"a manifest must be a mapping, not {type(doc).__name__}"))
+            continue
+        try:
+            found = find_templates(index, doc)
+        except ManifestError as exc:
+            summary.results.append(TemplateResult(label_of(doc), index + 1, "", ERROR,
+                                                  str(exc).removeprefix(where_of(index, doc) + ": ")))
+            continue
+        if found and group_of(doc) is None:
+            summary.results.append(TemplateResult(label_of(doc), index + 1, "", ERROR,
+                                                  "no apiVersion: kubectl would refuse it, and shmguard cannot tell "
+                                                  "which kind it is (a batch/v1 Job or a Volcano Job?)"))
+            continue
+        if group_of(doc) == "trainer.kubeflow.org" and doc.get("kind") == "TrainJob":
+            summary.results.append(size_trainjob(index, doc, defaults, options))
+        for template in found:
+            summary.results.append(size_pod_template(template, defaults, options))
+    return summary
 
 
-def containers_of(doc: dict) -> Iterator[tuple[dict, dict]]:
+def size_trainjob(index: int, doc: dict, defaults=None, options: PatchOptions | None = None) -> TemplateResult:
+    """A Kubeflow Trainer TrainJob has no pod template: its pods, and their /dev/shm, come from the runtime it
+    names. What it can set, `trainer.resourcesPerNode`, overrides the runtime's container resources, so its
+    memory limit must hold the job: sized as a container's (never lowered; requests equal stay equal)."""
+    options = options or PatchOptions()
+    runtime = trainjob_runtime(doc) or "the runtime it names"
+    pointer = f"its pods and their /dev/shm come from {runtime}: size that runtime (shmguard patch on it)"
+    name = f"{label_of(doc)} trainer"
+    reason = not_selected(doc, options)
+    if reason:
+        return TemplateResult(name, index + 1, "spec.trainer", SKIPPED, reason)
+    spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else {}
+    trainer = spec.get("trainer")
+    if not isinstance(trainer, dict):
+        return TemplateResult(name, index + 1, "spec.trainer", SKIPPED, f"a TrainJob without a trainer: {pointer}")
+    env = [e for e in trainer.get("env") if isinstance(e, dict)] if isinstance(trainer.get("env"), list) else []
+    procs = trainer.get("numProcPerNode")
+    if isinstance(procs, int) and not any(e.get("name") == "SHMGUARD_PROCS_PER_NODE" for e in env):
+        env.append({"name": "SHMGUARD_PROCS_PER_NODE", "value": str(procs)})  # the manifest's fact, under annotations
+    per_node = trainer.get("resourcesPerNode")
+    if per_node is not None and not isinstance(per_node, dict):
+        return TemplateResult(name, index + 1, "spec.trainer", ERROR,
+                              f"spec.trainer.resourcesPerNode should be a mapping, not {type(per_node).__name__}")
+    node = {"name": "node", "env": env, "command": trainer.get("command"), "args": trainer.get("args"),
+            "resources": per_node}
+    template = PodTemplate(doc_index=index, obj=doc, name=name, path="spec.trainer", spec={}, containers=[node],
+                           container_paths=["spec.trainer"])
+    sizer = Sizer(template, defaults_dict(defaults), options)
+
+    def size() -> TemplateResult:
+        if ann.skip_setting(template.object_annotations) is True:
+            return sizer.leave('shmguard.io/skip: "true"')
+        if options.opt_in and ann.skip_setting(template.object_annotations) is not False:
+            return sizer.leave('not opted in (--opt-in sizes only templates annotated shmguard.io/skip: "false")')
+        job = sizer.job(node)
+        if job is None:
+            return sizer.leave("no job described: give --workers, --batch-size and the sample size, "
+                               "or shmguard.io/* annotations")
+        asked = sizer.asked()
+        resources = node["resources"] if isinstance(node["resources"], dict) else {}
+        limits = resources.get("limits") if isinstance(resources.get("limits"), dict) else {}
+        if limits.get("memory") is None and asked is None:
+            sizer.result.notes.append("resourcesPerNode sets no memory limit: the runtime's containers' limits apply")
+        else:
+            sizer.size_memory(node, "spec.trainer", job, None, asked)
+        sizer.result.needs = {"shm": k8s_quantity(sizing.shm_size(job)), "memory": k8s_quantity(sizing.memory_needed(job))}
+        for change in sizer.result.changes:
+            change.path = change.path.replace("spec.trainer.resources.", "spec.trainer.resourcesPerNode.")
+        sizer.result.notes = [n.replace("spec.trainer (node)", "spec.trainer.resourcesPerNode") for n in sizer.result.notes]
+        sizer.result.notes.append(pointer)
+        sizer.result.status = CHANGED if sizer.result.changes else UNCHANGED
+        return sizer.result
+
+    try:
+        result = size()
+    except UsageError as exc:
+        return TemplateResult(name, index + 1, "spec.trainer", ERROR, str(exc))
+    if result.status == CHANGED and node["resources"] is not None and trainer.get("resourcesPerNode") is None:
+        trainer["resourcesPerNode"] = node["resources"]
+    return result
+
+
+def size_pod(pod: dict, defaults=None, options: PatchOptions | None = None) -> TemplateResult:
+    """Size one Pod in place (the admission webhook's entry point)."""
+    summary = patch_documents([pod], defaults, options)
+    if not summary.results:
+        return TemplateResult(label_of(pod), 1, "spec", ERROR, "not a pod: no containers with name and image")
+    return summary.results[0]
+
+
+def containers_of(doc: dict):
     """(pod spec, container) for every container in a document's pod templates (for tests and checks)."""
-    for _path, spec in pod_templates(doc, where_of(0, doc)):
-        for container in spec.get("containers") or []:
-            yield spec, container
+    for template in find_templates(0, doc):
+        for container in template.containers:
+            yield template.spec, container

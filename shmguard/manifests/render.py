@@ -23,6 +23,12 @@ SHM_PATH = "/dev/shm"
 SHM_VOLUME = "dshm"
 HEALTH_COMMAND = ["shmguard", "health"]
 PYTORCHJOB_API = "kubeflow.org/v1"
+RAY_API = "ray.io/v1"
+JOBSET_API = "jobset.x-k8s.io/v1alpha2"
+TRAINER_API = "trainer.kubeflow.org/v1alpha1"
+TRAINER_NODE = "node"  # the trainer's replicatedJob and container name in Kubeflow Trainer's runtimes
+PATCH_MANAGER = "shmguard.io/render"
+KINDS = ("pod", "job", "deployment", "pytorchjob", "raycluster", "rayjob", "jobset", "trainjob")
 
 
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -95,8 +101,9 @@ def pod_spec(job, container: dict[str, Any], restart_policy: str | None) -> dict
 
 def render_k8s(job, kind: str, image: str, name: str, namespace: str | None = None, command: list[str] | None = None,
                cpus: float | None = None, memory: int | None = None, gpus: int = 0,
-               env: dict[str, str] | None = None, workers_replicas: int = 1) -> dict[str, Any]:
-    """One manifest of the given kind: pod, job, deployment or pytorchjob."""
+               env: dict[str, str] | None = None, workers_replicas: int = 1,
+               runtime: str = "torch-distributed") -> dict[str, Any]:
+    """One manifest of the given kind: pod, job, deployment, pytorchjob, raycluster, rayjob, jobset or trainjob."""
     check_target(name, namespace, image)
     env = env or {}
     command = command or []
@@ -129,7 +136,80 @@ def render_k8s(job, kind: str, image: str, name: str, namespace: str | None = No
                                       "template": {"metadata": {"labels": labels}, "spec": pod_spec(job, container, None)}}
         return {"apiVersion": PYTORCHJOB_API, "kind": "PyTorchJob", "metadata": metadata,
                 "spec": {"pytorchReplicaSpecs": replicas}}
-    raise UsageError(f"--kind must be pod, job, deployment or pytorchjob, not {kind!r}")
+    if kind in ("raycluster", "rayjob"):
+        return render_ray(job, kind, image, metadata, command, cpus, memory, gpus, env, workers_replicas)
+    if kind == "jobset":
+        container = container_spec(job, image, name, command, cpus, memory, gpus, env)
+        pod = {"metadata": {"labels": labels}, "spec": pod_spec(job, container, "Never")}
+        replicated = {"name": "workers", "replicas": 1, "template": {"spec": {
+            "parallelism": workers_replicas, "completions": workers_replicas, "backoffLimit": 0, "template": pod}}}
+        return {"apiVersion": JOBSET_API, "kind": "JobSet", "metadata": metadata, "spec": {"replicatedJobs": [replicated]}}
+    if kind == "trainjob":
+        return render_trainjob(job, image, metadata, command, cpus, memory, gpus, env, workers_replicas, runtime)
+    raise UsageError(f"--kind must be one of {', '.join(KINDS)}, not {kind!r}")
+
+
+def render_ray(job, kind: str, image: str, metadata: dict, command: list[str], cpus, memory, gpus: int,
+               env: dict[str, str], workers_replicas: int) -> dict[str, Any]:
+    """A KubeRay RayCluster, or a RayJob running the command on one: head and a worker group, each pod with a
+    /dev/shm that holds Ray's object store (30% of the memory limit) and the job, and a limit that holds both
+    and the processes (shmguard.sizing.ray_*). No `shmguard health` probes: the object store fills /dev/shm
+    on purpose, and KubeRay adds its own probes."""
+    if memory is None:
+        limit = sizing.ray_memory_needed(job, None)
+    elif memory < sizing.ray_memory_needed(job, None):
+        raise UsageError(f"--memory {k8s_quantity(memory)} cannot hold Ray's object store (30% of it) and the job: "
+                         f"use --memory {k8s_quantity(sizing.ray_memory_needed(job, None))} or more")
+    else:
+        limit = memory
+    if kind == "raycluster" and command:
+        raise UsageError("a RayCluster runs no command: use --kind rayjob to run one on it")
+    shm = sizing.pod_shm_size(job, 1, sizing.ray_object_store(limit))
+
+    def group_template(container_name: str) -> dict[str, Any]:
+        container = container_spec(job, image, container_name, [], cpus, limit, gpus, env)
+        for probe in ("startupProbe", "livenessProbe"):
+            container.pop(probe)
+        volume = {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": k8s_quantity(shm)}}
+        return {"metadata": {"labels": dict(metadata["labels"])}, "spec": {"containers": [container], "volumes": [volume]}}
+
+    cluster = {
+        "headGroupSpec": {"rayStartParams": {"dashboard-host": "0.0.0.0"}, "template": group_template("ray-head")},
+        "workerGroupSpecs": [{"groupName": "workers", "replicas": workers_replicas, "minReplicas": workers_replicas,
+                              "maxReplicas": max(workers_replicas, 1), "rayStartParams": {},
+                              "template": group_template("ray-worker")}],
+    }
+    if kind == "raycluster":
+        return {"apiVersion": RAY_API, "kind": "RayCluster", "metadata": metadata, "spec": cluster}
+    if not command:
+        raise UsageError("a RayJob needs the command to run (its entrypoint): add it after --")
+    import shlex
+
+    spec = {"entrypoint": shlex.join(command), "shutdownAfterJobFinishes": True, "rayClusterSpec": cluster}
+    return {"apiVersion": RAY_API, "kind": "RayJob", "metadata": metadata, "spec": spec}
+
+
+def render_trainjob(job, image: str, metadata: dict, command: list[str], cpus, memory, gpus: int,
+                    env: dict[str, str], nodes: int, runtime: str) -> dict[str, Any]:
+    """A Kubeflow Trainer TrainJob on a (Cluster)TrainingRuntime: resourcesPerNode holds the shm and the processes,
+    and a runtime patch adds the /dev/shm emptyDir to the runtime's `node` pods (a TrainJob has no pod template)."""
+    mem = k8s_quantity(resolve_memory(job, memory, k8s_quantity))
+    cpu = cpu_request(job, cpus)
+    resources: dict[str, Any] = {"requests": {"cpu": cpu, "memory": mem}, "limits": {"cpu": cpu, "memory": mem}}
+    if gpus:
+        resources["limits"]["nvidia.com/gpu"] = str(gpus)
+        resources["requests"]["nvidia.com/gpu"] = str(gpus)
+    trainer: dict[str, Any] = {"image": image}
+    if command:
+        trainer["command"] = list(command)
+    trainer.update({"numNodes": max(nodes, 1), "numProcPerNode": job.procs_per_node, "resourcesPerNode": resources,
+                    "env": [{"name": k, "value": v} for k, v in {**job.to_env(), **env}.items()]})
+    pod = {"volumes": [shm_volume(job)],
+           "containers": [{"name": TRAINER_NODE, "volumeMounts": [{"name": SHM_VOLUME, "mountPath": SHM_PATH}]}]}
+    patch = {"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+        {"name": TRAINER_NODE, "template": {"spec": {"template": {"spec": pod}}}}]}}}}
+    return {"apiVersion": TRAINER_API, "kind": "TrainJob", "metadata": metadata,
+            "spec": {"runtimeRef": {"name": runtime}, "trainer": trainer, "runtimePatches": [patch]}}
 
 
 def render_compose(job, image: str, name: str, command: list[str] | None = None, cpus: float | None = None,

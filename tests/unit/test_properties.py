@@ -126,13 +126,16 @@ def test_patch_keeps_every_field_and_is_idempotent(containers_extra, limit, size
         for key, value in before.items():
             if key not in ("resources", "volumeMounts"):
                 assert after[key] == value
-        limit_after = parse_quantity(after["resources"]["limits"]["memory"])
-        if "resources" in before:
-            assert limit_after >= parse_quantity(before["resources"]["limits"]["memory"])
+        if "resources" in before:  # never lowered
+            assert parse_quantity(after["resources"]["limits"]["memory"]) >= parse_quantity(before["resources"]["limits"]["memory"])
+        else:  # no limit is not given one (tmpfs is capped by none either)
+            assert "resources" not in after
         assert any(m["mountPath"] == "/dev/shm" for m in after["volumeMounts"])
+    if size_limit:  # never shrunk
+        assert parse_quantity(doc["spec"]["volumes"][0]["emptyDir"]["sizeLimit"]) >= parse_quantity(size_limit)
     kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)  # still a valid Pod
     again = copy.deepcopy(doc)
-    assert podspec.patch_documents([again], job) == [] and again == doc
+    assert podspec.patch_documents([again], job).changes == [] and again == doc
 
 
 @SETTINGS
@@ -163,3 +166,32 @@ def test_replayed_output_is_copied_once_however_it_is_chunked(data, cuts, draw):
     output.out.flush()
     assert output.out.buffer.getvalue() == data
     assert output.copied[0] == len(data)
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.sampled_from([None, "128Mi", "1Gi", "64Gi"]), st.sampled_from(["none", "equal", "below", "above"])),
+                min_size=1, max_size=3),
+       st.sampled_from([None, "1Gi", "8Gi"]), jobs)
+def test_patch_never_lowers_a_request_and_keeps_requests_equal_to_limits(resources, memory, job):
+    """Issue #20: requests never lowered, never above the limit after; requests == limits stay equal (QoS class)."""
+    containers = []
+    for i, (limit, request_mode) in enumerate(resources):
+        limits = {"memory": limit} if limit else {}
+        request = {"none": None, "equal": limit, "below": "64Mi", "above": "128Gi"}[request_mode]
+        requests = {"memory": request} if request else {}
+        containers.append({"name": f"c{i}", "image": "x", "resources": {"limits": limits, "requests": requests}})
+    doc = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": containers}}
+    original = copy.deepcopy(doc)
+    options = podspec.PatchOptions(memory=None if memory is None else parse_quantity(memory))
+    podspec.patch_documents([doc], job, options)
+    for i, (before, after) in enumerate(zip(original["spec"]["containers"], doc["spec"]["containers"])):
+        b, a = before["resources"], after["resources"]
+        if "memory" in b["requests"]:
+            assert parse_quantity(a["requests"]["memory"]) >= parse_quantity(b["requests"]["memory"])
+        if "memory" in b["limits"]:
+            assert parse_quantity(a["limits"]["memory"]) >= parse_quantity(b["limits"]["memory"])
+            if b["requests"].get("memory") == b["limits"]["memory"]:
+                assert a["requests"]["memory"] == a["limits"]["memory"]
+        if i == 0 and "memory" in a["limits"] and "memory" in a["requests"]:  # the DataLoader's: never above its limit
+            assert parse_quantity(a["requests"]["memory"]) <= parse_quantity(a["limits"]["memory"])
+    assert podspec.patch_documents([copy.deepcopy(doc)], job, options).changes == []

@@ -55,9 +55,11 @@ def test_patch_stdin_to_stdout(monkeypatch, capsys):
 
 @pytest.mark.parametrize("text, message", [
     ("kind: Pod\nspec: [unclosed\n", "not valid YAML at line"),
-    ("- just\n- a list\n", "document 1: a manifest must be a mapping, not list"),
-    ("kind: Job\nmetadata: {name: j}\nspec:\n  template:\n    spec: {containers: []}\n", "containers is missing or empty"),
-    ("kind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n    name: c\n", "spec.containers should be a list"),
+    ("- just\n- a list\n", "document 1: error: a manifest must be a mapping, not list"),
+    ("apiVersion: batch/v1\nkind: Job\nmetadata: {name: j}\nspec:\n  template:\n    spec: {containers: []}\n",
+     "containers is missing or empty"),
+    ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n    name: c\n", "spec.containers should be a list"),
+    ("kind: Job\nmetadata: {name: j}\nspec:\n  template:\n    spec: {containers: [{name: c, image: x}]}\n", "no apiVersion"),
 ])
 def test_bad_manifests_exit_2_and_write_nothing(tmp_path, capsys, text, message):
     good = tmp_path / "a.yaml"
@@ -67,6 +69,7 @@ def test_bad_manifests_exit_2_and_write_nothing(tmp_path, capsys, text, message)
     assert main(["patch", *JOB, "-i", str(good), str(bad)]) == 2
     err = capsys.readouterr().err
     assert str(bad) in err and message in err and "Traceback" not in err
+    assert f"{good}: document 2 Job/train" in err  # the good file is still reported
     assert good.read_text() == MANIFEST and bad.read_text() == text
 
 

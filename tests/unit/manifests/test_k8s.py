@@ -138,16 +138,23 @@ KINDS = [
 ]
 
 
+ROOMY = podspec.PatchOptions(memory=2 * GIB)  # containers without a limit get one only when asked
+
+
 @pytest.mark.parametrize("doc", KINDS, ids=[d["kind"] for d in KINDS])
 def test_patch_every_kind_valid_and_idempotent(doc):
     docs = [copy.deepcopy(doc)]
-    changes = podspec.patch_documents(docs, JOB)
-    assert changes and any("added dshm" in c for c in changes)
+    summary = podspec.patch_documents(docs, JOB, ROOMY)
+    assert any("volumes[dshm]: added" in c for c in summary.changes)
     validate(docs[0])
     for empty_dir, memory in shm_and_memory(docs[0]):
         assert parse_quantity(memory) >= parse_quantity(empty_dir["sizeLimit"]) + model.process_memory_bytes(JOB)
     again = copy.deepcopy(docs)
-    assert podspec.patch_documents(again, JOB) == [] and again == docs
+    assert podspec.patch_documents(again, JOB, ROOMY).changes == [] and again == docs
+    plain = [copy.deepcopy(doc)]  # without --memory: the mount and volume, no invented limit
+    result = podspec.patch_documents(plain, JOB).results[0]
+    assert result.status == "changed" and "no memory limit" in " ".join(result.notes)
+    assert all("resources" not in c for _s, c in podspec.containers_of(plain[0]))
 
 
 def test_patch_pytorchjob():
@@ -156,8 +163,8 @@ def test_patch_pytorchjob():
         spec = replica["template"]["spec"]
         spec["volumes"] = []
         spec["containers"][0]["volumeMounts"] = []
-    changes = podspec.patch_documents([doc], JOB)
-    assert len([c for c in changes if "added dshm" in c]) == 2
+    summary = podspec.patch_documents([doc], JOB)
+    assert [r.name for r in summary.changed] == ["PyTorchJob/ptj Master", "PyTorchJob/ptj Worker"]
     validate(doc)
 
 
@@ -168,51 +175,80 @@ def test_multi_document_other_documents_untouched():
     assert docs[0] == config and docs[2] is None
 
 
-def test_existing_shm_too_small_or_without_size_limit_is_fixed():
+def test_existing_shm_too_small_or_disk_backed_is_fixed_in_place():
     small = deployment(volumes=[{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}}])
-    small["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "shm", "mountPath": "/dev/shm"}]
-    changes = podspec.patch_documents([small], JOB)
+    small["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "shm", "mountPath": "/dev/shm/"}]
+    changes = podspec.patch_documents([small], JOB).changes
     volume = small["spec"]["template"]["spec"]["volumes"][0]
     assert volume["emptyDir"]["sizeLimit"] == "369Mi" and any("64Mi -> 369Mi" in c for c in changes)
     assert len(small["spec"]["template"]["spec"]["volumes"]) == 1  # fixed in place, not duplicated
+    assert len(small["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]) == 1  # `/dev/shm/` counts
 
-    unbounded = deployment(volumes=[{"name": "shm", "emptyDir": {}}])
-    unbounded["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "shm", "mountPath": "/dev/shm"}]
-    changes = podspec.patch_documents([unbounded], JOB)
-    assert unbounded["spec"]["template"]["spec"]["volumes"][0]["emptyDir"] == {"medium": "Memory", "sizeLimit": "369Mi"}
-    assert any("had none" in c for c in changes) and any("medium: set to Memory" in c for c in changes)
+    disk = deployment(volumes=[{"name": "shm", "emptyDir": {}}])
+    disk["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "shm", "mountPath": "/dev/shm"}]
+    changes = podspec.patch_documents([disk], JOB).changes
+    assert disk["spec"]["template"]["spec"]["volumes"][0]["emptyDir"] == {"medium": "Memory", "sizeLimit": "369Mi"}
+    assert any("medium: (disk) -> Memory" in c for c in changes)
 
 
 def test_a_big_enough_size_limit_is_kept_and_the_memory_follows_the_job_not_the_size_limit():
     doc = deployment(volumes=[{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}}])
     container = doc["spec"]["template"]["spec"]["containers"][0]
     container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
-    container["resources"] = {"limits": {"memory": "512Mi"}, "requests": {"memory": "4Gi"}}
+    container["resources"] = {"limits": {"memory": "512Mi"}, "requests": {"memory": "512Mi"}}
     podspec.patch_documents([doc], JOB)
     assert doc["spec"]["template"]["spec"]["volumes"][0]["emptyDir"]["sizeLimit"] == "2Gi"
     limit = parse_quantity(container["resources"]["limits"]["memory"])
     assert limit == sizing.memory_needed(JOB) < 2 * GIB
-    assert container["resources"]["requests"]["memory"] == container["resources"]["limits"]["memory"]
+    assert container["resources"]["requests"]["memory"] == container["resources"]["limits"]["memory"]  # QoS kept
+
+
+def test_a_request_above_the_limit_is_never_lowered_the_limit_rises_to_it():
+    doc = deployment()
+    container = doc["spec"]["template"]["spec"]["containers"][0]
+    container["resources"] = {"limits": {"memory": "512Mi"}, "requests": {"memory": "4Gi"}}
+    podspec.patch_documents([doc], JOB)
+    assert container["resources"] == {"limits": {"memory": "4Gi"}, "requests": {"memory": "4Gi"}}
 
 
 @pytest.mark.parametrize("docs, message", [
-    ([["a", "b"]], "document 1: a manifest must be a mapping, not list"),
-    ([{"kind": "Deployment", "metadata": {"name": "w"}, "spec": {"template": {"spec": {"containers": []}}}}],
-     "document 1 (Deployment/w): spec.template.spec.containers is missing or empty"),
-    ([{"kind": "Deployment", "metadata": {"name": "w"}, "spec": {"template": ["x"]}}],
+    ([["a", "b"]], "a manifest must be a mapping, not list"),
+    ([{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "w"}, "spec": {"template": {"spec": {"containers": []}}}}],
+     "spec.template.spec.containers is missing or empty"),
+    ([{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "w"}, "spec": {"template": ["x"]}}],
      "spec.template should be a mapping, not list"),
-    ([{"kind": "Job", "metadata": {"name": "j"}, "spec": {}}], "spec.template is missing"),
-    ([{"kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": {"name": "c"}}}],
+    ([{"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": {}}], "spec.template is missing"),
+    ([{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": {"name": "c"}}}],
      "spec.containers should be a list, not dict"),
-    ([{"kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "resources": {"limits": {"memory": "lots"}}}]}}],
+    ([{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+       "spec": {"containers": [{"name": "c", "resources": {"limits": {"memory": "lots"}}}]}}],
      "resources.limits.memory"),
-    ([{"kind": "Pod", "metadata": {"name": "p"}, "spec": {"volumes": [{"name": "s", "hostPath": {"path": "/dev/shm"}}],
-                                                           "containers": [{"name": "c", "volumeMounts": [{"name": "s", "mountPath": "/dev/shm"}]}]}}],
-     "is a hostPath volume, not an emptyDir"),
+    ([{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {
+        "volumes": [{"name": "s", "configMap": {"name": "x"}}],
+        "containers": [{"name": "c", "volumeMounts": [{"name": "s", "mountPath": "/dev/shm"}]}]}}],
+     "is a configMap volume"),
 ])
 def test_bad_manifests_name_the_document_and_path(docs, message):
-    with pytest.raises(templates.ManifestError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
-        podspec.patch_documents(docs, JOB)
+    original = copy.deepcopy(docs)
+    summary = podspec.patch_documents(docs, JOB)
+    assert len(summary.errors) == 1 and message in summary.errors[0].reason
+    assert docs == original  # a template in error is left as it was
+
+
+def test_one_bad_document_does_not_stop_the_others():
+    bad = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "w"}, "spec": {"template": ["x"]}}
+    docs = [bad, deployment()]
+    summary = podspec.patch_documents(docs, JOB)
+    assert [r.status for r in summary.results] == ["error", "changed"]
+
+
+def test_a_hostpath_shm_is_kept_and_said():
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {
+        "volumes": [{"name": "s", "hostPath": {"path": "/dev/shm"}}],
+        "containers": [{"name": "c", "image": "x", "volumeMounts": [{"name": "s", "mountPath": "/dev/shm"}]}]}}
+    original = copy.deepcopy(pod)
+    result = podspec.size_pod(pod, JOB)
+    assert pod == original and result.status == "unchanged" and "hostPath" in " ".join(result.notes)
 
 
 @pytest.mark.parametrize("args, message", [

@@ -1,0 +1,364 @@
+"""The pod-template core on real manifests (tests/data/manifests: line 1 of each file is its upstream source).
+
+- every pod template listed in the corpus table (CORPUS.md, section 2) is found, and nothing else;
+- golden outputs: the patched documents and the summary, as JSON (regenerate with SHMGUARD_REGEN_GOLDEN=1
+  and review the diff);
+- patching the output again changes nothing;
+- the issue #20 rules, each on a real manifest.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from shmguard import sizing
+from shmguard.job import make_job
+from shmguard.manifests import podspec
+from shmguard.manifests.templates import find_templates
+from shmguard.units import GIB, k8s_quantity, parse_quantity
+
+DATA = Path(__file__).parents[2] / "data" / "manifests"
+GOLDEN = DATA / "golden"
+FILES = sorted(p.name for p in DATA.glob("*.yaml"))
+DEFAULTS = {"workers": "4", "batch_size": "64", "sample_shape": "3,224,224"}
+JOB = make_job(**DEFAULTS)
+
+
+def load(name: str) -> list:
+    text = (DATA / name).read_text()
+    assert text.startswith("# source: https://github.com/"), f"{name}: the first line must record its source"
+    return list(yaml.safe_load_all(text))
+
+
+def table() -> list[tuple[str, int, str]]:
+    """(file, 0-based document, path) of every pod template in the corpus table."""
+    section = (DATA / "CORPUS.md").read_text().split("## 2. Pod templates")[1].split("## 3.")[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.startswith("| ") or cells[0] in ("file", "---") or set(cells[0]) <= {"-"}:
+            continue
+        if "NOT a pod template" in line or cells[4] == "—":  # an Argo resource string; a TrainJob patch without containers
+            continue
+        rows.append((cells[0], int(cells[1]), re.search(r"`([^`]+)`", cells[3]).group(1)))
+    return rows
+
+
+def found(name: str) -> list[tuple[int, str]]:
+    out = []
+    for index, doc in enumerate(load(name)):
+        if isinstance(doc, dict):
+            for t in find_templates(index, doc):
+                out.append((t, index))
+    return out
+
+
+def matches(template, path: str) -> bool:
+    return path in (template.path, template.path.removesuffix(".spec")) or path in template.container_paths
+
+
+def test_the_corpus_is_here_with_sources():
+    assert len(FILES) >= 20
+    for name in FILES:
+        load(name)
+
+
+def test_every_pod_template_in_the_table_is_found_and_nothing_else():
+    rows = table()
+    assert len(rows) >= 60
+    for name in FILES:
+        expected = [(doc, path) for f, doc, path in rows if f == name]
+        got = found(name)
+        for doc, path in expected:
+            assert any(i == doc and matches(t, path) for t, i in got), f"{name}: {path} not found"
+        assert len(got) == len(expected), f"{name}: found {[t.path for t, _ in got]}, the table lists {expected}"
+
+
+def patched(name: str, defaults=DEFAULTS, options=None):
+    docs = load(name)
+    summary = podspec.patch_documents(docs, defaults, options)
+    return docs, summary
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_golden_and_idempotent(name):
+    docs, summary = patched(name)
+    assert not summary.errors, summary.lines()
+    got = {"documents": docs, "summary": summary.lines()}
+    golden = GOLDEN / (name.removesuffix(".yaml") + ".json")
+    if os.environ.get("SHMGUARD_REGEN_GOLDEN"):
+        GOLDEN.mkdir(exist_ok=True)
+        golden.write_text(json.dumps(got, indent=1, sort_keys=False) + "\n")
+    assert json.loads(json.dumps(got)) == json.loads(golden.read_text())
+    again = copy.deepcopy(docs)
+    assert podspec.patch_documents(again, DEFAULTS).changes == [] and again == docs
+
+
+def result(summary, name_part: str):
+    return next(r for r in summary.results if name_part in r.name)
+
+
+def container(docs, doc: int, path: str) -> dict:
+    node = docs[doc]
+    for part in re.findall(r"[^.\[\]]+|\[\d+\]", path):
+        node = node[int(part[1:-1])] if part.startswith("[") else node[part]
+    return node
+
+
+# --- issue #20, each on a real manifest ----------------------------------------------------------
+
+def test_20_1_a_request_is_never_cut_and_no_limit_is_invented():
+    """RayService gemma4: the `llm` worker asks 512Gi and has no limit (a working pod)."""
+    docs, summary = patched("kuberay-rayservice-gemma4.yaml")
+    llm = container(docs, 0, "spec.rayClusterConfig.workerGroupSpecs[0].template.spec.containers[0]")
+    assert llm["resources"]["requests"]["memory"] == "512Gi" and "memory" not in llm["resources"].get("limits", {})
+    assert any("no memory limit" in n for n in result(summary, "gpu-group").notes)
+
+
+def test_20_2_no_limit_is_invented_for_a_vllm_server_unless_asked():
+    docs, summary = patched("vllm-production-stack-gpu-deployment.yaml")
+    vllm = container(docs, 0, "spec.template.spec.containers[0]")
+    assert "memory" not in vllm["resources"].get("limits", {})
+    assert any("no memory limit" in n and "left unset" in n for n in summary.results[0].notes)
+    docs, summary = patched("vllm-production-stack-gpu-deployment.yaml", options=podspec.PatchOptions(memory=8 * GIB))
+    assert container(docs, 0, "spec.template.spec.containers[0]")["resources"]["limits"]["memory"] == "8Gi"
+
+
+def test_20_3_an_existing_size_limit_does_not_inflate_the_limit_and_qos_is_kept():
+    """vLLM decode: sizeLimit 128Gi beside requests = limits = 30Gi (Guaranteed)."""
+    docs, summary = patched("vllm-production-stack-decode-deploy.yaml")
+    app = container(docs, 1, "spec.template.spec.containers[0]")
+    assert app["resources"]["limits"]["memory"] == app["resources"]["requests"]["memory"] == "30Gi"
+    assert summary.results[0].status == "unchanged"
+    # A job that needs more than 30Gi raises both, and says it in Gi when whole.
+    big = {"workers": "8", "batch_size": "256", "sample_bytes": "8Mi"}
+    docs, summary = patched("vllm-production-stack-decode-deploy.yaml", big)
+    app = container(docs, 1, "spec.template.spec.containers[0]")
+    need = k8s_quantity(sizing.memory_needed(make_job(**big)))
+    assert app["resources"]["limits"]["memory"] == app["resources"]["requests"]["memory"] == need
+    assert parse_quantity(need) > 30 * GIB
+    volume = container(docs, 1, "spec.template.spec.volumes[0]")
+    assert volume["emptyDir"]["sizeLimit"] == "128Gi"  # big enough: kept, never shrunk
+    assert any("30Gi -> " + need in c for c in summary.changes)
+
+
+def test_20_4_a_sidecar_gets_no_shm_and_no_limit_the_dataloader_container_does():
+    """JobSet resnet with a fluent-bit log shipper added beside `pytorch` (derived from the real file)."""
+    docs = load("jobset-pytorch-resnet.yaml")
+    spec = container(docs, 0, "spec.replicatedJobs[0].template.spec.template.spec")
+    spec["containers"][0]["resources"] = {"limits": {"memory": "512Mi"}}
+    spec["containers"].append({"name": "fluent-bit", "image": "fluent/fluent-bit:3.0",
+                               "resources": {"limits": {"memory": "128Mi"}}})
+    summary = podspec.patch_documents(docs, DEFAULTS)
+    pytorch, sidecar = spec["containers"]
+    assert sidecar == {"name": "fluent-bit", "image": "fluent/fluent-bit:3.0", "resources": {"limits": {"memory": "128Mi"}}}
+    assert pytorch["resources"]["limits"]["memory"] == k8s_quantity(sizing.memory_needed(JOB))
+    assert any("fluent-bit" in n for n in summary.results[0].notes)
+    # The annotation names another container: it is charged instead.
+    docs = load("knative-service-multicontainer.yaml")
+    pod = container(docs, 0, "spec.template")
+    pod["metadata"] = {"annotations": {"shmguard.io/container": "second"}}
+    pod["spec"]["containers"][0]["name"], pod["spec"]["containers"][1]["name"] = "first", "second"
+    for c in pod["spec"]["containers"]:
+        c["resources"] = {"limits": {"memory": "256Mi"}}
+    podspec.patch_documents(docs, DEFAULTS)
+    assert [c["resources"]["limits"]["memory"] for c in pod["spec"]["containers"]] == ["256Mi", "854Mi"]
+
+
+def test_20_5_an_unsized_memory_shm_stays_unsized_unless_asked():
+    def shm(docs):
+        return next(v for v in container(docs, 0, "spec.template.spec.volumes") if v["name"] == "shm")
+
+    docs, summary = patched("vllm-production-stack-gpu-deployment.yaml")
+    assert shm(docs) == {"name": "shm", "emptyDir": {"medium": "Memory"}}
+    assert any("no sizeLimit: kept unsized" in n for n in summary.results[0].notes)
+    docs, summary = patched("vllm-production-stack-gpu-deployment.yaml", options=podspec.PatchOptions(size_unsized=True))
+    assert shm(docs)["emptyDir"]["sizeLimit"] == "369Mi"
+
+
+def test_20_7_group_and_kind_both_decide():
+    """A Volcano Job (batch.volcano.sh) is sized at spec.tasks[].template, not read as a batch/v1 Job."""
+    docs, summary = patched("volcano-job-nginx.yaml")
+    assert [r.name for r in summary.results] == ["Job/test-job tasks[default-nginx]"]
+    docs = load("volcano-job-nginx.yaml")
+    docs[0]["apiVersion"] = "batch/v1"  # the same object claiming to be a batch/v1 Job: spec.template is missing
+    assert "spec.template is missing" in podspec.patch_documents(docs, DEFAULTS).errors[0].reason
+
+
+def test_20_8_selectors_and_opt_in():
+    docs, summary = patched("volcano-helm-agent-scheduler.yaml", options=podspec.PatchOptions(kinds=("StatefulSet",)))
+    assert [r.status for r in summary.results] == ["skipped"] and "kind Deployment not selected" in summary.results[0].reason
+    docs, summary = patched("volcano-helm-agent-scheduler.yaml", options=podspec.PatchOptions(kinds=("apps/Deployment",),
+                                                                                                 namespaces=("volcano-system",)))
+    assert summary.results[0].status == "changed"
+    docs, summary = patched("volcano-helm-agent-scheduler.yaml", options=podspec.PatchOptions(names=("other-*",)))
+    assert summary.results[0].status == "skipped"
+    docs, summary = patched("kuberay-raycluster-complete.yaml", options=podspec.PatchOptions(opt_in=True))
+    assert {r.status for r in summary.results} == {"skipped"}
+    docs = load("kuberay-raycluster-complete.yaml")
+    docs[0]["metadata"]["annotations"] = {"shmguard.io/skip": "false"}
+    summary = podspec.patch_documents(docs, DEFAULTS, podspec.PatchOptions(opt_in=True))
+    assert {r.status for r in summary.results} == {"changed"}
+    docs = load("kuberay-raycluster-complete.yaml")
+    docs[0]["spec"]["headGroupSpec"]["template"]["metadata"] = {"annotations": {"shmguard.io/skip": "true"}}
+    summary = podspec.patch_documents(docs, DEFAULTS)
+    assert [r.status for r in summary.results] == ["skipped", "changed"]
+
+
+def test_annotations_on_the_object_and_the_template_override_the_command_line():
+    docs = load("training-operator-pytorchjob-mnist-nccl.yaml")
+    docs[0]["metadata"]["annotations"] = {"shmguard.io/workers": "8"}
+    docs[0]["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"] = {
+        "annotations": {"shmguard.io/workers": "0"}}
+    summary = podspec.patch_documents(docs, DEFAULTS)
+    master, worker = summary.results
+    assert master.needs["shm"] == k8s_quantity(sizing.shm_size(JOB.replace(workers=8)))
+    assert worker.needs["shm"] == k8s_quantity(sizing.SHM_FLOOR)
+
+
+# --- roles -----------------------------------------------------------------------------------------
+
+def test_ray_object_store_lives_in_shm_and_in_the_limit():
+    docs, summary = patched("kuberay-raycluster-heterogeneous-v1alpha1.yaml")
+    head = result(summary, "headGroupSpec")
+    assert head.needs["shm"] == k8s_quantity(sizing.pod_shm_size(JOB, 1, 100000000))  # object-store-memory given
+    docs, summary = patched("kuberay-raycluster-complete.yaml")
+    worker = result(summary, "small-group")  # 1Gi = requests = limits: raised so that 30% of it + the job fit
+    limit = sizing.ray_memory_needed(JOB, None)
+    assert limit >= sizing.ray_object_store(limit) + sizing.memory_needed(JOB) - 1024 * 1024
+    w = container(docs, 0, "spec.workerGroupSpecs[0].template.spec.containers[0]")
+    assert w["resources"]["limits"]["memory"] == w["resources"]["requests"]["memory"] == k8s_quantity(limit)
+    assert worker.needs["shm"] == k8s_quantity(sizing.pod_shm_size(JOB, 1, sizing.ray_object_store(limit)))
+
+
+def test_roles_that_run_no_dataloader_are_left_alone_and_said_so():
+    for name, part, words in [("kuberay-rayservice-gemma4.yaml", "headGroupSpec", "num-cpus 0"),
+                              ("mpi-operator-mpijob-pi.yaml", "Launcher", "MPI launcher"),
+                              ("training-operator-tfjob-dist-mnist.yaml", " PS", "parameter server"),
+                              ("trainer-clustertrainingruntime-torchtune-llama3-2-1b.yaml", "dataset-initializer", "dataset"),
+                              ("trainer-clustertrainingruntime-torchtune-llama3-2-1b.yaml", "model-initializer", "model")]:
+        before = load(name)
+        docs, summary = patched(name)
+        r = result(summary, part)
+        assert r.status == "skipped" and words in r.reason, (name, r.reason)
+
+
+def test_a_trainjob_points_at_its_runtime_and_its_resources_per_node_hold_the_job():
+    docs, summary = patched("trainer-multi-step.yaml")
+    trainjob = result(summary, "TrainJob/")
+    assert trainjob.status == "unchanged" and "TrainingRuntime/torch-with-dataset-init" in trainjob.notes[-1]
+    big = {"workers": "8", "batch_size": "256", "sample_bytes": "8Mi"}  # needs more than its 8Gi limit
+    docs, summary = patched("trainer-multi-step.yaml", big)
+    per_node = docs[1]["spec"]["trainer"]["resourcesPerNode"]
+    need = k8s_quantity(sizing.memory_needed(make_job(**big)))
+    assert per_node["limits"]["memory"] == need and per_node["requests"]["memory"] == "4Gi"  # requests kept
+    assert any(c.startswith("document 2 TrainJob/multi-step-example trainer: spec.trainer.resourcesPerNode.limits.memory: 8Gi -> ")
+               for c in summary.changes)
+    docs, summary = patched("trainer-trainjob-multi-node.yaml")  # no resourcesPerNode: the runtime's limits apply
+    assert summary.results[0].status == "unchanged" and "runtime's containers' limits apply" in summary.results[0].notes[0]
+
+
+def test_gpu_pods_run_one_process_per_gpu_unless_told():
+    docs, summary = patched("trainer-clustertrainingruntime-torchtune-llama3-2-1b.yaml")
+    # 2 GPUs: 2 processes, and NCCL between them (shmguard.nccl)
+    assert result(summary, "[node]").needs["shm"] == k8s_quantity(sizing.shm_size(JOB.replace(procs_per_node=2, gpus=2)))
+    docs, summary = patched("trainer-clustertrainingruntime-torchtune-llama3-2-1b.yaml", {**DEFAULTS, "procs_per_node": "1"})
+    assert result(summary, "[node]").needs["shm"] == k8s_quantity(sizing.shm_size(JOB))
+    docs = load("jobset-pytorch-resnet.yaml")  # torchrun --nproc_per_node=1 in a shell string: literal
+    spec = container(docs, 0, "spec.replicatedJobs[0].template.spec.template.spec")
+    spec["containers"][0]["command"] = [w.replace("--nproc_per_node=1", "--nproc-per-node 3")
+                                        for w in spec["containers"][0]["command"]]
+    summary = podspec.patch_documents(docs, DEFAULTS)
+    assert summary.results[0].needs["shm"] == k8s_quantity(sizing.shm_size(JOB.replace(procs_per_node=3)))
+
+
+def test_kserve_predictor_and_argo_templates_without_a_pod_wrapper():
+    docs, summary = patched("kserve-inferenceservice-fluid-llama.yaml")
+    predictor = docs[0]["spec"]["predictor"]
+    assert predictor["model"]["volumeMounts"][-1] == {"name": "dshm", "mountPath": "/dev/shm"}
+    assert predictor["volumes"][-1]["name"] == "dshm"
+    # The model has requests = limits = 48Gi: plenty, kept.
+    assert predictor["model"]["resources"]["limits"]["memory"] == "48Gi"
+    docs, summary = patched("argo-workflows-volumes-emptydir.yaml")
+    template = docs[0]["spec"]["templates"][0]
+    assert template["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "369Mi"}}]
+    assert docs[0]["spec"]["volumes"] == load("argo-workflows-volumes-emptydir.yaml")[0]["spec"]["volumes"]
+    # A /dev/shm volume declared at the workflow level is used, not duplicated.
+    docs = load("argo-workflows-volumes-emptydir.yaml")
+    docs[0]["spec"]["volumes"].append({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}})
+    docs[0]["spec"]["templates"][0]["container"]["volumeMounts"].append({"name": "shm", "mountPath": "/dev/shm"})
+    summary = podspec.patch_documents(docs, DEFAULTS)
+    assert summary.results[0].status == "unchanged" and "volumes" not in docs[0]["spec"]["templates"][0]
+
+
+def test_two_different_volumes_at_dev_shm_are_reported_and_the_pod_left_alone():
+    docs = load("lws-vllm-gpu.yaml")
+    spec = container(docs, 0, "spec.leaderWorkerTemplate.workerTemplate.spec")
+    spec["volumes"].append({"name": "hostshm", "hostPath": {"path": "/dev/shm"}})
+    spec["containers"].append({"name": "helper", "image": "x", "volumeMounts": [{"name": "hostshm", "mountPath": "/dev/shm/"}]})
+    before = copy.deepcopy(spec)
+    summary = podspec.patch_documents(docs, DEFAULTS)
+    r = result(summary, "workerTemplate")
+    assert r.status == "skipped" and "dshm (emptyDir)" in r.reason and "hostshm (hostPath)" in r.reason
+    assert r.severity == "warning" and spec == before
+
+
+def test_init_containers_get_the_mount_only_when_asked():
+    """vLLM gateway deployment: a native-sidecar init container (lora-adapter-syncer) beside the `vllm` server."""
+    docs, _ = patched("vllm-production-stack-gpu-deployment.yaml")
+    init = container(docs, 0, "spec.template.spec.initContainers[0]")
+    assert not any(m.get("mountPath") == "/dev/shm" for m in init.get("volumeMounts", []))
+    docs, summary = patched("vllm-production-stack-gpu-deployment.yaml", options=podspec.PatchOptions(include_init=True))
+    init = container(docs, 0, "spec.template.spec.initContainers[0]")
+    assert {"name": "shm", "mountPath": "/dev/shm"} in init["volumeMounts"]  # the pod's existing volume, not a new one
+    assert len(container(docs, 0, "spec.template.spec.volumes")) == len(load("vllm-production-stack-gpu-deployment.yaml")[0]
+                                                                          ["spec"]["template"]["spec"]["volumes"])
+
+
+def test_a_named_container_that_is_not_there_is_an_error_for_that_template_only():
+    docs, summary = patched("kserve-inferenceservice-collocation.yaml", options=podspec.PatchOptions(container="nope"))
+    assert summary.errors[0].reason.startswith("no container named nope")
+    assert "kserve-container, transformer-container" in summary.errors[0].reason
+    assert docs == load("kserve-inferenceservice-collocation.yaml")
+    docs, summary = patched("kserve-inferenceservice-collocation.yaml",
+                            options=podspec.PatchOptions(container="transformer-container"))
+    limits = [c["resources"]["limits"]["memory"] for c in docs[0]["spec"]["predictor"]["containers"]]
+    assert limits == ["1Gi", "1Gi"]  # 1Gi holds the 854Mi the job needs: nothing raised, nothing lowered
+
+
+def nodes(value, path=()):
+    """Every (path, node) of a document."""
+    yield path, value
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from nodes(v, path + (k,))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from nodes(v, path + (i,))
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_any_node_replaced_by_junk_gives_results_never_a_crash(name):
+    """Hostile structure: every node of every real manifest in turn replaced by a value of the wrong type."""
+    original = load(name)
+    junk = [None, 7, "x", [], ["x"], {}, {"containers": "x"}]
+    for index, doc in enumerate(original):
+        for path, _node in nodes(doc):
+            if not path:
+                continue
+            for value in junk:
+                docs = copy.deepcopy(original)
+                parent = docs[index]
+                for key in path[:-1]:
+                    parent = parent[key]
+                parent[path[-1]] = value
+                summary = podspec.patch_documents(docs, DEFAULTS)  # must not raise
+                for r in summary.errors:
+                    assert r.reason and "Traceback" not in r.reason
