@@ -218,7 +218,7 @@ def resource_kwargs(options: RunOptions, mem_limit: int | None) -> dict[str, Any
     """CPUs, memory, GPUs, working directory, mounts, devices, user and network as docker-py `containers.create`
     arguments (for a helper container such as the tuning one: the same resources as the job)."""
     options = normalized(options)
-    keys = ("memory", "cpus", "gpus", "workdir", "volumes", "mounts", "devices", "user", "network", "env_files")
+    keys = ("memory", "cpus", "gpus", "workdir", "volumes", "mounts", "devices", "user", "network")
     values = {key: getattr(options, key) for key in keys}
     values["memory"] = mem_limit
     return flags.create_kwargs(values)

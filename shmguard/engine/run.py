@@ -24,7 +24,7 @@ from shmguard.engine.follow import Output, engine_answers, follow, is_engine_los
 from shmguard.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED
 from shmguard.engine.peak import PeakSampler
 from shmguard.engine.plan import (RunError, RunOptions, RunPlan, create_kwargs, describe, diagnose, docker_cli,
-                               make_plan, parse_env, redact, resource_kwargs)
+                               make_plan, redact, resource_kwargs, user_environment)
 from shmguard.units import format_size
 
 STOP_TIMEOUT = 10  # seconds between SIGTERM and SIGKILL on Ctrl-C
@@ -440,44 +440,46 @@ def tune_in_container(options: RunOptions, dataset: str, batch_size: int, collat
     with engine_answers("shmguard looked up the engine and the image"):
         client = connect()
         engine_info = client.info()
-        local_image(client, options.image)
+        local_image(client, options.image, options.pull, err)
     shm = options.shm_size or min(TUNE_SHM_CAP, (engine_info.get("MemTotal") or TUNE_SHM_CAP * 2) // 2)
     command = ["shmguard", "tune", "--json", "--dataset", dataset, "--batch-size", str(batch_size)]
     if collate:
         command += ["--collate-fn", collate]
-    kwargs: dict[str, Any] = {"command": command, "environment": parse_env(options.env), "shm_size": shm,
+    kwargs: dict[str, Any] = {"command": command, "environment": user_environment(options), "shm_size": shm,
                               "labels": {"org.shmguard.run": "1"}, "init": True, "detach": True,
                               **resource_kwargs(options, options.memory)}
     print(f"shmguard: tuning num_workers in {options.image} (/dev/shm {format_size(shm)})", file=err)
-    with engine_answers("shmguard created the tuning container"):
-        container = client.containers.create(options.image, **kwargs)
     stdout, stderr = bytearray(), bytearray()
-    try:
-        # Attached before the start (any log driver), so that the sweep's progress shows as it goes.
-        stream = container.attach(stdout=True, stderr=True, stream=True, logs=False, demux=True)
-        container.start()
-        scanned = 0  # stderr bytes already looked at for progress lines
-        for out_chunk, err_chunk in stream:
-            stdout += out_chunk or b""
-            if err_chunk:
-                stderr += err_chunk
-                end = stderr.rfind(b"\n") + 1
-                for line in stderr[scanned:end].decode("utf-8", "replace").splitlines():
-                    if line.startswith("shmguard tune:"):
-                        print(f"shmguard: {line.removeprefix('shmguard ')}", file=err, flush=True)
-                scanned = max(scanned, end)
-        status = container.wait()
-    except KeyboardInterrupt:
-        container.stop(timeout=STOP_TIMEOUT)
-        raise
-    except docker.errors.APIError as exc:
-        raise RunError(f"the tuning container failed: {exc.explanation or exc}") from None
-    except Exception as exc:
-        if not is_engine_loss(exc):
+    with engine_answers("shmguard created the tuning container"), \
+            created(client, options.image, **kwargs) as container:  # removed whatever happens, even on a signal
+        try:
+            # Attached before the start (any log driver), so that the sweep's progress shows as it goes.
+            stream = container.attach(stdout=True, stderr=True, stream=True, logs=False, demux=True)
+            container.start()
+            scanned = 0  # stderr bytes already looked at for progress lines
+            for out_chunk, err_chunk in stream:
+                stdout += out_chunk or b""
+                if err_chunk:
+                    stderr += err_chunk
+                    end = stderr.rfind(b"\n") + 1
+                    for line in stderr[scanned:end].decode("utf-8", "replace").splitlines():
+                        if line.startswith("shmguard tune:"):
+                            print(f"shmguard: {line.removeprefix('shmguard ')}", file=err, flush=True)
+                    scanned = max(scanned, end)
+            status = container.wait()
+        except KeyboardInterrupt:
+            print(f"\nshmguard: interrupted; stopping the tuning container {container.name}", file=err)
+            try:
+                container.stop(timeout=STOP_TIMEOUT)
+            except Exception:
+                pass  # it is removed (forced) on the way out anyway
             raise
-        raise lost_engine(f"{container.name} was tuning", exc, container.name) from None
-    finally:
-        remove_uninterrupted(container)
+        except docker.errors.APIError as exc:
+            raise RunError(f"the tuning container failed: {exc.explanation or exc}") from None
+        except Exception as exc:
+            if not is_engine_loss(exc):
+                raise
+            raise lost_engine(f"{container.name} was tuning", exc, container.name) from None
     logs, progress = stdout.decode("utf-8", "replace"), stderr.decode("utf-8", "replace")
     if status.get("StatusCode") != 0 or "{" not in logs:
         raise RunError(f"tuning in {options.image} failed (exit {status.get('StatusCode')}); does the image have "
