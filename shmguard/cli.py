@@ -97,6 +97,7 @@ def check(as_json: bool, strict: bool, root: str | None, **options) -> int:
     from shmguard.commands.check import check as run
     from shmguard.probe import Root
 
+    infer_procs(options, (), os.environ, gpu_option(options))
     job = job_from_options(options)
     return run(job, as_json=as_json, strict=strict, root=Root(root), echo=click.echo)
 
@@ -113,6 +114,20 @@ def infer_procs(options: dict, command, environ, gpus: int | None) -> None:
                    f"(from {inferred.source})", err=True)
     for warning in inferred.warnings:
         click.echo(f"shmguard: warning: {warning}", err=True)
+
+
+def gpu_option(options: dict) -> int | None:
+    """The job's --gpus as a count, when it is one (the job's own parser judges it later)."""
+    text = str(options.get("gpus") or "").strip()
+    return int(text) if text.isdigit() else None
+
+
+def env_option(items) -> dict[str, str]:
+    return {k: v for k, eq, v in (i.partition("=") for i in items) if eq}
+
+
+def strip_dashes(command) -> tuple:
+    return tuple(command[1:]) if command and command[0] == "--" else tuple(command)
 
 
 def run_options(command):
@@ -206,13 +221,14 @@ def target_options(command):
 
 
 def target_values(job, image, name, cpus, memory, env, command) -> dict:
-    from shmguard.errors import UsageError
-    from shmguard.units import parse_size
+    import math
 
-    try:
-        memory_bytes = parse_size(memory) if memory is not None else None
-    except ValueError as exc:
-        raise UsageError(f"--memory: {exc}") from None
+    from shmguard.engine.flags import parse_bytes
+    from shmguard.errors import UsageError
+
+    memory_bytes = parse_bytes("--memory", memory) if memory is not None else None
+    if cpus is not None and not math.isfinite(cpus):
+        raise UsageError(f"--cpus must be a finite number, not {cpus}")
     variables = {}
     for item in env:
         key, eq, value = item.partition("=")
@@ -246,6 +262,7 @@ def render_k8s_command(image, name, cpus, memory, env, namespace, kind, replicas
     that include it, CPUs for the workers, GPUs, the SHMGUARD_* environment and `shmguard health` probes."""
     from shmguard.commands.render import render_k8s
 
+    infer_procs(options, strip_dashes(command), env_option(env), gpu_option(options))
     job = job_from_options(options)
     values = target_values(job, image, name, cpus, memory, env, command)
     click.echo(render_k8s(job, kind=kind, namespace=namespace, workers_replicas=replicas, **values), nl=False)
@@ -260,6 +277,7 @@ def render_compose_command(image, name, cpus, memory, env, command, **options) -
     """Print a compose service with shm_size, mem_limit, cpus, GPU reservations and a healthcheck."""
     from shmguard.commands.render import render_compose
 
+    infer_procs(options, strip_dashes(command), env_option(env), gpu_option(options))
     job = job_from_options(options)
     click.echo(render_compose(job, **target_values(job, image, name, cpus, memory, env, command)), nl=False)
     return 0
