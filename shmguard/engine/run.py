@@ -22,6 +22,7 @@ from typing import Any
 
 from shmguard.engine.follow import Output, engine_answers, follow, is_engine_loss, lost_engine, silence
 from shmguard.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED
+from shmguard.engine.interactive import attach_stream, pump_stdin, raw_terminal
 from shmguard.engine.peak import PeakSampler
 from shmguard.engine.plan import (RunError, RunOptions, RunPlan, create_kwargs, describe, diagnose, docker_cli,
                                make_plan, redact, resource_kwargs, user_environment)
@@ -287,14 +288,21 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         # Attached before the start, as `docker run` does: all the output comes live, and no log replay is asked
         # for (an engine whose log driver cannot be read, `none`, answers a replay with an error in the stream).
-        stream = container.attach(stdout=True, stderr=True, stream=True, logs=False, demux=True)
+        stdin_socket = None
+        if opts.interactive and not opts.detach:  # -i: stdin, stdout and stderr on one socket (interactive.py)
+            stream, stdin_socket = attach_stream(container, opts.tty)
+        else:
+            stream = container.attach(stdout=True, stderr=True, stream=True, logs=False, demux=True)
         try:  # from the start on: an interrupt at any point (even before start() returns) stops the container
             start(container, plan)
             if opts.detach:
                 return RunResult(0, container.id, container.name, plan.shm_bytes, None, None, False)
+            if stdin_socket is not None:
+                pump_stdin(stdin_socket)
             if not opts.ipc_host:
                 watcher = shm_watcher(container, host_shm_path(engine_info, container)).start()
-            ending = follow(container, stream, output, opts.engine_wait, err=err)
+            with raw_terminal(opts.tty and opts.interactive):
+                ending = follow(container, stream, output, opts.engine_wait, err=err)
             exit_code, note = ending.exit_code, ending.note
             output.flush_masked()
         except KeyboardInterrupt:
