@@ -172,7 +172,7 @@ def run(image, command, healthcheck, engine_wait, dry_run, tune_first, as_json, 
     from shmguard.engine.run import run as execute, stop_signals_interrupt
 
     # Every option is parsed before any engine call: a bad one is one line and exit 2.
-    values = flags.parse_user(options)
+    values = flags.parse_user(options, skip=("gpus",))
     request = flags.parse_gpus(options["gpus"]) if options.get("gpus") is not None else None
     options["gpus"] = None if request is None or request.known_count is None else str(request.known_count)
     wait = flags.parse_engine_wait(engine_wait)

@@ -415,6 +415,12 @@ def _env_files_sdk(paths, values):
     return {"environment": env}
 
 
+def _interactive_sdk(value, values):
+    # docker-py's create_container sets StdinOnce (and the attach flags) only when not "detached", as `docker run -i`
+    # does: the container's stdin closes at our end of file and its output keeps streaming.
+    return {"stdin_open": True} if values.get("detach") else {"stdin_open": True, "detach": False}
+
+
 def _health_extra(value) -> list[str]:
     return ["--health-interval", f"{HEALTH_INTERVAL_S}s", "--health-timeout", "5s", "--health-retries", "3",
             "--health-start-period", "10s"]
@@ -446,7 +452,7 @@ ROWS: tuple[Row, ...] = (
         help="Remove the container when it ends (default), or keep it. Detached, the engine removes it."),
     Row("detach", "--detach", lambda v, values: {}, option=("-d", "--detach"),
         help="Start it and print its id (--json: an object); no log streaming, no peak report."),
-    Row("interactive", "--interactive", lambda v, values: {"stdin_open": True, "stdin_once": True},
+    Row("interactive", "--interactive", _interactive_sdk,
         option=("-i", "--interactive"), help="Keep stdin open and attach it (for pdb)."),
     Row("tty", "--tty", lambda v, values: {"tty": True}, option=("-t", "--tty"), help="Allocate a terminal."),
     Row("name", "--name", lambda v, values: {"name": v}, parse_nonempty("--name"), option=("--name",),
@@ -571,12 +577,12 @@ def click_options(command, skip: tuple[str, ...] = ()):
     return command
 
 
-def parse_user(raw: dict[str, Any]) -> dict[str, Any]:
+def parse_user(raw: dict[str, Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:
     """The user's option texts (popped from `raw`, click's values) parsed by their rows; UsageError on the first bad
     one. Missing options are left out."""
     values: dict[str, Any] = {}
     for row in ROWS:
-        if not row.option or row.key not in raw:
+        if not row.option or row.key not in raw or row.key in skip:
             continue
         given = raw.pop(row.key)
         if given is None or (row.multiple and not given):

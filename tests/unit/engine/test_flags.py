@@ -83,7 +83,8 @@ def test_a_plan_agrees_with_its_docker_run_line(env_file):
     read, rest = flags.read_docker_argv(shlex.split(line)[2:])
     assert rest == ["demo:latest", "python", "train.py"]
     sdk = comparable(create_kwargs(plan, healthcheck=True))
-    assert comparable(flags.create_kwargs(read)) == {k: v for k, v in sdk.items() if k not in ("image", "command", "detach")}
+    got = comparable({"detach": True, **flags.create_kwargs(read)})  # as create_kwargs(plan) adds it
+    assert got == {k: v for k, v in sdk.items() if k not in ("image", "command")}
 
 
 def test_docker_semantics_of_the_sdk_arguments(env_file):
@@ -98,7 +99,7 @@ def test_docker_semantics_of_the_sdk_arguments(env_file):
     assert kwargs["devices"] == ["/dev/fuse", "/dev/sda:/dev/xvda:r"]
     assert kwargs["device_requests"][0]["DeviceIDs"] == ["0", "GPU-3f2a"]
     assert kwargs["entrypoint"] == [""]  # --entrypoint "" clears the image's, as docker
-    assert kwargs["stdin_open"] is True and kwargs["tty"] is True and kwargs["user"] == "1000:1000"
+    assert kwargs["stdin_open"] is True and "detach" not in kwargs and kwargs["tty"] is True and kwargs["user"] == "1000:1000"
     assert kwargs["network"] == "host" and kwargs["working_dir"] == "/work" and kwargs["ipc_mode"] == "host"
     assert kwargs["labels"] == {"org.shmguard.run": "1", "team": "vision"}
     assert kwargs["ulimits"][0] == {"Name": "nofile", "Soft": 4096, "Hard": 4096}
@@ -193,3 +194,9 @@ def test_click_options_come_from_the_table():
 
     names = {p.name for p in run.params}
     assert {row.key for row in flags.ROWS if row.option} <= names
+
+
+def test_interactive_attached_runs_get_stdin_once():
+    """docker-py sets StdinOnce only for a create that is not detached: -i attached must ask for that."""
+    assert flags.create_kwargs({"interactive": True}) == {"stdin_open": True, "detach": False}
+    assert flags.create_kwargs({"interactive": True, "detach": True}) == {"stdin_open": True}

@@ -3,6 +3,8 @@ engine that vanishes (the real engine is tests/integration)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from shmguard import main
@@ -48,6 +50,19 @@ def test_bad_values_are_one_line_exit_2_before_any_engine_call(capsys, monkeypat
     assert main(["run", *J, *extra, "demo:latest", "--", "true"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and message in err, err
+
+
+@pytest.mark.parametrize("gpus, request_, job_gpus", [
+    ("all", "--gpus=all", None), ("2", "--gpus=2", "2"), ('"device=0,3"', '\'--gpus="device=0,3"\'', "2"),
+    ("count=4", "--gpus=4", "4")])
+def test_gpus_forms_reach_the_line_and_the_job(capsys, gpus, request_, job_gpus):
+    assert main(["run", *J, "--gpus", gpus, "--dry-run", "--json", "demo:latest"]) == 0
+    captured = capsys.readouterr()
+    plan = json.loads(captured.out)
+    assert request_ in plan["docker_run"]
+    assert plan["plan"]["environment"].get("SHMGUARD_GPUS") == job_gpus
+    if gpus == "all":  # never 0: unset, and said so
+        assert "SHMGUARD_GPUS is left unset" in captured.err
 
 
 def test_the_jobs_own_value_may_be_repeated():
