@@ -1,4 +1,4 @@
-"""The probes on reconstructed real trees (tests/data/<scenario>, sources in tests/data/README-v2.md): Docker on
+"""The probes on reconstructed real trees (tests/data/<scenario>, each with a README of its sources): Docker on
 cgroup v2, a Kubernetes pod on cgroup v2, rootless Podman on cgroup v2 (and this machine's Docker, cgroup v1)."""
 
 from __future__ import annotations
