@@ -99,3 +99,8 @@ def test_a_closed_stdout_lets_the_job_finish(docker_client, base):
     assert proc.wait(timeout=120) == 0, err
     assert "lost the Docker engine" not in err and err.count("stdout was closed") == 1 and "done" in err
     assert "Exception ignored" not in err and not leftovers(docker_client, name)
+
+
+def test_tty_gives_the_container_a_terminal(base):
+    proc = shmguard("-t", base, "--", "sh", "-c", "tty")
+    assert proc.returncode == 0 and proc.stdout.startswith("/dev/pts/"), proc.stderr

@@ -193,3 +193,51 @@ def test_sighup_during_the_run_stops_the_container(engine, safe_sigterm, capsys)
     engine(container)
     assert main(["run", *P, "--no-healthcheck", "demo:latest"]) == 130
     assert container.stopped == 1 and container.removed == 1
+
+
+class PullingClient(FakeClient):
+    """An engine without the image until it is pulled; `pull` streams the engine's progress events."""
+
+    def __init__(self, container, events):
+        super().__init__(container)
+        self.pulled = []
+        self.events = events
+        self.images = SimpleNamespace(get=self.get)
+        self.api = SimpleNamespace(pull=self.pull)
+
+    def get(self, name):
+        import docker
+
+        if not self.pulled:
+            raise docker.errors.ImageNotFound("no such image")
+        return SimpleNamespace(id="sha256:1", attrs={})
+
+    def pull(self, repository, tag=None, stream=False, decode=False):
+        self.pulled.append((repository, tag))
+        return iter(self.events)
+
+
+def test_pull_missing_pulls_with_progress(monkeypatch, capsys):
+    events = [{"status": "Pulling from library/x", "id": "1.0"}, {"status": "Downloading", "id": "a1"},
+              {"status": "Download complete", "id": "a1"}, {"status": "Pull complete", "id": "a1"}]
+    client = PullingClient(FakeContainer(), events)
+    monkeypatch.setattr(run_mod, "connect", lambda: client)
+    assert main(["run", *P, "--no-healthcheck", "--pull", "missing", "reg.example/x:1.0"]) == 0
+    err = capsys.readouterr().err
+    assert client.pulled == [("reg.example/x", "1.0")]
+    assert "pulling reg.example/x:1.0" in err and "a1: Pull complete" in err and "Downloading" not in err
+
+
+def test_no_pull_by_default_says_how(monkeypatch, capsys):
+    client = PullingClient(FakeContainer(), [])
+    monkeypatch.setattr(run_mod, "connect", lambda: client)
+    assert main(["run", *P, "--no-healthcheck", "x:1"]) == 125
+    assert client.pulled == [] and "give --pull missing" in capsys.readouterr().err
+
+
+def test_a_failed_pull_is_one_line(monkeypatch, capsys):
+    client = PullingClient(FakeContainer(), [{"error": "manifest unknown"}])
+    monkeypatch.setattr(run_mod, "connect", lambda: client)
+    assert main(["run", *P, "--no-healthcheck", "--pull", "always", "x:1"]) == 125
+    err = capsys.readouterr().err
+    assert "pulling x:1 failed: manifest unknown" in err and "Traceback" not in err
