@@ -42,7 +42,7 @@ def job_options(command):
         ("--sample-bytes", "sample_bytes", f"Size of one sample instead of a shape: {SIZE_RULE}."),
         ("--prefetch-factor", "prefetch_factor", "Batches each worker loads ahead (default 2, as PyTorch)."),
         ("--procs-per-node", "procs_per_node", "Training processes in the container, each with its own DataLoader (default 1)."),
-        ("--gpus", "gpus", "GPUs the job needs (default 0; `run` also takes all)."),
+        ("--gpus", "gpus", "GPUs the job needs (default 0; `run` takes docker's forms: all, N, count=N, \"device=ID,ID\")."),
         ("--sharing-strategy", "sharing_strategy", "torch.multiprocessing sharing strategy: file_descriptor (default) or file_system."),
     ]
     for flag, name, help_text in reversed(specs):
@@ -108,12 +108,10 @@ def infer_procs(options: dict, command, environ, gpus: int | None) -> None:
     from shmguard import sizing
 
     inferred = sizing.procs_per_node(options.get("procs_per_node"), command, environ, gpus)
+    for line in inferred.messages(given=options.get("procs_per_node") is not None):
+        click.echo(line, err=True)
     if options.get("procs_per_node") is None and inferred.source != "default":
         options["procs_per_node"] = str(inferred.value)
-        click.echo(f"shmguard: {inferred.value} process{'es' if inferred.value > 1 else ''} per node "
-                   f"(from {inferred.source})", err=True)
-    for warning in inferred.warnings:
-        click.echo(f"shmguard: warning: {warning}", err=True)
 
 
 def gpu_option(options: dict) -> int | None:
@@ -183,6 +181,8 @@ def run(image, command, healthcheck, engine_wait, dry_run, tune_first, as_json, 
     container_env = {**{k: v for path in opts.env_files for k, v in flags.read_env_file(path).items()},
                      **parse_env(opts.env, os.environ)}
     infer_procs(options, command, container_env, request.known_count if request else None)
+    if request is not None and request.known_count is None and int(options.get("procs_per_node") or 1) > 1:
+        options["gpus"] = options["procs_per_node"]  # --gpus all: N training processes drive N GPUs (NCCL's shm)
     if tune_first:
         from shmguard.errors import UsageError
 

@@ -105,6 +105,13 @@ class ProcsPerNode:
     def __repr__(self) -> str:
         return f"ProcsPerNode({self.value}, {self.source!r}, {self.warnings!r})"
 
+    def messages(self, given: bool) -> list[str]:
+        """The lines to show: where the count came from (when inferred, not the default) and each disagreement."""
+        lines = []
+        if not given and self.source != "default":
+            lines.append(f"shmguard: {self.value} process{'es' if self.value > 1 else ''} per node (from {self.source})")
+        return lines + [f"shmguard: warning: {w}" for w in self.warnings]
+
 
 def nproc_in_command(command) -> str | None:
     """The literal value of --nproc_per_node / --nproc-per-node (`=` or space form) given to torchrun or

@@ -172,10 +172,10 @@ def make_plan(job, options: RunOptions, host_memory: int | None = None, environ=
                             f"{per_process:g} CPUs per process: the extra workers wait for CPU and still hold shm; "
                             f"num_workers={max(1, int(per_process))} is enough")
     job_env = job.to_env()
-    if options.gpus is not None and options.gpus.known_count is None:
+    if options.gpus is not None and options.gpus.known_count is None and not job.gpus:
         from shmguard.job import ENV_VARS
 
-        job_env.pop(ENV_VARS["gpus"], None)
+        job_env.pop(ENV_VARS["gpus"], None)  # never 0 for "every GPU"
         warnings.append("--gpus all: how many GPUs the container gets is known only once it runs, so SHMGUARD_GPUS is "
                         "left unset (health and check inside count the GPUs they see); give --gpus N to pin it")
     user_env = user_environment(options, environ)

@@ -30,7 +30,7 @@ J = ["--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224"]
     (["--cpus", "1e-12"], "--cpus must be at least 0.01"),
     (["--cpus", "nan"], "--cpus must be a finite number"),
     (["--cpus", "inf"], "--cpus must be a finite number"),
-    (["--memory", "1e308t"], "--memory '1e308t' is beyond what the engine can hold"),
+    (["--memory", "1e308t"], "'1e308t' is"),  # beyond the engine's int64 (or units' 8 EiB cap)
     (["--engine-wait", "nan"], "--engine-wait must be a finite number"),
     (["--engine-wait", "-1"], "--engine-wait must be at least 0"),
     (["-v", "/d:/d:rx"], "unknown mode 'rx'"),
@@ -63,6 +63,14 @@ def test_gpus_forms_reach_the_line_and_the_job(capsys, gpus, request_, job_gpus)
     assert plan["plan"]["environment"].get("SHMGUARD_GPUS") == job_gpus
     if gpus == "all":  # never 0: unset, and said so
         assert "SHMGUARD_GPUS is left unset" in captured.err
+
+
+def test_gpus_all_with_n_processes_is_n_gpus(capsys):
+    """--gpus all and 4 training processes: they drive 4 GPUs, which the job (and NCCL's shm) counts."""
+    assert main(["run", *J, "--gpus", "all", "--procs-per-node", "4", "--dry-run", "--json", "demo:latest"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["plan"]["environment"]["SHMGUARD_GPUS"] == "4"
+    assert "left unset" not in captured.err
 
 
 def test_the_jobs_own_value_may_be_repeated():
