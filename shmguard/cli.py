@@ -97,21 +97,28 @@ def check(as_json: bool, strict: bool, root: str | None, **options) -> int:
     from shmguard.commands.check import check as run
     from shmguard.probe import Root
 
-    infer_procs(options, (), os.environ, gpu_option(options))
+    notes = infer_procs(options, (), os.environ, gpu_option(options))
     job = job_from_options(options)
+    echo_lines(notes)
     return run(job, as_json=as_json, strict=strict, root=Root(root), echo=click.echo)
 
 
-def infer_procs(options: dict, command, environ, gpus: int | None) -> None:
+def infer_procs(options: dict, command, environ, gpus: int | None) -> list[str]:
     """Fill the job's processes per node from the command, the environment and the GPUs (shmguard.sizing), unless
-    given; say where it came from when it is not 1 by default, and warn when the sources disagree."""
+    given; return the lines that say where it came from and where the sources disagree (to show once the job
+    is known to be valid, so that a bad option stays one line)."""
     from shmguard import sizing
 
     inferred = sizing.procs_per_node(options.get("procs_per_node"), command, environ, gpus)
-    for line in inferred.messages(given=options.get("procs_per_node") is not None):
-        click.echo(line, err=True)
+    lines = inferred.messages(given=options.get("procs_per_node") is not None)
     if options.get("procs_per_node") is None and inferred.source != "default":
         options["procs_per_node"] = str(inferred.value)
+    return lines
+
+
+def echo_lines(lines) -> None:
+    for line in lines:
+        click.echo(line, err=True)
 
 
 def gpu_option(options: dict) -> int | None:
@@ -180,7 +187,7 @@ def run(image, command, healthcheck, engine_wait, dry_run, tune_first, as_json, 
                       **{k: v for k, v in values.items() if v is not None})
     container_env = {**{k: v for path in opts.env_files for k, v in flags.read_env_file(path).items()},
                      **parse_env(opts.env, os.environ)}
-    infer_procs(options, command, container_env, request.known_count if request else None)
+    notes = infer_procs(options, command, container_env, request.known_count if request else None)
     if request is not None and request.known_count is None and int(options.get("procs_per_node") or 1) > 1:
         options["gpus"] = options["procs_per_node"]  # --gpus all: N training processes drive N GPUs (NCCL's shm)
     if tune_first:
@@ -203,6 +210,7 @@ def run(image, command, healthcheck, engine_wait, dry_run, tune_first, as_json, 
             options["sample_bytes"] = str(-(-tuned["batch_bytes"] // batch_size))
             options["sample_shape"] = None
         job = job_from_options(options)
+        echo_lines(notes)
         return execute(job, opts, dry_run=dry_run, as_json=as_json)
 
 
@@ -262,8 +270,9 @@ def render_k8s_command(image, name, cpus, memory, env, namespace, kind, replicas
     that include it, CPUs for the workers, GPUs, the SHMGUARD_* environment and `shmguard health` probes."""
     from shmguard.commands.render import render_k8s
 
-    infer_procs(options, strip_dashes(command), env_option(env), gpu_option(options))
+    notes = infer_procs(options, strip_dashes(command), env_option(env), gpu_option(options))
     job = job_from_options(options)
+    echo_lines(notes)
     values = target_values(job, image, name, cpus, memory, env, command)
     click.echo(render_k8s(job, kind=kind, namespace=namespace, workers_replicas=replicas, **values), nl=False)
     return 0
@@ -277,8 +286,9 @@ def render_compose_command(image, name, cpus, memory, env, command, **options) -
     """Print a compose service with shm_size, mem_limit, cpus, GPU reservations and a healthcheck."""
     from shmguard.commands.render import render_compose
 
-    infer_procs(options, strip_dashes(command), env_option(env), gpu_option(options))
+    notes = infer_procs(options, strip_dashes(command), env_option(env), gpu_option(options))
     job = job_from_options(options)
+    echo_lines(notes)
     click.echo(render_compose(job, **target_values(job, image, name, cpus, memory, env, command)), nl=False)
     return 0
 

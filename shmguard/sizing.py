@@ -108,7 +108,7 @@ class ProcsPerNode:
     def messages(self, given: bool) -> list[str]:
         """The lines to show: where the count came from (when inferred, not the default) and each disagreement."""
         lines = []
-        if not given and self.source != "default":
+        if not given and self.source != "default" and self.value != 1:
             lines.append(f"shmguard: {self.value} process{'es' if self.value > 1 else ''} per node (from {self.source})")
         return lines + [f"shmguard: warning: {w}" for w in self.warnings]
 

@@ -65,3 +65,14 @@ def test_check_reads_the_environment(monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     main(["check", *J, "--json", "--root", str(tmp_path)])
     assert "2 processes per node (from LOCAL_WORLD_SIZE=2)" in capsys.readouterr().err
+
+
+def test_a_bad_option_stays_one_line_with_an_inference(capsys):
+    code = main(["run", "--workers", "4", "--dry-run", "demo", "--", "torchrun", "--nproc_per_node=2", "t.py"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+
+
+def test_one_process_is_not_announced():
+    assert sizing.procs_per_node(gpus=1).messages(given=False) == []
+    assert sizing.procs_per_node(gpus=2).messages(given=False) == ["shmguard: 2 processes per node (from 2 GPUs)"]
