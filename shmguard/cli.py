@@ -42,7 +42,7 @@ def job_options(command):
         ("--sample-bytes", "sample_bytes", f"Size of one sample instead of a shape: {SIZE_RULE}."),
         ("--prefetch-factor", "prefetch_factor", "Batches each worker loads ahead (default 2, as PyTorch)."),
         ("--procs-per-node", "procs_per_node", "Training processes in the container, each with its own DataLoader (default 1)."),
-        ("--gpus", "gpus", "GPUs the job needs (default 0; `run` takes docker's forms: all, N, count=N, \"device=ID,ID\")."),
+        ("--gpus", "gpus", "GPUs the job needs (default 0; `run` also takes all)."),
         ("--sharing-strategy", "sharing_strategy", "torch.multiprocessing sharing strategy: file_descriptor (default) or file_system."),
     ]
     for flag, name, help_text in reversed(specs):
