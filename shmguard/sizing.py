@@ -159,8 +159,9 @@ def procs_per_node(given=None, command=(), environ=None, gpus: int | None = None
     """
     environ = {} if environ is None else environ
     found: list[tuple[int, str]] = []
-    if given is not None and _count(given) is not None:
-        found.append((_count(given), f"--procs-per-node {given}"))
+    explicit = _count(given) if given is not None else None
+    if explicit is not None:
+        found.append((explicit, f"--procs-per-node {given}"))
     nproc = nproc_in_command(command)
     if nproc is not None:
         text = nproc.strip().lower()
@@ -168,8 +169,9 @@ def procs_per_node(given=None, command=(), environ=None, gpus: int | None = None
         if value is not None:
             found.append((value, f"--nproc_per_node={nproc} in the command"))
     for name in PROC_ENV:
-        if _count(environ.get(name)) is not None:
-            found.append((_count(environ[name]), f"{name}={environ[name]}"))
+        from_env = _count(environ.get(name))
+        if from_env is not None:
+            found.append((from_env, f"{name}={environ[name]}"))
             break
     if gpus:
         found.append((gpus, f"{gpus} GPU{'s' if gpus > 1 else ''}"))

@@ -100,7 +100,10 @@ def parse_gpus(text: str) -> GpuRequest | None:
         fields = next(csv.reader([raw]))
     except (csv.Error, StopIteration):
         raise UsageError(f"--gpus {text!r}: use all, a count, count=N or device=ID[,ID]") from None
-    count, devices, driver, caps = None, (), None, ("gpu",)
+    count: int | None = None
+    devices: tuple[str, ...] = ()
+    driver: str | None = None
+    caps: tuple[str, ...] = ("gpu",)
     for field in fields:
         key, eq, value = field.partition("=")
         key = key.strip().lower()

@@ -54,7 +54,7 @@ def raw_terminal(enabled: bool, fd: int | None = None):
             fd = sys.stdin.fileno()
         except (AttributeError, OSError, ValueError):
             enabled = False
-    if not enabled or not os.isatty(fd):
+    if not enabled or fd is None or not os.isatty(fd):
         yield
         return
     import termios

@@ -410,7 +410,7 @@ def run(job, options: RunOptions, dry_run: bool, as_json: bool, out=None, err=No
                              "auto_remove": options.remove, "shm_size_bytes": result.shm_size,
                              "required_shm_bytes": plan.required_shm}), out)
         else:
-            emit(result.container_id, out)
+            emit(result.container_id or "", out)
         return 0
     if as_json:
         emit(json.dumps({"exit_code": result.exit_code, "container": result.name, "container_id": result.container_id,
