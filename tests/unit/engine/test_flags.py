@@ -200,3 +200,18 @@ def test_interactive_attached_runs_get_stdin_once():
     """docker-py sets StdinOnce only for a create that is not detached: -i attached must ask for that."""
     assert flags.create_kwargs({"interactive": True}) == {"stdin_open": True, "detach": False}
     assert flags.create_kwargs({"interactive": True, "detach": True}) == {"stdin_open": True}
+
+
+def test_the_line_passes_host_variables_by_name_and_masks_secrets(monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", "wandb-secret-1234")
+    plan = make_plan(JOB, RunOptions(image="x", env=("WANDB_API_KEY", "DB=postgres://u:pw1234@h/db", "DB_PASS=abcd")),
+                     host_memory=None)
+    args = shlex.split(docker_cli(plan))
+    assert "WANDB_API_KEY" in args  # by name: docker takes it from the environment, the line never shows it
+    assert "DB=postgres://u:***@h/db" in args and "DB_PASS=***" in args
+    assert plan.environment["WANDB_API_KEY"] == "wandb-secret-1234"  # the container gets the value
+
+
+def test_read_back_refuses_flags_shmguard_does_not_write():
+    with pytest.raises(UsageError, match="--privileged"):
+        flags.read_docker_argv(["--privileged", "image"])
