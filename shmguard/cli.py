@@ -13,6 +13,7 @@ import click
 
 from shmguard import __version__
 from shmguard.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, ShmguardError
+from shmguard.options import gpu_option, infer_procs
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -66,81 +67,92 @@ def check(args) -> int:
     return check_main(list(args))
 
 
+def echo_lines(lines) -> None:
+    for line in lines:
+        click.echo(line, err=True)
+
+
+def strip_dashes(command) -> tuple:
+    return tuple(command[1:]) if command and command[0] == "--" else tuple(command)
+
+
+def run_options(command):
+    """The container options of `run`: generated from the translation table (shmguard.engine.flags), except --gpus,
+    which the job options give (the job's GPUs are the container's)."""
+    from shmguard.engine.flags import click_options
+
+    return click_options(command, skip=("gpus",))
+
+
 @cli.command(context_settings={"allow_interspersed_args": False})
 @job_options
-@click.option("--cpus", type=float, help="CPUs for the container (docker run --cpus).")
-@click.option("--memory", "memory", metavar="SIZE", help="Memory limit of the container, /dev/shm included (docker run --memory).")
-@click.option("--name", help="Container name.")
-@click.option("-e", "--env", "env", multiple=True, metavar="NAME[=VALUE]", help="Environment variable (repeatable).")
-@click.option("-v", "--volume", "volumes", multiple=True, metavar="HOST:CONTAINER[:ro]", help="Bind mount (repeatable).")
-@click.option("-w", "--workdir", help="Working directory in the container.")
-@click.option("--rm/--keep", "remove", default=True, help="Remove the container when it ends (default), or keep it.")
-@click.option("-d", "--detach", is_flag=True, help="Start it and print its id; no log streaming, no peak report.")
-@click.option("--shm-size", "shm_size", metavar="SIZE", help="Override the computed /dev/shm size.")
-@click.option("--ipc", type=click.Choice(["host"]), help="Share the host's IPC namespace (only when you must).")
-@click.option("--init/--no-init", default=True, help="Run an init as PID 1 so Ctrl-C and SIGTERM stop the job (default on).")
+@run_options
 @click.option("--healthcheck/--no-healthcheck", default=None, help="Docker healthcheck `shmguard health` (default: when the image has shmguard).")
-@click.option("--engine-wait", "engine_wait", type=click.FloatRange(min=0), default=60, show_default=True, metavar="SECONDS",
+@click.option("--engine-wait", "engine_wait", default="60", show_default=True, metavar="SECONDS",
               help="When the Docker engine goes away mid-run, wait this long for it to come back, then follow the job "
                    "again (or report how it ended) instead of giving up.")
 @click.option("--dry-run", is_flag=True, help="Print the plan and the equivalent docker run command; start nothing.")
 @click.option("--tune", "tune_first", is_flag=True,
               help="First sweep num_workers in the image with `shmguard tune` on --dataset (imported in the container) "
                    "and run the job with the recommendation (as SHMGUARD_WORKERS).")
-@click.option("--json", "as_json", is_flag=True, help="Print the result (or the plan) as one JSON object.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the result (or the plan) as one JSON object on stdout; the container's output goes to stderr.")
 @click.argument("image")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def run(image, command, cpus, memory, name, env, volumes, workdir, remove, detach, shm_size, ipc, init,
-        healthcheck, engine_wait, dry_run, tune_first, as_json, **options) -> int:
+def run(image, command, healthcheck, engine_wait, dry_run, tune_first, as_json, **options) -> int:
     """Run IMAGE [-- COMMAND...] with /dev/shm, memory, CPUs and ulimits sized for the job.
 
     Streams the logs, returns the container's exit code, stops and removes the
-    container on Ctrl-C, reports the peak /dev/shm use, and explains a death by
-    shared-memory exhaustion. Rides out a restart of the Docker engine (see
-    --engine-wait). Exit 125 when the container cannot be run (engine
-    unreachable, image missing, a --memory that cannot hold the job) or the
-    engine went away and did not come back.
+    container on Ctrl-C, SIGTERM or SIGHUP, reports the peak /dev/shm use, and
+    explains a death by shared-memory exhaustion. Rides out a restart of the
+    Docker engine (see --engine-wait). Exit 2 on a bad option (checked before
+    any engine call), 125 when the container cannot be run (engine unreachable,
+    image missing, a --memory that cannot hold the job) or the engine went away
+    and did not come back.
     """
-    from shmguard.engine.plan import RunError, RunOptions, parse_env, parse_memory
-    from shmguard.engine.run import run as execute
-    from shmguard.units import parse_size
+    import os
+    from dataclasses import replace
 
-    gpus = options["gpus"]
-    if gpus is not None and gpus.strip().lower() == "all":
-        # Every GPU: the count is the engine's to know; N training processes drive N of them (for NCCL's /dev/shm).
-        options["gpus"] = options["procs_per_node"]
-    if cpus is not None and cpus <= 0:
-        raise click.BadParameter("must be more than 0", param_hint="--cpus")
-    try:
-        shm = parse_size(shm_size) if shm_size is not None else None
-    except ValueError as exc:
-        raise RunError(f"--shm-size: {exc}") from None
+    from shmguard.engine import flags
+    from shmguard.engine.plan import RunOptions, parse_env
+    from shmguard.engine.run import run as execute, stop_signals_interrupt
+
+    # Every option is parsed before any engine call: a bad one is one line and exit 2.
+    values = flags.parse_user(options, skip=("gpus",))
+    request = flags.parse_gpus(options["gpus"]) if options.get("gpus") is not None else None
+    options["gpus"] = None if request is None or request.known_count is None else str(request.known_count)
+    wait = flags.parse_engine_wait(engine_wait)
+    if command and command[0] == "--":
+        command = command[1:]
+    opts = RunOptions(image=image, command=tuple(command), gpus=request, healthcheck=healthcheck, engine_wait=wait,
+                      **{k: v for k, v in values.items() if v is not None})
+    container_env = {**{k: v for path in opts.env_files for k, v in flags.read_env_file(path).items()},
+                     **parse_env(opts.env, os.environ)}
+    notes = infer_procs(options, command, container_env, request.known_count if request else None)
+    if request is not None and request.known_count is None and int(options.get("procs_per_node") or 1) > 1:
+        options["gpus"] = options["procs_per_node"]  # --gpus all: N training processes drive N GPUs (NCCL's shm)
     if tune_first:
-        from shmguard.engine.run import tune_in_container
         from shmguard.errors import UsageError
-        from shmguard.job import parse_count
 
         if not options.get("dataset") or options.get("batch_size") is None:
             raise UsageError("--tune needs --dataset and --batch-size: the sweep runs your DataLoader in the image")
-        base = RunOptions(image=image, cpus=cpus, memory=parse_memory(memory), env=tuple(env), volumes=tuple(volumes),
-                          workdir=workdir, shm_size=shm)
-        tuned = tune_in_container(base, options.pop("dataset"), parse_count("batch_size", options["batch_size"], 1),
-                                  options.pop("collate_fn", None))
-        recommended = tuned["recommended"]["workers"]
-        click.echo(f"shmguard: tuned: num_workers={recommended} "
-                   f"({tuned['recommended']['batches_per_second']:.1f} batches/s)", err=True)
-        options["workers"] = str(recommended)
-        options["sample_bytes"] = str(-(-tuned["batch_bytes"] // parse_count("batch_size", options["batch_size"], 1)))
-        options["sample_shape"] = None
-    job = job_from_options(options, nccl_env=parse_env(tuple(env)))
-    if command and command[0] == "--":
-        command = command[1:]
-    opts = RunOptions(image=image, command=tuple(command), cpus=cpus, memory=parse_memory(memory),
-                      gpus=gpus if gpus and gpus.strip() not in ("0", "") else None, name=name,
-                      env=tuple(env), volumes=tuple(volumes), workdir=workdir, remove=remove, detach=detach,
-                      shm_size=shm, ipc_host=ipc == "host", init=init, healthcheck=healthcheck,
-                      engine_wait=engine_wait)
-    return execute(job, opts, dry_run=dry_run, as_json=as_json)
+    with stop_signals_interrupt():  # SIGTERM/SIGHUP stop the tuning container too, not only the job's
+        if tune_first:
+            from shmguard.engine.run import tune_in_container
+            from shmguard.job import parse_count
+
+            batch_size = parse_count("batch_size", options["batch_size"], 1)
+            tuned = tune_in_container(replace(opts, command=()), options.pop("dataset"), batch_size,
+                                      options.pop("collate_fn", None))
+            recommended = tuned["recommended"]["workers"]
+            click.echo(f"shmguard: tuned: num_workers={recommended} "
+                       f"({tuned['recommended']['batches_per_second']:.1f} batches/s)", err=True)
+            options["workers"] = str(recommended)
+            options["sample_bytes"] = str(-(-tuned["batch_bytes"] // batch_size))
+            options["sample_shape"] = None
+        job = job_from_options(options, nccl_env=container_env)
+        echo_lines(notes)
+        return execute(job, opts, dry_run=dry_run, as_json=as_json)
 
 
 @cli.group()
@@ -163,13 +175,10 @@ def env_mapping(env) -> dict[str, str]:
 
 
 def target_values(job, image, name, cpus, memory, env, command) -> dict:
+    from shmguard.engine.flags import parse_bytes
     from shmguard.errors import UsageError
-    from shmguard.units import parse_size
 
-    try:
-        memory_bytes = parse_size(memory) if memory is not None else None
-    except ValueError as exc:
-        raise UsageError(f"--memory: {exc}") from None
+    memory_bytes = parse_bytes("--memory", memory) if memory is not None else None
     variables = {}
     for item in env:
         key, eq, value = item.partition("=")
@@ -208,7 +217,9 @@ def render_k8s_command(image, name, cpus, memory, env, namespace, kind, replicas
     that include it, CPUs for the workers, GPUs, the SHMGUARD_* environment and `shmguard health` probes."""
     from shmguard.commands.render import render_k8s
 
+    notes = infer_procs(options, strip_dashes(command), env_mapping(env), gpu_option(options))
     job = job_from_options(options, nccl_env=env_mapping(env))
+    echo_lines(notes)
     values = target_values(job, image, name, cpus, memory, env, command)
     click.echo(render_k8s(job, kind=kind, namespace=namespace, workers_replicas=replicas, runtime=runtime, **values),
                nl=False)
@@ -223,7 +234,9 @@ def render_compose_command(image, name, cpus, memory, env, command, **options) -
     """Print a compose service with shm_size, mem_limit, cpus, GPU reservations and a healthcheck."""
     from shmguard.commands.render import render_compose
 
+    notes = infer_procs(options, strip_dashes(command), env_mapping(env), gpu_option(options))
     job = job_from_options(options, nccl_env=env_mapping(env))
+    echo_lines(notes)
     click.echo(render_compose(job, **target_values(job, image, name, cpus, memory, env, command)), nl=False)
     return 0
 
@@ -433,6 +446,20 @@ def tune_command(dataset, batch_size, collate_fn, workers, prefetch_factors, bat
     return 0 if result.recommended else 1
 
 
+@cli.command("health", add_help_option=False,
+             context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def health_command(args) -> int:
+    """Container healthcheck: is /dev/shm a tmpfs with room for the job (see `shmguard health --help`).
+
+    Listed here for --help only: `shmguard health` is dispatched before click loads (shmguard.main), so that
+    it imports the standard library alone.
+    """
+    from shmguard.health import main as health_main
+
+    return health_main(list(args))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code instead of exiting."""
     try:
@@ -452,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
         click.echo("shmguard: interrupted", err=True)
         return EXIT_INTERRUPTED
     except Exception as exc:  # a bug: say so in one line; SHMGUARD_DEBUG=1 shows the traceback
-        if os.environ.get("SHMGUARD_DEBUG"):
+        if os.environ.get("SHMGUARD_DEBUG", "").strip().lower() in ("1", "true", "yes"):
             raise
         click.echo(f"shmguard: internal error: {type(exc).__name__}: {exc} "
                    f"(set SHMGUARD_DEBUG=1 for the traceback, and please report it)", err=True)

@@ -63,8 +63,13 @@ def check_main(argv: list[str]) -> int:
         from shmguard.options import job_from_options
         from shmguard.probe import Root
 
+        from shmguard.options import gpu_option, infer_procs
+
         as_json, strict, root = args.pop("as_json"), args.pop("strict"), args.pop("root")
+        notes = infer_procs(args, (), os.environ, gpu_option(args))
         job = job_from_options(args, nccl_env=os.environ)
+        for line in notes:
+            print(line, file=sys.stderr)
         return check(job, as_json=as_json, strict=strict, root=Root(root))
     except ShmguardError as exc:
         print(f"shmguard: error: {exc}", file=sys.stderr)

@@ -60,3 +60,22 @@ def job_from_options(values: dict, note=None, nccl_env=None):
     from shmguard.nccl import env_of
 
     return make_job(**raw, nccl_env=env_of(nccl_env))
+
+
+def infer_procs(options: dict, command, environ, gpus: int | None) -> list[str]:
+    """Fill the job's processes per node from the command, the environment and the GPUs (shmguard.sizing), unless
+    given; return the lines that say where it came from and where the sources disagree (to show once the job
+    is known to be valid, so that a bad option stays one line)."""
+    from shmguard import sizing
+
+    inferred = sizing.procs_per_node(options.get("procs_per_node"), command, environ, gpus)
+    lines = inferred.messages(given=options.get("procs_per_node") is not None)
+    if options.get("procs_per_node") is None and inferred.source != "default":
+        options["procs_per_node"] = str(inferred.value)
+    return lines
+
+
+def gpu_option(options: dict) -> int | None:
+    """The job's --gpus as a count, when it is one (the job's own parser judges it later)."""
+    text = str(options.get("gpus") or "").strip()
+    return int(text) if text.isdigit() else None

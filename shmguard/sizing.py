@@ -128,3 +128,98 @@ def ray_memory_needed(job, object_store: int | None) -> int:
     if ray_object_store(limit) >= RAY_OBJECT_STORE_MAX:
         limit = memory_needed_with(job, RAY_OBJECT_STORE_MAX)
     return limit
+
+
+# ---- processes per node: how many training processes (each with its own DataLoader) share the container ----
+
+PROC_ENV = ("LOCAL_WORLD_SIZE", "WORLD_SIZE")  # torchrun sets both; LOCAL_ is the one per node
+LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
+
+
+class ProcsPerNode:
+    """The inferred count, where it came from (for the plan), and disagreements between the sources."""
+
+    __slots__ = ("value", "source", "warnings")
+
+    def __init__(self, value: int, source: str, warnings: tuple = ()) -> None:
+        self.value, self.source, self.warnings = value, source, tuple(warnings)
+
+    def __repr__(self) -> str:
+        return f"ProcsPerNode({self.value}, {self.source!r}, {self.warnings!r})"
+
+    def messages(self, given: bool) -> list[str]:
+        """The lines to show: where the count came from (when inferred, not the default) and each disagreement."""
+        lines = []
+        if not given and self.source != "default" and self.value != 1:
+            lines.append(f"shmguard: {self.value} process{'es' if self.value > 1 else ''} per node (from {self.source})")
+        return lines + [f"shmguard: warning: {w}" for w in self.warnings]
+
+
+def nproc_in_command(command) -> str | None:
+    """The literal value of --nproc_per_node / --nproc-per-node (`=` or space form) given to torchrun or
+    `python -m torch.distributed.run` in the command (also inside a `sh -c "..."` string); None if absent."""
+    import shlex
+
+    args: list[str] = []
+    for arg in command:
+        if " " in arg:
+            try:
+                args += shlex.split(arg)
+            except ValueError:
+                args.append(arg)
+        else:
+            args.append(arg)
+    launcher = next((i for i, a in enumerate(args) if a.rsplit("/", 1)[-1] in LAUNCHERS), None)
+    if launcher is None:
+        return None
+    for i in range(launcher + 1, len(args)):
+        name, eq, value = args[i].partition("=")
+        if name in ("--nproc_per_node", "--nproc-per-node"):
+            if eq:
+                return value
+            return args[i + 1] if i + 1 < len(args) else None
+        if not args[i].startswith("-") and args[i - 1] not in ("-m",) and args[i].endswith(".py"):
+            break  # the training script: what follows is its own
+    return None
+
+
+def _count(text) -> int | None:
+    try:
+        value = int(str(text).strip())
+    except (TypeError, ValueError):
+        return None
+    return value if value >= 1 else None
+
+
+def procs_per_node(given=None, command=(), environ=None, gpus: int | None = None) -> ProcsPerNode:
+    """How many training processes run in the container, and from what.
+
+    Sources, first found wins: the explicit value (--procs-per-node or SHMGUARD_PROCS_PER_NODE); a literal
+    --nproc_per_node in a torchrun command (`gpu`/`auto` mean the GPU count); LOCAL_WORLD_SIZE, then WORLD_SIZE
+    in the (container's) environment; the GPU count (one process per GPU, as torchrun is used); else 1.
+    A warning for each source that disagrees with the one used.
+    """
+    environ = {} if environ is None else environ
+    found: list[tuple[int, str]] = []
+    explicit = _count(given) if given is not None else None
+    if explicit is not None:
+        found.append((explicit, f"--procs-per-node {given}"))
+    nproc = nproc_in_command(command)
+    if nproc is not None:
+        text = nproc.strip().lower()
+        value = gpus if text in ("gpu", "auto") and gpus else _count(text)
+        if value is not None:
+            found.append((value, f"--nproc_per_node={nproc} in the command"))
+    for name in PROC_ENV:
+        from_env = _count(environ.get(name))
+        if from_env is not None:
+            found.append((from_env, f"{name}={environ[name]}"))
+            break
+    if gpus:
+        found.append((gpus, f"{gpus} GPU{'s' if gpus > 1 else ''}"))
+    if not found:
+        return ProcsPerNode(1, "default")
+    value, source = found[0]
+    warnings = tuple(f"{source} but {other}: shmguard sizes for {value} process{'es' if value > 1 else ''} per node "
+                     f"(--procs-per-node sets it)" for n, other in found[1:] if n != value)
+    return ProcsPerNode(value, source, warnings)

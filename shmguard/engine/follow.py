@@ -76,6 +76,8 @@ class Output:
     copied: list[int] = field(default_factory=lambda: [0, 0])  # stdout, stderr bytes
     tail: list[bytes] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)  # stdout and stderr may come from two threads
+    maskers: Any = None  # (stdout, stderr) secrets.Masker, or None
+    closed: list[bool] = field(default_factory=lambda: [False, False])  # a reader went away (`run | head`)
 
     def write(self, index: int, chunk: bytes, skip: list[int] | None = None) -> None:
         with self.lock:
@@ -88,15 +90,42 @@ class Output:
             chunk = chunk[dropped:]
             if not chunk:
                 return
-        target = self.out if index == 0 else self.err
-        if hasattr(target, "buffer"):
-            target.buffer.write(chunk)
-        else:
-            target.write(chunk.decode("utf-8", "replace"))
-        target.flush()
-        self.copied[index] += len(chunk)
+        self.copied[index] += len(chunk)  # bytes of the container's stream, whatever is shown
+        if self.maskers:
+            chunk = self.maskers[index].feed(chunk)
+        self._show(index, chunk)
         self.tail.append(chunk)
         del self.tail[:-TAIL_CHUNKS]
+
+    def _show(self, index: int, chunk: bytes) -> None:
+        """Write to the terminal or pipe. A closed one (the reader of `run | head -1` ended) is not a lost engine:
+        that stream is dropped from then on, said once on the other, and the job goes on to its end."""
+        target = self.out if index == 0 else self.err
+        if self.closed[index] or not chunk:
+            return
+        try:
+            if hasattr(target, "buffer"):
+                target.buffer.write(chunk)
+            else:
+                target.write(chunk.decode("utf-8", "replace"))
+            target.flush()
+        except BrokenPipeError:
+            self.closed[index] = True
+            silence(target)
+            if index == 0 and not self.closed[1] and self.err is not target:
+                try:
+                    print("shmguard: stdout was closed (its reader ended); the job goes on to its end and its stdout "
+                          "is dropped (Ctrl-C stops it)", file=self.err, flush=True)
+                except BrokenPipeError:
+                    self.closed[1] = True
+                    silence(self.err)
+
+    def flush_masked(self) -> None:
+        """Write what the maskers held back (a possible start of a secret) at the end of the output."""
+        if self.maskers:
+            with self.lock:
+                for index in (0, 1):
+                    self._show(index, self.maskers[index].flush())
 
     def copy(self, stream, skip: list[int] | None = None) -> None:
         for stdout_chunk, stderr_chunk in stream:
@@ -113,6 +142,19 @@ class Output:
 class Ending:
     exit_code: int
     note: str | None = None  # how an engine loss was ridden out, for the report
+
+
+def silence(stream) -> None:
+    """Point a closed stream's descriptor at /dev/null, so that nothing (not even the exit's flush) fails on it."""
+    import os
+
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, fd)
+    os.close(null)
 
 
 def follow(container, stream, output: Output, engine_wait: float, err=None) -> Ending:

@@ -6,27 +6,26 @@
 - `post_mortem`: an exit code, the log's tail and the shm peak -> what killed the job, with the fix
   (shmguard.diagnosis, the same as `shmguard explain`).
 
-The engine side (create, start, follow, remove) is shmguard/commands/run.py.
+The options themselves (parse, SDK arguments, docker flag) are the rows of engine/flags.py;
+the engine side (create, start, follow, remove) is engine/run.py.
 """
 
 from __future__ import annotations
 
-import os
-import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from shmguard import model, nccl, sizing
 from shmguard.diagnosis import NO_FAILURE, Diagnosis, Evidence, diagnose
-from shmguard.errors import EXIT_RUN_FAILED, ShmguardError
-from shmguard.units import MIB, docker_size, format_size, parse_size
+from shmguard.engine import flags, secrets
+from shmguard.errors import EXIT_RUN_FAILED, ShmguardError, UsageError
+from shmguard.units import docker_size, format_size
 
 
 ENGINE_WAIT = 60.0  # default --engine-wait: a dockerd restart takes seconds, a host reboot longer
 
 
-SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL", re.IGNORECASE)
 
 
 class RunError(ShmguardError):
@@ -37,17 +36,30 @@ class RunError(ShmguardError):
 
 @dataclass(frozen=True)
 class RunOptions:
+    """What the user asked `run` for; every field but image, command, healthcheck and engine_wait is a row of
+    shmguard.engine.flags (same name), parsed there."""
+
     image: str
     command: tuple[str, ...] = ()
     cpus: float | None = None
     memory: int | None = None
-    gpus: str | None = None  # "all" or a count: the device request
+    gpus: Any = None  # a flags.GpuRequest (a --gpus text is parsed)
     name: str | None = None
     env: tuple[str, ...] = ()
+    env_files: tuple[str, ...] = ()
     volumes: tuple[str, ...] = ()
+    mounts: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ()
+    labels: tuple[str, ...] = ()
+    network: str | None = None
+    user: str | None = None
+    entrypoint: str | None = None
     workdir: str | None = None
     remove: bool = True
     detach: bool = False
+    interactive: bool = False
+    tty: bool = False
+    pull: str | None = None  # None: never, as shmguard's default
     shm_size: int | None = None  # an explicit override of the computed size
     ipc_host: bool = False
     init: bool = True
@@ -65,29 +77,76 @@ class RunPlan:
     nofile: int | None
     environment: dict[str, str]
     warnings: tuple[str, ...] = field(default=())
+    job_env: dict[str, str] = field(default_factory=dict)  # the SHMGUARD_* variables of the job, as set
+
+    def values(self, healthcheck: bool = False, labels: dict[str, str] | None = None) -> dict[str, Any]:
+        """The values of every row of the translation table (shmguard.engine.flags) for this plan."""
+        opts = self.options
+        values = {key: getattr(opts, key) for key in flags.BY_KEY if hasattr(opts, key)}
+        values.update(
+            shm_size=None if opts.ipc_host else self.shm_bytes,
+            memory=self.mem_limit,
+            nofile=self.nofile,
+            env=tuple(f"{k}={v}" for k, v in self.job_env.items()) + tuple(opts.env),
+            labels=("org.shmguard.run=1", *opts.labels, *(f"{k}={v}" for k, v in (labels or {}).items())),
+            healthcheck=healthcheck,
+        )
+        return values
 
 
 def parse_env(items: tuple[str, ...], environ=None) -> dict[str, str]:
     """`-e NAME=value` or `-e NAME` (taken from this environment, as docker run does)."""
-    environ = os.environ if environ is None else environ
-    out = {}
     for item in items:
-        name, eq, value = item.partition("=")
-        if not name:
-            raise RunError(f"-e {item!r}: a variable needs a name")
-        if eq:
-            out[name] = value
-        elif name in environ:
-            out[name] = environ[name]
-    return out
+        flags.parse_env_item(item)
+    return flags.resolve_env(items, environ)
 
 
-def make_plan(job, options: RunOptions, host_memory: int | None = None) -> RunPlan:
-    """Size the container for the job; refuse (RunError) what cannot work."""
+def user_environment(options: RunOptions, environ=None) -> dict[str, str]:
+    """The variables the user gives the container: --env-file ones, then -e ones (which win, as in docker)."""
+    env: dict[str, str] = {}
+    for path in options.env_files:
+        env.update(flags.read_env_file(path))
+    env.update(parse_env(options.env, environ))
+    return env
+
+
+def normalized(options: RunOptions) -> RunOptions:
+    """Options given as text by a Python caller (gpus, volumes), parsed as the CLI parses them."""
+    changes: dict[str, Any] = {}
+    if isinstance(options.gpus, str):
+        changes["gpus"] = flags.parse_gpus(options.gpus)
+    volumes = tuple(flags.parse_volume(v) for v in options.volumes)
+    if volumes != options.volumes:
+        changes["volumes"] = volumes
+    return replace(options, **changes) if changes else options
+
+
+def job_conflicts(job_env: dict[str, str], user_env: dict[str, str]) -> None:
+    """A SHMGUARD_* variable the user sets that contradicts the job shmguard sized the container for: refused.
+
+    `health` and `check` in the container read the job from these variables; a different value there
+    would judge a job other than the one /dev/shm was sized for.
+    """
+    from shmguard.job import ENV_VARS
+
+    names = {var: name for name, var in ENV_VARS.items()}
+    for var, value in user_env.items():
+        if var in names and job_env.get(var, "").strip() != value.strip():
+            flag = "--" + names[var].replace("_", "-")
+            sized = f"{flag} {job_env[var]}" if var in job_env else f"no {flag}"
+            raise UsageError(f"-e {var}={value} contradicts the job shmguard sizes the container for ({sized}): "
+                             f"give {flag} {value} instead, so that /dev/shm is sized for it")
+
+
+def make_plan(job, options: RunOptions, host_memory: int | None = None, environ=None) -> RunPlan:
+    """Size the container for the job; refuse (RunError; UsageError for contradicting input) what cannot work."""
+    options = normalized(options)
     warnings = []
     required = model.shm_bytes(job)
     shm = sizing.shm_size(job)
     if options.shm_size is not None:
+        if options.shm_size <= 0:
+            raise UsageError("--shm-size must be at least 1 byte (Docker reads 0 as its default, 64m)")
         shm = options.shm_size
         if shm < required:
             warnings.append(f"--shm-size {format_size(shm)} is below the {format_size(required)} the job needs: "
@@ -111,126 +170,57 @@ def make_plan(job, options: RunOptions, host_memory: int | None = None) -> RunPl
             warnings.append(f"{job.workers} workers per process but --cpus {options.cpus:g} gives "
                             f"{per_process:g} CPUs per process: the extra workers wait for CPU and still hold shm; "
                             f"num_workers={max(1, int(per_process))} is enough")
+    job_env = job.to_env()
+    if options.gpus is not None and options.gpus.known_count is None and not job.gpus:
+        from shmguard.job import ENV_VARS
+
+        job_env.pop(ENV_VARS["gpus"], None)  # never 0 for "every GPU"
+        warnings.append("--gpus all: how many GPUs the container gets is known only once it runs, so SHMGUARD_GPUS is "
+                        "left unset (health and check inside count the GPUs they see); give --gpus N to pin it")
+    user_env = user_environment(options, environ)
+    job_conflicts(job_env, user_env)
     nofile = sizing.nofile_limit(job)
-    environment = {**job.to_env(), **parse_env(options.env)}
+    environment = {**job_env, **user_env}
     return RunPlan(options=options, job=job, shm_bytes=shm, required_shm=required, mem_limit=options.memory,
-                   nofile=nofile, environment=environment, warnings=tuple(warnings))
-
-
-def gpu_count(gpus: str | None) -> int | None:
-    """--gpus value: `all` -> -1 (every GPU, as Docker), a count, or None."""
-    if gpus is None:
-        return None
-    if gpus.strip().lower() == "all":
-        return -1
-    try:
-        count = int(gpus)
-    except ValueError:
-        raise RunError(f"--gpus must be a count or all, not {gpus!r}") from None
-    if count < 0:
-        raise RunError(f"--gpus must be a count or all, not {gpus!r}")
-    return count or None
-
-
-def parse_volume(spec: str) -> tuple[str, dict[str, str]]:
-    parts = spec.split(":")
-    if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
-        raise RunError(f"-v {spec!r}: use HOST:CONTAINER[:ro|rw]")
-    mode = parts[2] if len(parts) == 3 else "rw"
-    if mode not in ("ro", "rw"):
-        raise RunError(f"-v {spec!r}: the mode is ro or rw, not {mode!r}")
-    host = parts[0] if not parts[0].startswith((".", "/")) else os.path.abspath(parts[0])
-    return host, {"bind": parts[1], "mode": mode}
-
-
-HEALTH_INTERVAL_NS = 10 * 10**9
+                   nofile=nofile, environment=environment, warnings=tuple(warnings), job_env=job_env)
 
 
 def create_kwargs(plan: RunPlan, labels: dict[str, str] | None = None, healthcheck: bool = False) -> dict[str, Any]:
-    """The plan as keyword arguments of docker-py's `containers.create` (pure)."""
-    import docker.types
-
+    """The plan as keyword arguments of docker-py's `containers.create` (pure), made by the translation table."""
     opts = plan.options
-    kwargs: dict[str, Any] = {
-        "image": opts.image,
-        "command": list(opts.command) or None,
-        "environment": plan.environment,
-        "labels": {"org.shmguard.run": "1", **(labels or {})},
-        "init": opts.init,
-        "detach": True,
-    }
-    if opts.ipc_host:
-        kwargs["ipc_mode"] = "host"
-    else:
-        kwargs["shm_size"] = plan.shm_bytes
-    kwargs.update(resource_kwargs(opts, plan.mem_limit))
-    count = gpu_count(opts.gpus)
-    if count is not None:
-        kwargs["device_requests"] = [docker.types.DeviceRequest(count=count, capabilities=[["gpu"]])]
-    if plan.nofile is not None:
-        kwargs["ulimits"] = [docker.types.Ulimit(name="nofile", soft=plan.nofile, hard=plan.nofile)]
-    if opts.name:
-        kwargs["name"] = opts.name
-    if healthcheck:
-        kwargs["healthcheck"] = docker.types.Healthcheck(
-            test=["CMD", "shmguard", "health"], interval=HEALTH_INTERVAL_NS, timeout=5 * 10**9,
-            retries=3, start_period=10 * 10**9)
-    return kwargs
+    return {"image": opts.image, "command": list(opts.command) or None, "detach": True,
+            **flags.create_kwargs(plan.values(healthcheck, labels))}
 
 
 def redact(name: str, value: str) -> str:
-    return "***" if SECRET_NAME.search(name) else value
+    return secrets.mask_value(name, value)
 
 
 def docker_cli(plan: RunPlan, healthcheck: bool = False) -> str:
-    """The equivalent `docker run` command line, copy-pasteable; secret-looking values are masked."""
-    opts = plan.options
-    args = ["docker", "run"]
-    if opts.remove and not opts.detach:
-        args.append("--rm")
-    if opts.detach:
-        args.append("--detach")
-    if opts.name:
-        args += ["--name", opts.name]
-    if opts.init:
-        args.append("--init")
-    if opts.ipc_host:
-        args += ["--ipc", "host"]
-    else:
-        args.append(f"--shm-size={docker_size(plan.shm_bytes) if plan.shm_bytes % MIB == 0 else plan.shm_bytes}")
-    if plan.mem_limit is not None:
-        args.append(f"--memory={plan.mem_limit}")
-    if opts.cpus is not None:
-        args.append(f"--cpus={opts.cpus:g}")
-    if opts.gpus is not None:
-        args += ["--gpus", opts.gpus]
-    if plan.nofile is not None:
-        args.append(f"--ulimit=nofile={plan.nofile}:{plan.nofile}")
-    for name, value in plan.environment.items():
-        args += ["-e", f"{name}={redact(name, value)}"]
-    for volume in opts.volumes:
-        args += ["-v", volume]
-    if opts.workdir:
-        args += ["--workdir", opts.workdir]
-    if healthcheck:
-        args += ["--health-cmd", "shmguard health", "--health-interval", "10s"]
-    args.append(opts.image)
-    args += list(opts.command)
+    """The equivalent `docker run` command line, copy-pasteable, made by the translation table; values of
+    secret-looking variables (and passwords in URLs) are masked."""
+    values = plan.values(healthcheck)
+    values["env"] = tuple(item if "=" not in item else
+                          f"{item.partition('=')[0]}={redact(item.partition('=')[0], item.partition('=')[2])}"
+                          for item in values["env"])
+    args = ["docker", "run", *flags.docker_argv(values), plan.options.image, *plan.options.command]
     return shlex.join(args)
 
 
+def gpu_count(gpus) -> int | None:
+    """The GPUs the container gets, for the job: a count, or None (none, or `all`: not known before it runs)."""
+    request = flags.parse_gpus(gpus) if isinstance(gpus, str) else gpus
+    return None if request is None else request.known_count
+
+
 def resource_kwargs(options: RunOptions, mem_limit: int | None) -> dict[str, Any]:
-    """CPUs, memory, working directory and bind mounts as docker-py `containers.create` arguments."""
-    kwargs: dict[str, Any] = {}
-    if mem_limit is not None:
-        kwargs["mem_limit"] = mem_limit
-    if options.cpus is not None:
-        kwargs["nano_cpus"] = int(round(options.cpus * 1e9))
-    if options.workdir:
-        kwargs["working_dir"] = options.workdir
-    if options.volumes:
-        kwargs["volumes"] = dict(parse_volume(v) for v in options.volumes)
-    return kwargs
+    """CPUs, memory, GPUs, working directory, mounts, devices, user and network as docker-py `containers.create`
+    arguments (for a helper container such as the tuning one: the same resources as the job)."""
+    options = normalized(options)
+    keys = ("memory", "cpus", "gpus", "workdir", "volumes", "mounts", "devices", "user", "network")
+    values = {key: getattr(options, key) for key in keys}
+    values["memory"] = mem_limit
+    return flags.create_kwargs(values)
 
 
 def describe(plan: RunPlan) -> list[str]:
@@ -262,9 +252,4 @@ def post_mortem(exit_code: int, logs_tail: str, oom_killed: bool, plan: RunPlan,
 
 
 def parse_memory(value: str | None) -> int | None:
-    if value is None:
-        return None
-    try:
-        return parse_size(value)
-    except ValueError as exc:
-        raise RunError(f"--memory: {exc}") from None
+    return None if value is None else flags.parse_bytes("--memory", value)

@@ -16,20 +16,61 @@ import json
 import os
 import signal
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from shmguard.diagnosis import Diagnosis
 from shmguard.jsonout import stamp
-from shmguard.engine.follow import Output, engine_answers, follow, is_engine_loss, lost_engine
+from shmguard.engine.follow import Output, engine_answers, follow, is_engine_loss, lost_engine, silence
 from shmguard.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED
+from shmguard.engine.interactive import attach_stream, pump_stdin, raw_terminal
 from shmguard.engine.peak import PeakSampler
 from shmguard.engine.plan import (RunError, RunOptions, RunPlan, create_kwargs, describe, docker_cli, post_mortem,
-                               make_plan, parse_env, redact, resource_kwargs)
+                               make_plan, redact, resource_kwargs, user_environment)
 from shmguard.units import format_size
 
 STOP_TIMEOUT = 10  # seconds between SIGTERM and SIGKILL on Ctrl-C
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+@contextmanager
+def stop_signals_interrupt():
+    """SIGTERM and SIGHUP (the terminal closing) raise KeyboardInterrupt, as Ctrl-C does, while inside: every
+    container `run` makes (the tuning one, the healthcheck probe, the job's) is stopped and removed on them."""
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+
+    def terminate(signum, frame):
+        raise KeyboardInterrupt
+
+    for sig in previous:
+        signal.signal(sig, terminate)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextmanager
+def created(client, *args, **kwargs):
+    """Create a container and yield it; it is removed on the way out, whatever happens.
+
+    Creating and entering the protecting try are one step with respect to stop signals: they are held back
+    from before the create until the try is entered, so a Ctrl-C or SIGTERM in between cannot leave a
+    `created` container behind (it is delivered inside the try, and the container is removed).
+    """
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        container = client.containers.create(*args, **kwargs)
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        raise
+    try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        yield container
+    finally:
+        remove_uninterrupted(container)
 
 
 def remove_uninterrupted(container) -> bool:
@@ -127,8 +168,7 @@ def image_has_shmguard(client, image) -> bool:
     path = next((e.split("=", 1)[1] for e in config.get("Env") or [] if e.startswith("PATH=")),
                 "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
     found = False
-    probe = client.containers.create(image.id, command=["true"], entrypoint=[], labels={"org.shmguard.probe": "1"})
-    try:
+    with created(client, image.id, command=["true"], entrypoint=[], labels={"org.shmguard.probe": "1"}) as probe:
         for directory in path.split(":"):
             try:
                 probe.get_archive(f"{directory.rstrip('/')}/shmguard")
@@ -136,8 +176,6 @@ def image_has_shmguard(client, image) -> bool:
                 break
             except docker.errors.NotFound:
                 continue
-    finally:
-        probe.remove(force=True)
     if isinstance(cache, dict):
         cache[image.id] = found
         try:
@@ -162,15 +200,43 @@ class RunResult:
     engine_note: str | None = None  # the engine went away during the run, and how that ended
 
 
-def local_image(client, name: str):
+def local_image(client, name: str, pull: str | None = None, err=None):
+    """The image, pulled first when --pull says so (always; missing: when not here). By default shmguard does not
+    pull (no registry may be reachable): a missing image is an error that says how to get it."""
     import docker
 
+    err = err or sys.stderr
+    if pull == "always":
+        return pull_image(client, name, err)
     try:
         return client.images.get(name)
     except docker.errors.ImageNotFound:
-        raise RunError(f"image {name!r} is not present on this Docker host, and shmguard does not pull "
-                       f"(no registry may be reachable): build or load it first (docker build / docker load; "
-                       f"for the demo, docker/build.sh)") from None
+        if pull == "missing":
+            return pull_image(client, name, err)
+        raise RunError(f"image {name!r} is not present on this Docker host, and shmguard does not pull unless "
+                       f"asked: give --pull missing, or build or load it (docker build / docker load; for the demo, "
+                       f"docker/build.sh)") from None
+
+
+def pull_image(client, name: str, err):
+    """Pull with progress on stderr: one line per layer state change (not per byte)."""
+    import docker
+    from docker.utils import parse_repository_tag
+
+    repository, tag = parse_repository_tag(name)
+    print(f"shmguard: pulling {name}", file=err, flush=True)
+    last: dict[str, str] = {}
+    try:
+        for event in client.api.pull(repository, tag=tag or "latest", stream=True, decode=True):
+            if "error" in event:
+                raise RunError(f"pulling {name} failed: {event['error']}")
+            layer, status = event.get("id"), event.get("status", "")
+            if layer and last.get(layer) != status and status not in ("Downloading", "Extracting"):
+                last[layer] = status
+                print(f"shmguard: {layer}: {status}", file=err, flush=True)
+        return client.images.get(name)
+    except docker.errors.APIError as exc:
+        raise RunError(f"pulling {name} failed: {exc.explanation or exc}") from None
 
 
 def start(container, plan: RunPlan) -> None:
@@ -185,6 +251,9 @@ def start(container, plan: RunPlan) -> None:
             hint = (f" (the open-file limit {plan.nofile} the job needs is above the engine's own; raise dockerd's "
                     f"LimitNOFILE, or use --sharing-strategy file_system)")
         text = str(exc.explanation or exc)
+        if "could not select device driver" in text:
+            raise RunError(f"--gpus: the Docker engine cannot give this container GPUs ({text}): the host has no GPU, "
+                           f"or no NVIDIA Container Toolkit registered with the engine") from None
         # As `docker run`: 127 when the command is not found, 126 when it cannot be invoked.
         code = 127 if ("executable file not found" in text or "no such file or directory" in text) else (
             126 if "permission denied" in text else EXIT_RUN_FAILED)
@@ -193,7 +262,10 @@ def start(container, plan: RunPlan) -> None:
 
 def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
             labels: dict[str, str] | None = None) -> RunResult:
-    """Run the plan on the engine; always remove the container unless --keep or --detach."""
+    """Run the plan on the engine; always remove the container unless --keep (detached: the engine removes it).
+
+    `out` gets the container's stdout (the caller passes stderr under --json); secret values are masked in
+    both streams."""
     import docker
 
     out = out or sys.stdout
@@ -212,22 +284,29 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
         raise
     interrupted = removed = False
     watcher = None
-    output = Output(out, err)
+    output = Output(out, err, maskers=output_maskers(plan))
     note = None
     try:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         # Attached before the start, as `docker run` does: all the output comes live, and no log replay is asked
         # for (an engine whose log driver cannot be read, `none`, answers a replay with an error in the stream).
-        stream = container.attach(stdout=True, stderr=True, stream=True, logs=False, demux=True)
+        stdin_socket = None
+        if opts.interactive and not opts.detach:  # -i: stdin, stdout and stderr on one socket (interactive.py)
+            stream, stdin_socket = attach_stream(container, opts.tty)
+        else:
+            stream = container.attach(stdout=True, stderr=True, stream=True, logs=False, demux=True)
         try:  # from the start on: an interrupt at any point (even before start() returns) stops the container
             start(container, plan)
             if opts.detach:
-                print(container.id, file=out)
                 return RunResult(0, container.id, container.name, plan.shm_bytes, None, None, False)
+            if stdin_socket is not None:
+                pump_stdin(stdin_socket)
             if not opts.ipc_host:
                 watcher = shm_watcher(container, host_shm_path(engine_info, container)).start()
-            ending = follow(container, stream, output, opts.engine_wait, err=err)
+            with raw_terminal(opts.tty and opts.interactive):
+                ending = follow(container, stream, output, opts.engine_wait, err=err)
             exit_code, note = ending.exit_code, ending.note
+            output.flush_masked()
         except KeyboardInterrupt:
             interrupted = True
             print(f"\nshmguard: interrupted; stopping {container.name} (SIGTERM, SIGKILL after {STOP_TIMEOUT}s; "
@@ -274,6 +353,14 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
                 remove_uninterrupted(container)
 
 
+def output_maskers(plan: RunPlan):
+    """One Masker per stream for the secret values the run hands the container (shmguard.engine.secrets)."""
+    from shmguard.engine.secrets import Masker, secret_values
+
+    values = secret_values(plan.environment)
+    return (Masker(values), Masker(values)) if values else None
+
+
 def report_lines(result: RunResult) -> list[str]:
     lines = []
     if result.peak_shm is not None:
@@ -291,22 +378,24 @@ def run(job, options: RunOptions, dry_run: bool, as_json: bool, out=None, err=No
     err = err or sys.stderr
     client = image = None
     engine_info: dict = {}
+    plan = make_plan(job, options)  # every refusal that needs no engine comes before any engine call
     if not dry_run:
         with engine_answers("shmguard looked up the engine and the image"):
             client = connect()
             engine_info = client.info()
-            image = local_image(client, options.image)
-    plan = make_plan(job, options, engine_info.get("MemTotal"))
+            image = local_image(client, options.image, options.pull, err)
+        plan = make_plan(job, options, engine_info.get("MemTotal"))
     for warning in plan.warnings:
         print(f"shmguard: warning: {warning}", file=err)
     healthcheck_hint = bool(options.healthcheck)
     if dry_run:
         if as_json:
-            print(json.dumps(stamp({"plan": {"shm_bytes": plan.shm_bytes, "required_shm_bytes": plan.required_shm,
-                                        "mem_limit": plan.mem_limit, "nofile": plan.nofile,
-                                        "environment": {k: redact(k, v) for k, v in plan.environment.items()},
-                                        "warnings": list(plan.warnings)},
-                              "docker_run": docker_cli(plan, healthcheck_hint)}), indent=2), file=out)
+            emit(json.dumps(stamp({"plan": {"shm_bytes": plan.shm_bytes, "required_shm_bytes": plan.required_shm,
+                                            "procs_per_node": job.procs_per_node,
+                                            "mem_limit": plan.mem_limit, "nofile": plan.nofile,
+                                            "environment": {k: redact(k, v) for k, v in plan.environment.items()},
+                                            "warnings": list(plan.warnings)},
+                                   "docker_run": docker_cli(plan, healthcheck_hint)}), indent=2), out)
         else:
             for line in describe(plan):
                 print(line, file=out)
@@ -314,27 +403,25 @@ def run(job, options: RunOptions, dry_run: bool, as_json: bool, out=None, err=No
         return 0
     for line in describe(plan):
         print(f"shmguard: {line}", file=err)
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
-
-    def terminate(signum, frame):  # SIGTERM, or the terminal closing: stop the container as for Ctrl-C
-        raise KeyboardInterrupt
-
-    for sig in previous:
-        signal.signal(sig, terminate)
-    try:
+    with stop_signals_interrupt():  # SIGTERM, or the terminal closing: stop the container as for Ctrl-C
         with engine_answers("shmguard created the container"):  # inside execute, a container's name is given
-            result = execute(plan, client, image, engine_info, out=out, err=err)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            # With --json, stdout carries the one JSON object: the container's stdout goes to stderr.
+            result = execute(plan, client, image, engine_info, out=err if as_json else out, err=err)
     if options.detach:
+        if as_json:
+            emit(json.dumps(stamp({"container": result.name, "container_id": result.container_id, "detached": True,
+                                   "auto_remove": options.remove, "shm_size_bytes": result.shm_size,
+                                   "required_shm_bytes": plan.required_shm})), out)
+        else:
+            emit(result.container_id or "", out)
         return 0
     if as_json:
-        print(json.dumps(stamp({"exit_code": result.exit_code, "container": result.name, "container_id": result.container_id,
-                          "shm_size_bytes": result.shm_size, "required_shm_bytes": plan.required_shm,
-                          "peak_shm_bytes": result.peak_shm, "diagnosis": result.diagnosis.as_dict() if result.diagnosis else None,
-                          "interrupted": result.interrupted, "removed": result.removed,
-                          "engine_note": result.engine_note})), file=out)
+        emit(json.dumps(stamp({"exit_code": result.exit_code, "container": result.name, "container_id": result.container_id,
+                               "shm_size_bytes": result.shm_size, "required_shm_bytes": plan.required_shm,
+                               "peak_shm_bytes": result.peak_shm,
+                               "diagnosis": result.diagnosis.as_dict() if result.diagnosis else None,
+                               "interrupted": result.interrupted, "removed": result.removed,
+                               "engine_note": result.engine_note})), out)
     else:
         for line in report_lines(result):
             print(line, file=err)
@@ -342,6 +429,14 @@ def run(job, options: RunOptions, dry_run: bool, as_json: bool, out=None, err=No
             print(f"shmguard: {result.name} could not be removed (does the engine answer?): "
                   f"remove it with docker rm -f {result.name}", file=err)
     return result.exit_code
+
+
+def emit(text: str, out) -> None:
+    """Print shmguard's own result; a closed stdout (`| head`) is not an error of the run."""
+    try:
+        print(text, file=out, flush=True)
+    except BrokenPipeError:
+        silence(out)
 
 
 TUNE_SHM_CAP = 4 * 1024**3  # /dev/shm for the tuning container when --shm-size is not given
@@ -357,44 +452,46 @@ def tune_in_container(options: RunOptions, dataset: str, batch_size: int, collat
     with engine_answers("shmguard looked up the engine and the image"):
         client = connect()
         engine_info = client.info()
-        local_image(client, options.image)
+        local_image(client, options.image, options.pull, err)
     shm = options.shm_size or min(TUNE_SHM_CAP, (engine_info.get("MemTotal") or TUNE_SHM_CAP * 2) // 2)
     command = ["shmguard", "tune", "--json", "--dataset", dataset, "--batch-size", str(batch_size)]
     if collate:
         command += ["--collate-fn", collate]
-    kwargs: dict[str, Any] = {"command": command, "environment": parse_env(options.env), "shm_size": shm,
+    kwargs: dict[str, Any] = {"command": command, "environment": user_environment(options), "shm_size": shm,
                               "labels": {"org.shmguard.run": "1"}, "init": True, "detach": True,
                               **resource_kwargs(options, options.memory)}
     print(f"shmguard: tuning num_workers in {options.image} (/dev/shm {format_size(shm)})", file=err)
-    with engine_answers("shmguard created the tuning container"):
-        container = client.containers.create(options.image, **kwargs)
     stdout, stderr = bytearray(), bytearray()
-    try:
-        # Attached before the start (any log driver), so that the sweep's progress shows as it goes.
-        stream = container.attach(stdout=True, stderr=True, stream=True, logs=False, demux=True)
-        container.start()
-        scanned = 0  # stderr bytes already looked at for progress lines
-        for out_chunk, err_chunk in stream:
-            stdout += out_chunk or b""
-            if err_chunk:
-                stderr += err_chunk
-                end = stderr.rfind(b"\n") + 1
-                for line in stderr[scanned:end].decode("utf-8", "replace").splitlines():
-                    if line.startswith("shmguard tune:"):
-                        print(f"shmguard: {line.removeprefix('shmguard ')}", file=err, flush=True)
-                scanned = max(scanned, end)
-        status = container.wait()
-    except KeyboardInterrupt:
-        container.stop(timeout=STOP_TIMEOUT)
-        raise
-    except docker.errors.APIError as exc:
-        raise RunError(f"the tuning container failed: {exc.explanation or exc}") from None
-    except Exception as exc:
-        if not is_engine_loss(exc):
+    with engine_answers("shmguard created the tuning container"), \
+            created(client, options.image, **kwargs) as container:  # removed whatever happens, even on a signal
+        try:
+            # Attached before the start (any log driver), so that the sweep's progress shows as it goes.
+            stream = container.attach(stdout=True, stderr=True, stream=True, logs=False, demux=True)
+            container.start()
+            scanned = 0  # stderr bytes already looked at for progress lines
+            for out_chunk, err_chunk in stream:
+                stdout += out_chunk or b""
+                if err_chunk:
+                    stderr += err_chunk
+                    end = stderr.rfind(b"\n") + 1
+                    for line in stderr[scanned:end].decode("utf-8", "replace").splitlines():
+                        if line.startswith("shmguard tune:"):
+                            print(f"shmguard: {line.removeprefix('shmguard ')}", file=err, flush=True)
+                    scanned = max(scanned, end)
+            status = container.wait()
+        except KeyboardInterrupt:
+            print(f"\nshmguard: interrupted; stopping the tuning container {container.name}", file=err)
+            try:
+                container.stop(timeout=STOP_TIMEOUT)
+            except Exception:
+                pass  # it is removed (forced) on the way out anyway
             raise
-        raise lost_engine(f"{container.name} was tuning", exc, container.name) from None
-    finally:
-        remove_uninterrupted(container)
+        except docker.errors.APIError as exc:
+            raise RunError(f"the tuning container failed: {exc.explanation or exc}") from None
+        except Exception as exc:
+            if not is_engine_loss(exc):
+                raise
+            raise lost_engine(f"{container.name} was tuning", exc, container.name) from None
     logs, progress = stdout.decode("utf-8", "replace"), stderr.decode("utf-8", "replace")
     if status.get("StatusCode") != 0 or "{" not in logs:
         raise RunError(f"tuning in {options.image} failed (exit {status.get('StatusCode')}); does the image have "

@@ -90,13 +90,15 @@ def test_oom_kill_is_explained(docker_client, demo_image, name):
 
 
 def test_concurrent_runs_without_names_do_not_collide(docker_client, demo_image):
+    mark = f"org.shmguard.test=concurrent-{uuid.uuid4().hex[:8]}"  # this test's containers only (the engine is shared)
+
     def one(i):
-        return subprocess.run([sys.executable, "-m", "shmguard", "run", *JOB, demo_image, "--", "sh", "-c", f"echo run-{i}"],
-                              capture_output=True, text=True, timeout=180)
+        return subprocess.run([sys.executable, "-m", "shmguard", "run", *JOB, "--label", mark, demo_image, "--",
+                               "sh", "-c", f"echo run-{i}"], capture_output=True, text=True, timeout=180)
 
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(one, range(4)))
     for i, result in enumerate(results):
         assert result.returncode == 0, result.stderr[-2000:]
         assert f"run-{i}" in result.stdout
-    assert not docker_client.containers.list(all=True, filters={"label": "org.shmguard.run"})
+    assert not docker_client.containers.list(all=True, filters={"label": mark})

@@ -57,6 +57,6 @@ def test_run_tune_uses_the_recommendation(demo_image):
     assert "shmguard: tune: num_workers=1" in proc.stderr  # the sweep ran in the image, 0..2 for 2 CPUs
     tuned = int(proc.stderr.split("shmguard: tuned: num_workers=")[1].split()[0])
     assert tuned == 2  # the default sweep on 2 CPUs is 0, 1, 2; one worker is about half as fast
-    assert f"demo: workers={tuned} batch_size=16" in proc.stdout  # the job got it as SHMGUARD_WORKERS
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert f"demo: workers={tuned} batch_size=16" in proc.stderr  # the job got it (its output: stderr under --json)
+    report = json.loads(proc.stdout)  # stdout is exactly shmguard's one object
     assert report["exit_code"] == 0 and report["required_shm_bytes"] > 0

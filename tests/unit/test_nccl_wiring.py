@@ -144,7 +144,7 @@ def test_run_gpus_all_counts_one_gpu_per_process(capsys):
     assert main(["run", "--dry-run", "--json", *base, "--procs-per-node", "4", "demo:latest"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["plan"]["required_shm_bytes"] == 14 * nccl.connection_bytes(nccl.buff_sizes({}))
-    assert "--gpus all" in out["docker_run"] and out["plan"]["environment"]["SHMGUARD_GPUS"] == "4"
+    assert "--gpus=all" in out["docker_run"] and out["plan"]["environment"]["SHMGUARD_GPUS"] == "4"
     assert main(["run", "--dry-run", "--json", *base, "demo:latest"]) == 0  # one process: no NCCL between GPUs
     assert json.loads(capsys.readouterr().out)["plan"]["required_shm_bytes"] == 0
 

@@ -8,8 +8,10 @@ import pytest
 
 from shmguard import model, sizing
 from shmguard.job import make_job
+from shmguard.engine.flags import parse_volume
 from shmguard.engine.plan import (RunError, RunOptions, create_kwargs, docker_cli, gpu_count, make_plan, parse_env,
-                                  parse_volume, post_mortem)
+                                  post_mortem)
+from shmguard.errors import UsageError
 from shmguard.units import GIB, MIB
 
 JOB = make_job(workers=4, batch_size=64, sample_shape="3,224,224")
@@ -53,7 +55,7 @@ def test_environment_carries_the_job_and_the_users_variables():
     assert p.environment["SHMGUARD_WORKERS"] == "4" and p.environment["A"] == "1"
     assert parse_env(("FROM_HOST",), {"FROM_HOST": "v"}) == {"FROM_HOST": "v"}
     assert parse_env(("MISSING",), {}) == {}
-    with pytest.raises(RunError):
+    with pytest.raises(UsageError):
         parse_env(("=x",), {})
 
 
@@ -63,7 +65,7 @@ def test_create_kwargs():
     assert kwargs["shm_size"] == 369 * MIB and "ipc_mode" not in kwargs
     assert kwargs["nano_cpus"] == 1_500_000_000 and kwargs["mem_limit"] == 2 * GIB
     assert kwargs["device_requests"][0]["Count"] == 2 and kwargs["device_requests"][0]["Capabilities"] == [["gpu"]]
-    assert kwargs["volumes"] == {"/data": {"bind": "/data", "mode": "ro"}}
+    assert kwargs["volumes"] == ["/data:/data:ro"]
     assert kwargs["healthcheck"]["Test"] == ["CMD", "shmguard", "health"]
     assert kwargs["init"] is True and kwargs["labels"]["org.shmguard.run"] == "1"
     assert "ulimits" not in kwargs  # 4 x 64 needs far fewer than 1024 descriptors
@@ -83,20 +85,21 @@ def test_nofile_raised_when_the_job_needs_it():
                                                         sharing_strategy="file_system")))
 
 
-@pytest.mark.parametrize("value, count", [(None, None), ("all", -1), ("ALL", -1), ("2", 2), ("0", None)])
-def test_gpu_count(value, count):
+@pytest.mark.parametrize("value, count", [(None, None), ("all", None), ("ALL", None), ("2", 2), ("0", None),
+                                          ('"device=0,1"', 2), ("count=3", 3)])
+def test_gpu_count_is_what_the_container_gets_when_known(value, count):
     assert gpu_count(value) == count
 
 
 @pytest.mark.parametrize("value", ["two", "-1"])
 def test_gpu_count_rejects(value):
-    with pytest.raises(RunError):
+    with pytest.raises(UsageError):
         gpu_count(value)
 
 
-@pytest.mark.parametrize("spec", ["/data", ":/data", "/a:/b:rx", "a:b:c:d"])
+@pytest.mark.parametrize("spec", ["/data", ":/data", "/a:/b:rx", "a:b:c:d", "/a:rel", "/a:/b:ro,rw", "b@d:/x"])
 def test_parse_volume_rejects(spec):
-    with pytest.raises(RunError):
+    with pytest.raises(UsageError):
         parse_volume(spec)
 
 

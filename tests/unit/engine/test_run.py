@@ -3,6 +3,8 @@ engine that vanishes (the real engine is tests/integration)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from shmguard import main
@@ -17,15 +19,82 @@ def test_dry_run_cli(capsys):
     assert code == 0 and "--shm-size=369m" in out and out.strip().endswith("demo:latest python train.py")
 
 
-@pytest.mark.parametrize("args, code", [
-    (["--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224", "--memory", "lots", "--dry-run", "x"], 125),
-    (["--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224", "--shm-size", "big", "--dry-run", "x"], 125),
-    (["--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224", "--cpus", "0", "--dry-run", "x"], 2),
-    (["--workers", "4", "--dry-run", "x"], 2),
+J = ["--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224"]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--memory", "lots"], "--memory: 'lots' is not a size"),
+    (["--shm-size", "big"], "--shm-size: 'big' is not a size"),
+    (["--shm-size", "0"], "--shm-size must be at least 1 byte"),
+    (["--cpus", "0"], "--cpus must be at least 0.01"),
+    (["--cpus", "1e-12"], "--cpus must be at least 0.01"),
+    (["--cpus", "nan"], "--cpus must be a finite number"),
+    (["--cpus", "inf"], "--cpus must be a finite number"),
+    (["--memory", "1e308t"], "'1e308t' is"),  # beyond the engine's int64 (or units' 8 EiB cap)
+    (["--engine-wait", "nan"], "--engine-wait must be a finite number"),
+    (["--engine-wait", "-1"], "--engine-wait must be at least 0"),
+    (["-v", "/d:/d:rx"], "unknown mode 'rx'"),
+    (["--mount", "type=bind,target=/x"], "a bind mount needs source"),
+    (["--device", "/dev/fuse:/dev/fuse:rwx"], "the permissions are some of r, w, m"),
+    (["--env-file", "/nonexistent/env"], "--env-file /nonexistent/env: No such file or directory"),
+    (["--gpus", "two"], "--gpus 'two'"),
+    (["--pull", "sometimes"], "--pull is missing or always or never"),
+    (["-e", "SHMGUARD_WORKERS=64"], "-e SHMGUARD_WORKERS=64 contradicts the job shmguard sizes the container for "
+                                    "(--workers 4): give --workers 64 instead"),
 ])
-def test_bad_values(capsys, args, code):
-    assert main(["run", *args]) == code
-    assert "Traceback" not in capsys.readouterr().err
+def test_bad_values_are_one_line_exit_2_before_any_engine_call(capsys, monkeypatch, extra, message):
+    def no_engine():
+        raise AssertionError("the engine was called before the options were checked")
+
+    monkeypatch.setattr("shmguard.engine.run.connect", no_engine)
+    assert main(["run", *J, *extra, "demo:latest", "--", "true"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and message in err, err
+
+
+@pytest.mark.parametrize("gpus, request_, job_gpus", [
+    ("all", "--gpus=all", None), ("2", "--gpus=2", "2"), ('"device=0,3"', '\'--gpus="device=0,3"\'', "2"),
+    ("count=4", "--gpus=4", "4")])
+def test_gpus_forms_reach_the_line_and_the_job(capsys, gpus, request_, job_gpus):
+    assert main(["run", *J, "--gpus", gpus, "--dry-run", "--json", "demo:latest"]) == 0
+    captured = capsys.readouterr()
+    plan = json.loads(captured.out)
+    assert request_ in plan["docker_run"]
+    assert plan["plan"]["environment"].get("SHMGUARD_GPUS") == job_gpus
+    if gpus == "all":  # never 0: unset, and said so
+        assert "SHMGUARD_GPUS is left unset" in captured.err
+
+
+def test_gpus_all_with_n_processes_is_n_gpus(capsys):
+    """--gpus all and 4 training processes: they drive 4 GPUs, which the job (and NCCL's shm) counts."""
+    assert main(["run", *J, "--gpus", "all", "--procs-per-node", "4", "--dry-run", "--json", "demo:latest"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["plan"]["environment"]["SHMGUARD_GPUS"] == "4"
+    assert "left unset" not in captured.err
+
+
+def test_the_jobs_own_value_may_be_repeated():
+    assert main(["run", *J, "-e", "SHMGUARD_WORKERS=4", "--dry-run", "demo:latest"]) == 0
+
+
+def test_missing_job_option_is_2(capsys):
+    assert main(["run", "--workers", "4", "--dry-run", "x"]) == 2
+
+
+def test_debug_traceback_only_for_yes_values(monkeypatch, capsys):
+    monkeypatch.setattr("shmguard.commands.check.check", lambda *a, **k: 1 / 0)
+    for value, raises in (("0", False), ("", False), ("no", False), ("1", True), ("true", True), ("yes", True)):
+        monkeypatch.setenv("SHMGUARD_DEBUG", value)
+        if raises:
+            with pytest.raises(ZeroDivisionError):
+                main(["check", *J])
+        else:
+            assert main(["check", *J]) == 70
+
+
+def test_help_lists_health(capsys):
+    main(["--help"])
+    assert "health" in capsys.readouterr().out
 
 
 class FakeImage:

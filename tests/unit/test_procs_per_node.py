@@ -1,0 +1,78 @@
+"""Processes per node, inferred (shmguard.sizing.procs_per_node) and wired into run, render and check."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shmguard import main, sizing
+
+J = ["--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224"]
+
+
+@pytest.mark.parametrize("command, value", [
+    (["torchrun", "--nproc_per_node=4", "train.py"], "4"),
+    (["torchrun", "--nproc-per-node", "2", "train.py"], "2"),
+    (["/usr/local/bin/torchrun", "--nnodes=1", "--nproc_per_node", "8", "train.py", "--lr", "1"], "8"),
+    (["python", "-m", "torch.distributed.run", "--nproc-per-node=3", "train.py"], "3"),
+    (["sh", "-c", "cd /w && torchrun --nproc_per_node=6 train.py"], "6"),
+    (["python", "train.py", "--nproc_per_node=5"], None),  # not a launcher: the script's own flag
+    (["torchrun", "train.py", "--nproc_per_node=5"], None),  # after the script: the script's
+    (["torchrun", "--nproc_per_node"], None),
+])
+def test_nproc_in_command(command, value):
+    assert sizing.nproc_in_command(command) == value
+
+
+def test_sources_in_order_and_disagreements():
+    assert sizing.procs_per_node().value == 1 and sizing.procs_per_node().source == "default"
+    p = sizing.procs_per_node(command=["torchrun", "--nproc_per_node=4", "t.py"], gpus=4)
+    assert (p.value, p.warnings) == (4, ())
+    p = sizing.procs_per_node(command=["torchrun", "--nproc_per_node=gpu", "t.py"], gpus=2)
+    assert p.value == 2
+    p = sizing.procs_per_node(environ={"LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "16"})
+    assert (p.value, p.source) == (2, "LOCAL_WORLD_SIZE=2")
+    assert sizing.procs_per_node(environ={"WORLD_SIZE": "3"}).value == 3
+    assert sizing.procs_per_node(gpus=8).value == 8
+    p = sizing.procs_per_node(given="1", command=["torchrun", "--nproc_per_node=4", "t.py"], gpus=4)
+    assert p.value == 1 and len(p.warnings) == 2 and "--nproc_per_node=4 in the command" in p.warnings[0]
+    assert sizing.procs_per_node(environ={"LOCAL_WORLD_SIZE": "zero"}).source == "default"
+
+
+def test_run_sizes_for_the_torchrun_processes(capsys):
+    assert main(["run", *J, "--dry-run", "--json", "demo", "--", "torchrun", "--nproc_per_node=2", "t.py"]) == 0
+    captured = capsys.readouterr()
+    plan = json.loads(captured.out)["plan"]
+    assert plan["procs_per_node"] == 2 and "2 processes per node (from --nproc_per_node=2 in the command)" in captured.err
+    assert main(["run", *J, "--dry-run", "--json", "demo", "--", "python", "t.py"]) == 0
+    assert json.loads(capsys.readouterr().out)["plan"]["procs_per_node"] == 1
+
+
+def test_run_takes_the_containers_world_size_and_warns_on_disagreement(capsys):
+    assert main(["run", *J, "--procs-per-node", "1", "-e", "LOCAL_WORLD_SIZE=4", "--dry-run", "--json", "demo"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["plan"]["procs_per_node"] == 1 and "but LOCAL_WORLD_SIZE=4" in captured.err
+
+
+def test_render_infers_from_the_command(capsys):
+    assert main(["render", "compose", *J, "--image", "x", "--", "torchrun", "--nproc-per-node", "3", "t.py"]) == 0
+    out = capsys.readouterr().out
+    assert "SHMGUARD_PROCS_PER_NODE" in out and "3" in out.split("SHMGUARD_PROCS_PER_NODE", 1)[1].splitlines()[0]
+
+
+def test_check_reads_the_environment(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    main(["check", *J, "--json", "--root", str(tmp_path)])
+    assert "2 processes per node (from LOCAL_WORLD_SIZE=2)" in capsys.readouterr().err
+
+
+def test_a_bad_option_stays_one_line_with_an_inference(capsys):
+    code = main(["run", "--workers", "4", "--dry-run", "demo", "--", "torchrun", "--nproc_per_node=2", "t.py"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1
+
+
+def test_one_process_is_not_announced():
+    assert sizing.procs_per_node(gpus=1).messages(given=False) == []
+    assert sizing.procs_per_node(gpus=2).messages(given=False) == ["shmguard: 2 processes per node (from 2 GPUs)"]
