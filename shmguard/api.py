@@ -131,7 +131,7 @@ def guard(loader: Any, on_short: str = "raise", *, procs_per_node: int | None = 
                         format_size(snapshot.shm.total or 0), format_size(report.required["shm_bytes"]),
                         fit.changes(job, fitted))
             job, report = fitted, evaluate(fitted, snapshot)
-    return GuardedLoader(loader, job, report, root)
+    return GuardedLoader(loader, job, report, root, snapshot.shm)
 
 
 class GuardedLoader:
@@ -142,11 +142,12 @@ class GuardedLoader:
     use, `.job` what shmguard measured, `.report` the check's findings.
     """
 
-    def __init__(self, loader: Any, job: Job, report: Report, root: str | None = None) -> None:
+    def __init__(self, loader: Any, job: Job, report: Report, root: str | None = None, shm: Any = None) -> None:
         self.loader = loader
         self.job = job
         self.report = report
         self._root = root
+        self._shm_at_check = shm  # before any of the loader's workers held /dev/shm: what fit would fit to
 
     def __iter__(self) -> Iterator[Any]:
         try:
@@ -157,7 +158,8 @@ class GuardedLoader:
             if kind is None:
                 raise
             shm = _snapshot(self._root).shm
-            fitted = fit.fit_job(self.job, shm) if shm.total is not None else None
+            before = self._shm_at_check
+            fitted = fit.fit_job(self.job, before) if before is not None and before.total is not None else None
             raise ShmTooSmall(crash_message(self.job, shm, text, kind, fitted),
                               shm_size=docker_size(size_to_ask(self.job, shm)), report=self.report) from exc
 
