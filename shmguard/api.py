@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from shmguard import fit
 from shmguard.diagnosis import crash_kind, crash_message, error_text, shortfall_message, size_to_ask
@@ -29,6 +29,11 @@ from shmguard.probe.snapshot import Snapshot, take_snapshot
 from shmguard.segments import tensor_sizes
 from shmguard.units import docker_size, format_size
 from shmguard.verdict import Report, evaluate
+
+if TYPE_CHECKING:
+    from torch.utils.data import DataLoader
+
+OnShort = Literal["raise", "warn", "fit"]
 
 __all__ = ["check_loader", "guard", "recommend_workers", "GuardedLoader"]
 
@@ -65,7 +70,7 @@ def _assess(loader: Any, procs_per_node: int | None, root: str | None) -> tuple[
     return job, snapshot, evaluate(job, snapshot)
 
 
-def check_loader(loader: Any, *, procs_per_node: int | None = None, root: str | None = None) -> Report:
+def check_loader(loader: DataLoader[Any], *, procs_per_node: int | None = None, root: str | None = None) -> Report:
     """Check a DataLoader against this container once; return the findings or raise ShmTooSmall.
 
     One batch is built in this process (the loader is not iterated and no worker is
@@ -85,7 +90,7 @@ def check_loader(loader: Any, *, procs_per_node: int | None = None, root: str | 
     return report
 
 
-def recommend_workers(loader: Any, *, procs_per_node: int | None = None, root: str | None = None) -> int:
+def recommend_workers(loader: DataLoader[Any], *, procs_per_node: int | None = None, root: str | None = None) -> int:
     """The num_workers this container allows the loader: what its CPUs keep busy and its /dev/shm holds.
 
     The CPU bound is the effective CPUs (quota, affinity) per training process;
@@ -97,7 +102,7 @@ def recommend_workers(loader: Any, *, procs_per_node: int | None = None, root: s
     return fit.workers_allowed(job, _snapshot(root))
 
 
-def guard(loader: Any, on_short: str = "raise", *, procs_per_node: int | None = None,
+def guard(loader: DataLoader[Any], on_short: OnShort = "raise", *, procs_per_node: int | None = None,
           root: str | None = None) -> GuardedLoader:
     """Check a DataLoader once and return an iterable to use in its place.
 
@@ -113,7 +118,7 @@ def guard(loader: Any, on_short: str = "raise", *, procs_per_node: int | None = 
     shared memory", no space left in /dev/shm), the error is raised again as
     ShmTooSmall with the diagnosis: what /dev/shm holds, what the job needs, the fix.
     """
-    on_short = fit.check_mode(on_short)
+    fit.check_mode(on_short)
     job, snapshot, report = _assess(loader, procs_per_node, root)
     error = _too_small(job, snapshot, report)
     if snapshot.shm.total is None:
