@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
 from shmguard import fit
-from shmguard.diagnosis import crash_kind, crash_message, error_text, shortfall_message, size_to_ask
+from shmguard.diagnosis import TIMEOUT, crash_kind, crash_message, error_text, shortfall_message, size_to_ask
 from shmguard.errors import ShmguardWarning, ShmTooSmall
 from shmguard.job import Job
 from shmguard.loader import one_batch, rebuild, settings_of
@@ -160,7 +160,7 @@ class GuardedLoader:
         except Exception as exc:
             text = error_text(exc)
             kind = crash_kind(text)
-            if kind is None:
+            if kind is None or (kind == TIMEOUT and not fit.shortfall(self.report)):
                 raise
             shm = _snapshot(self._root).shm
             before = self._shm_at_check

@@ -7,7 +7,9 @@ text from shmguard.verdict.shm_fix: the same answer `shmguard check` gives.
 A crash is recognised by the messages PyTorch gives (torch/utils/data/_utils/signal_handling.py,
 ATen's MapAllocator): a worker "is killed by signal: Bus error", "unable to
 allocate shared memory(shm)", or a "No space left on device" that names shared
-memory. Anything else (a worker killed by the OOM killer, the user's own
+memory. A DataLoader timeout is one too when /dev/shm was known to be short: a
+worker whose queue thread cannot put a batch in shared memory prints the error
+and loses the batch, and the trainer waits for it until its timeout. Anything else (a worker killed by the OOM killer, the user's own
 errors) is not a shared-memory crash and is left alone.
 """
 
@@ -22,11 +24,13 @@ from shmguard.units import format_size
 from shmguard.verdict import Finding, shm_fix
 
 BUS, ALLOC, ENOSPC = "bus error", "shared memory allocation", "no space left in /dev/shm"
+TIMEOUT = "a batch that never came"  # a worker's queue thread failed to share it; only a diagnosis when shm was short
 _PATTERNS = (
     (BUS, re.compile(r"killed by signal: Bus error")),
     (ALLOC, re.compile(r"unable to allocate shared memory|unable to write to file </torch_")),
 )
 _NO_SPACE = re.compile(r"No space left on device|\[Errno 28\]|\(28\)")
+_TIMEOUT = re.compile(r"DataLoader timed out after \d+ seconds")
 _NAMES_SHM = re.compile(r"/dev/shm|</?torch_\d+|shared memory|\bshm\b")
 
 
@@ -48,12 +52,14 @@ def crash_kind(text: str) -> str | None:
             return kind
     if _NO_SPACE.search(text) and _NAMES_SHM.search(text):
         return ENOSPC
+    if _TIMEOUT.search(text):
+        return TIMEOUT
     return None
 
 
 def headline(text: str, kind: str) -> str:
     """The line of the error that says what happened (PyTorch's messages run over many lines)."""
-    pattern = dict(_PATTERNS).get(kind, _NO_SPACE)
+    pattern = dict(_PATTERNS).get(kind, _TIMEOUT if kind == TIMEOUT else _NO_SPACE)
     for line in text.splitlines():
         if pattern.search(line):
             return line.strip()

@@ -223,6 +223,22 @@ def test_other_errors_pass_through(container):
     assert caught.value is error
 
 
+def test_a_timeout_is_a_shm_crash_only_when_shm_was_short(container):
+    error = RuntimeError("DataLoader timed out after 5 seconds")
+    loader = DataLoader(Images(fail_from=32, fail_with=error), batch_size=32)
+    container["snapshot"] = snapshot(shm(total=GIB))
+    with pytest.raises(RuntimeError) as caught:
+        list(shmguard.guard(loader))  # fits: the timeout is the dataset's own slowness
+    assert caught.value is error
+    container["snapshot"] = snapshot(shm(total=MIB))
+    with pytest.warns(ShmguardWarning):
+        guarded = shmguard.guard(DataLoader(Images(fail_from=32, fail_with=error), batch_size=32, num_workers=1),
+                                 on_short="warn")
+    guarded.loader = DataLoader(Images(fail_from=32, fail_with=error), batch_size=32)  # the crash, in-process
+    with pytest.raises(ShmTooSmall, match="a batch that never came"):
+        list(guarded)
+
+
 def test_a_worker_killed_by_a_real_bus_error(container):
     container["snapshot"] = snapshot(shm(total=GIB))
     loader = DataLoader(Images(fail_from=2, fail_with="sigbus"), batch_size=2, num_workers=1, timeout=60)

@@ -185,10 +185,11 @@ ALLOC = ("RuntimeError: Caught RuntimeError in DataLoader worker process 0.\nOri
          "Success (0)")
 WRITE = "RuntimeError: unable to write to file </torch_57_3981_1>: No space left on device (28)"
 OSERR = "OSError: [Errno 28] No space left on device: '/dev/shm/cache.bin'"
+TIMEOUT = "RuntimeError: DataLoader timed out after 20 seconds"
 
 
 @pytest.mark.parametrize("text, kind", [(BUS, diagnosis.BUS), (ALLOC, diagnosis.ALLOC), (WRITE, diagnosis.ALLOC),
-                                        (OSERR, diagnosis.ENOSPC)])
+                                        (OSERR, diagnosis.ENOSPC), (TIMEOUT, diagnosis.TIMEOUT)])
 def test_crash_kinds(text, kind):
     assert diagnosis.crash_kind(text) == kind
 
