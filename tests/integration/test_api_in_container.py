@@ -69,9 +69,12 @@ out["warnings"] = [str(w.message) for w in caught if w.category is shmguard.Shmg
 print("RESULT " + json.dumps(out), flush=True)
 '''
 
-# At the size the message named: the same loader runs; dict batches and a list collate are measured.
+# At the size the message named (with a 1-CPU quota and a 2 GB memory limit): the same loader runs, the
+# container's limits are read, dict batches and a list collate are measured.
 AT_SIZE = PRELUDE + r'''
 out["raise"] = attempt(lambda: run(shmguard.guard(loader())))
+out["found"] = {f.id: [f.status, f.found] for f in shmguard.check_loader(loader()).findings}
+out["recommend"] = shmguard.recommend_workers(loader())
 out["dict"] = list(shmguard.check_loader(DataLoader(Records(), batch_size=10, num_workers=2)).job.batch_segments)
 out["list"] = list(shmguard.check_loader(loader(collate_fn=list)).job.batch_segments)
 print("RESULT " + json.dumps(out), flush=True)
@@ -151,10 +154,15 @@ def _shm_64m():
 
 def test_at_the_named_size_it_completes_and_batches_are_measured(docker_client, demo_image):
     size = docker_size(sizing.shm_size(expected_job(4, 32)))
-    code, logs = run_once(docker_client, demo_image, ["python", "-c", AT_SIZE], shm_size=size)
+    code, logs = run_once(docker_client, demo_image, ["python", "-c", AT_SIZE], shm_size=size,
+                          nano_cpus=10**9, mem_limit="2g")
     assert code == 0, logs[-3000:]
     out = results(logs)[0]
     assert out["raise"] == {"steps": 16, "workers": 4, "prefetch": 2}
+    assert out["found"]["shm.size"] == ["PASS", f"{int(size[:-1])}.0 MiB"]
+    assert out["found"]["memory.limit"] == ["PASS", "2.0 GiB"]
+    assert out["found"]["cpu.workers"] == ["WARN", "1 CPUs"]  # 4 workers on a 1-CPU quota
+    assert out["recommend"] == 1
     assert sorted(out["dict"]) == [10 * 8, 10 * 64, 10 * 3 * 8 * 8 * 4]  # id, mask, image; the strings pickled
     assert out["list"] == [IMAGE] * 32  # a list collate: one segment per sample, the int labels pickled
 

@@ -264,5 +264,17 @@ def test_import_is_lazy_and_the_names_resolve():
         shmguard.nothing  # noqa: B018
 
 
+def test_health_loads_none_of_the_api():
+    code = ("import sys, json\n"
+            "from shmguard import main\n"
+            "rc = main(['health', '--min-free', '1'])\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('shmguard.') and m.split('.')[1] in "
+            "('api', 'fit', 'diagnosis', 'loader'))))\n")
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == []
+
+
 def test_py_typed_is_shipped():
     assert os.path.exists(os.path.join(os.path.dirname(shmguard.__file__), "py.typed"))
