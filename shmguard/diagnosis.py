@@ -70,7 +70,8 @@ def size_to_ask(job: Job, shm) -> int:
     """The /dev/shm size to ask for: the job's (sizing.shm_size), or, when that is what /dev/shm already has and
     something else fills it, room for the job on top of what is in use."""
     size = sizing.shm_size(job)
-    if shm.total is not None and size <= shm.total:
+    not_tmpfs = shm.fstype is not None and shm.fstype != "tmpfs"  # a new tmpfs of the job's size, whatever this holds
+    if shm.total is not None and size <= shm.total and not not_tmpfs:
         return sizing.shm_size_for(model.shm_bytes(job) + (shm.used or 0))
     return size
 

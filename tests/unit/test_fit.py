@@ -178,6 +178,15 @@ def test_shortfall_of_free_space_asks_for_room_on_top():
     assert "900.0 MiB in segments of dead processes" in message
 
 
+def test_a_shm_that_is_no_tmpfs_asks_for_one_of_the_job_size():
+    j = job()
+    disk = shm(total=100 * GIB, free=GIB, fstype="ext4")
+    failures = fit.shortfall(evaluate(j, snapshot(disk)))
+    assert [f.id for f in failures] == ["shm.mount"]
+    assert diagnosis.size_to_ask(j, disk) == sizing.shm_size(j)
+    assert "not a tmpfs" in diagnosis.shortfall_message(j, disk, failures)
+
+
 BUS = ("RuntimeError: DataLoader worker (pid 57) is killed by signal: Bus error. It is possible that dataloader's "
        "workers are out of shared memory. Please try to raise your shared memory limit.")
 ALLOC = ("RuntimeError: Caught RuntimeError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
