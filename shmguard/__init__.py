@@ -7,11 +7,48 @@ launches training containers so they do not die of a Bus error.
 `main` lives here, in the module every entry point imports anyway, so that
 `shmguard health` (which runs every few seconds in every training container) is
 dispatched before click or anything heavy is imported, with no module to spare.
+
+The Python API (check_loader, guard, recommend_workers, ShmTooSmall, ...) is
+exposed lazily through the module's __getattr__: `import shmguard` loads nothing
+more, and the first use of a name imports the module that holds it (shmguard/api.py).
 """
 
 import sys
 
 __version__ = "0.1.0"
+__all__ = ["check_loader", "guard", "recommend_workers", "GuardedLoader", "ShmguardError", "ShmTooSmall",
+           "ShmguardWarning", "main", "__version__"]
+
+# Name -> the module that defines it, imported on first use.
+_LAZY = {
+    "check_loader": "shmguard.api",
+    "guard": "shmguard.api",
+    "recommend_workers": "shmguard.api",
+    "GuardedLoader": "shmguard.api",
+    "ShmguardError": "shmguard.errors",
+    "ShmTooSmall": "shmguard.errors",
+    "ShmguardWarning": "shmguard.errors",
+}
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (health must not); type checkers read it so
+if TYPE_CHECKING:
+    from shmguard.api import GuardedLoader, check_loader, guard, recommend_workers
+    from shmguard.errors import ShmguardError, ShmguardWarning, ShmTooSmall
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'shmguard' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(__all__))
 
 
 def main(argv=None) -> int:

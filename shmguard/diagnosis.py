@@ -63,6 +63,9 @@ ENOSPC = re.compile(r"No space left on device|\[Errno 28\]|\bENOSPC\b")
 # What a line near an ENOSPC says about the write that failed (a traceback reads upwards).
 SHM_CALL = re.compile(r"_new_shared|share_memory_|_share_fd|_share_filename|multiprocessing/shared_memory|"
                       r"SharedMemory\(|shm_open|/dev/shm|<torch_")
+# torch's own segment names, as its allocator prints them: `</torch_57_3981_1>` (file_system) or `<torch_…>`.
+TORCH_SEGMENT = re.compile(r"/?torch_\d+_\d+(?:_\d+)?")
+TORCH_SEGMENT_IN_LINE = re.compile(r"</?torch_\d+_")
 CHECKPOINT_CALL = re.compile(r"torch/serialization\.py|\btorch\.save\(")
 CONTEXT_LINES = 15
 PATH = re.compile(r"(?<![\w.])/(?:[\w.@+~-]+/?)+")
@@ -183,10 +186,10 @@ def nccl_signal(line: str) -> Signal | None:
 
 def enospc_signal(line: str, before: list[str]) -> Signal:
     """ENOSPC, placed: on /dev/shm (a path or a shared-memory call), on another path, in torch.save, or unknown."""
-    paths = [p.rstrip("/'\":,") for p in PATH.findall(line)]
+    paths = [p.rstrip("/'\":,") for p in PATH.findall(line) if not TORCH_SEGMENT.fullmatch(p.rstrip("/'\":,>"))]
     shm_paths = [p for p in paths if p.startswith(SHM_PATHS)]
     other = [p for p in paths if not p.startswith(SHM_PATHS)]
-    if shm_paths or "<torch_" in line:
+    if shm_paths or TORCH_SEGMENT_IN_LINE.search(line):
         return Signal("enospc-shm", line, {"path": shm_paths[0] if shm_paths else None})
     if other:
         return Signal("enospc-elsewhere", line, {"path": other[0]})

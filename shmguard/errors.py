@@ -29,3 +29,23 @@ class UsageError(ShmguardError):
     """The user asked for something that cannot be: a bad value or option."""
 
     exit_code = EXIT_USAGE
+
+
+class ShmTooSmall(ShmguardError):
+    """/dev/shm cannot hold what the DataLoader puts in it (or already could not: a worker died of it).
+
+    The message names what /dev/shm holds, what the job needs and the size to ask
+    for; `shm_size` is that size as a `docker run --shm-size` value (None when no
+    size would help, e.g. /dev/shm is not a tmpfs), `report` the verdict it came from.
+    """
+
+    exit_code = EXIT_FAIL
+
+    def __init__(self, message: str, shm_size: str | None = None, report=None) -> None:
+        super().__init__(message)
+        self.shm_size = shm_size
+        self.report = report
+
+
+class ShmguardWarning(RuntimeWarning):
+    """Issued by `shmguard.guard(loader, on_short="warn")` when /dev/shm is too small for the loader."""

@@ -8,11 +8,18 @@ results) are Records: fields declared in __slots__, keyword construction with
 defaults, equality, repr and as_dict, and no assignment after construction.
 """
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (see above); type checkers read it so
+if TYPE_CHECKING:
+    from typing import Any
+
 
 
 class Record:
     __slots__: tuple[str, ...] = ()
     _defaults: dict = {}
+
+    if TYPE_CHECKING:  # fields are declared in __slots__, which type checkers do not read: let them through
+        def __getattr__(self, name: str) -> "Any": ...
 
     def __init__(self, **fields) -> None:
         cls = type(self)

@@ -1,0 +1,196 @@
+"""The Python API in real containers (the demo image with this checkout inside: SHMGUARD_DEMO_IMAGE).
+
+The loader is the one that dies at Docker's default 64 MB (tests/integration/test_bus_error.py
+shows the same batches, 3x224x224 float32 with int64 labels, killing the demo trainer):
+4 workers x batch 32, 18.4 MiB a batch. Four containers in all, each one Python process
+(torchrun: two), the scripts passed with `python -c`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shmguard import fit, sizing
+from shmguard.units import docker_size
+from tests.integration.conftest import SESSION, TEST_LABEL
+
+MIB = 2**20
+IMAGE = 3 * 224 * 224 * 4
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+PRELUDE = r'''
+import gc, json, sys, warnings, torch, shmguard
+from torch.utils.data import DataLoader, Dataset
+
+class Images(Dataset):
+    def __len__(self): return 100_000
+    def __getitem__(self, i): return torch.full((3, 224, 224), float(i % 7)), i
+
+class Records(Dataset):
+    def __len__(self): return 100
+    def __getitem__(self, i):
+        return {"image": torch.zeros(3, 8, 8), "mask": torch.zeros(8, 8, dtype=torch.uint8), "id": i, "name": str(i)}
+
+def loader(**kw):
+    return DataLoader(Images(), batch_size=32, num_workers=4, timeout=60, **kw)
+
+def run(guarded, steps=16):
+    done = 0
+    for images, labels in guarded:
+        done += 1
+        if done == steps:
+            break
+    return {"steps": done, "workers": guarded.loader.num_workers, "prefetch": guarded.loader.prefetch_factor}
+
+def attempt(step):
+    try:
+        return step()
+    except shmguard.ShmTooSmall as exc:
+        return {"error": str(exc), "shm_size": exc.shm_size, "cause": repr(exc.__cause__)}
+
+out = {}
+'''
+
+# At 64 MB: check_loader and guard(raise) stop it, fit runs it, warn lets it crash and the crash is diagnosed.
+AT_64M = PRELUDE + r'''
+out["check_loader"] = attempt(lambda: shmguard.check_loader(loader()).verdict)
+out["raise"] = attempt(lambda: run(shmguard.guard(loader())))
+out["fit"] = attempt(lambda: run(shmguard.guard(loader(), on_short="fit")))
+gc.collect()
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always", shmguard.ShmguardWarning)
+    out["warn"] = attempt(lambda: run(shmguard.guard(loader(), on_short="warn"), steps=200))
+out["warnings"] = [str(w.message) for w in caught if w.category is shmguard.ShmguardWarning]
+print("RESULT " + json.dumps(out), flush=True)
+'''
+
+# At the size the message named (with a 1-CPU quota and a 2 GB memory limit): the same loader runs, the
+# container's limits are read, dict batches and a list collate are measured.
+AT_SIZE = PRELUDE + r'''
+out["raise"] = attempt(lambda: run(shmguard.guard(loader())))
+out["found"] = {f.id: [f.status, f.found] for f in shmguard.check_loader(loader()).findings}
+out["recommend"] = shmguard.recommend_workers(loader())
+out["dict"] = list(shmguard.check_loader(DataLoader(Records(), batch_size=10, num_workers=2)).job.batch_segments)
+out["list"] = list(shmguard.check_loader(loader(collate_fn=list)).job.batch_segments)
+print("RESULT " + json.dumps(out), flush=True)
+'''
+
+# One process per rank under torchrun: each counts both ranks' loaders against the one /dev/shm.
+RANKS = PRELUDE + r'''
+import os
+out["rank"] = int(os.environ["LOCAL_RANK"])
+out["check"] = attempt(lambda: shmguard.check_loader(DataLoader(Images(), batch_size=8, num_workers=3)).verdict)
+print("RESULT " + json.dumps(out), flush=True)
+'''
+
+
+def expected_job(workers: int, batch: int, procs: int = 1):
+    """The job the container should measure, built on the host with the same functions."""
+    return fit.loader_job(workers, batch, 2, [batch * IMAGE, batch * 8], procs=procs)
+
+
+def results(logs: str) -> list[dict[str, Any]]:
+    return [json.loads(line[len("RESULT "):]) for line in logs.splitlines() if line.startswith("RESULT ")]
+
+
+def run_once(docker_client, image: str, command: list[str], **kwargs) -> tuple[int, str]:
+    """One labelled container to its end; removed whatever happens."""
+    container = docker_client.containers.create(image, command, labels={TEST_LABEL: SESSION}, **kwargs)
+    try:
+        container.start()
+        code = container.wait(timeout=600)["StatusCode"]
+        return code, container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+    finally:
+        container.remove(force=True)
+
+
+@pytest.fixture(scope="module")
+def at_64m(docker_client, demo_image):
+    code, logs = run_once(docker_client, demo_image, ["python", "-c", AT_64M], shm_size="64m")
+    assert code == 0, logs[-3000:]
+    return results(logs)[0], logs
+
+
+def test_check_loader_and_guard_stop_it_with_the_size_to_ask_for(at_64m):
+    out, logs = at_64m
+    size = docker_size(sizing.shm_size(expected_job(4, 32)))
+    for step in ("check_loader", "raise"):
+        assert out[step]["shm_size"] == size, out[step]
+        assert f"--shm-size={size}" in out[step]["error"] and f"sizeLimit: {size[:-1]}Mi" in out[step]["error"]
+        assert "64.0 MiB (Docker's default)" in out[step]["error"]
+        assert out[step]["cause"] == "None"  # stopped by the check, not by a crash
+    assert "Bus error" not in logs.split("RESULT")[0] and "unable to allocate" not in logs.split("RESULT")[0]
+
+
+def test_fit_completes_at_64m_with_fewer_workers(at_64m):
+    out, logs = at_64m
+    fitted = fit.fit_job(expected_job(4, 32), _shm_64m())
+    assert out["fit"] == {"steps": 16, "workers": fitted.workers, "prefetch": fitted.prefetch_factor}
+    assert 0 < fitted.workers < 4
+    assert f"fitted it to /dev/shm: num_workers 4 -> {fitted.workers}, prefetch_factor 2 -> 1" in logs
+
+
+def test_warn_goes_on_and_the_crash_comes_back_diagnosed(at_64m):
+    out, _ = at_64m
+    size = docker_size(sizing.shm_size(expected_job(4, 32)))
+    assert len(out["warnings"]) == 1 and f"--shm-size={size}" in out["warnings"][0]
+    crash = out["warn"]
+    assert "error" in crash, crash  # the unguarded-size loader did not get through 200 batches
+    assert crash["error"].startswith("shmguard: the DataLoader ran out of shared memory")
+    assert "/dev/shm: 64.0 MiB" in crash["error"] and f"--shm-size={size}" in crash["error"]
+    assert "DataLoader worker" in crash["cause"]
+
+
+def _shm_64m():
+    from shmguard.probe.shm import ShmInfo
+
+    return ShmInfo(total=64 * MIB, free=64 * MIB, fstype="tmpfs")
+
+
+def test_at_the_named_size_it_completes_and_batches_are_measured(docker_client, demo_image):
+    size = docker_size(sizing.shm_size(expected_job(4, 32)))
+    code, logs = run_once(docker_client, demo_image, ["python", "-c", AT_SIZE], shm_size=size,
+                          nano_cpus=10**9, mem_limit="2g")
+    assert code == 0, logs[-3000:]
+    out = results(logs)[0]
+    assert out["raise"] == {"steps": 16, "workers": 4, "prefetch": 2}
+    assert out["found"]["shm.size"] == ["PASS", f"{int(size[:-1])}.0 MiB"]
+    assert out["found"]["memory.limit"] == ["PASS", "2.0 GiB"]
+    assert out["found"]["cpu.workers"] == ["WARN", "1 CPUs"]  # 4 workers on a 1-CPU quota
+    assert out["recommend"] == 1
+    assert sorted(out["dict"]) == [10 * 8, 10 * 64, 10 * 3 * 8 * 8 * 4]  # id, mask, image; the strings pickled
+    assert out["list"] == [IMAGE] * 32  # a list collate: one segment per sample, the int labels pickled
+
+
+def test_torchrun_ranks_are_counted_twice(docker_client, demo_image):
+    one, two = expected_job(3, 8, procs=1), expected_job(3, 8, procs=2)
+    assert sizing.shm_size(one) <= 64 * MIB < sizing.shm_size(two), "premise: one rank fits 64 MB, two do not"
+    code, logs = run_once(docker_client, demo_image, ["torchrun", "--nproc-per-node", "2", "--no-python",
+                                                      "python", "-c", RANKS], shm_size="64m")
+    assert code == 0, logs[-3000:]
+    ranks = sorted(results(logs), key=lambda r: r["rank"])
+    assert [r["rank"] for r in ranks] == [0, 1], logs[-3000:]
+    for rank in ranks:
+        assert rank["check"]["shm_size"] == docker_size(sizing.shm_size(two)), rank
+        assert "2 processes x DataLoader(num_workers=3" in rank["check"]["error"]
+
+
+def readme_example() -> str:
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("## Python API"):]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_the_readme_example_runs_as_written(docker_client, demo_image):
+    code_block = readme_example()
+    assert len(code_block.strip().splitlines()) <= 12
+    code, logs = run_once(docker_client, demo_image, ["python", "-c", code_block], shm_size="64m")
+    assert code == 0, logs[-3000:]
+    fitted = fit.fit_job(expected_job(4, 32), _shm_64m())
+    assert f"fitted it to /dev/shm: num_workers 4 -> {fitted.workers}" in logs
+    assert f"trained on 256 images with {fitted.workers} workers" in logs
