@@ -44,6 +44,13 @@ def job_options(command):
         ("--procs-per-node", "procs_per_node", "Training processes in the container, each with its own DataLoader (default 1)."),
         ("--gpus", "gpus", "GPUs the job needs (default 0; `run` also takes all)."),
         ("--sharing-strategy", "sharing_strategy", "torch.multiprocessing sharing strategy: file_descriptor (default) or file_system."),
+        ("--collate", "collate", "What the collate_fn makes of a batch: default (torch's default_collate stacks samples) "
+                                 "or list (per-sample tensors kept in lists, e.g. lambda b: tuple(zip(*b)); each tensor "
+                                 "is then its own page-rounded segment in /dev/shm)."),
+        ("--tensors-per-sample", "tensors_per_sample", "Tensors in one sample (e.g. 3 for image, boxes, labels; "
+                                                       "default 1); numbers, strings and numpy arrays do not count."),
+        ("--batch-segments", "batch_segments", "The tensor sizes of one batch as `shmguard measure` prints them "
+                                               "(SIZE[xCOUNT],...): replaces the estimate from --collate."),
     ]
     for flag, name, help_text in reversed(specs):
         command = click.option(flag, name, envvar=ENV_VARS[name], show_envvar=True, metavar="VALUE", help=help_text)(command)
@@ -63,7 +70,8 @@ def job_from_options(values: dict):
     from shmguard.job import make_job, parse_count
 
     keys = ("workers", "batch_size", "sample_shape", "dtype", "sample_bytes", "prefetch_factor",
-            "procs_per_node", "gpus", "pin_memory", "sharing_strategy")
+            "procs_per_node", "gpus", "pin_memory", "sharing_strategy", "collate", "tensors_per_sample",
+            "batch_segments")
     raw = {key: values.pop(key) for key in keys}
     dataset, collate_fn = values.pop("dataset", None), values.pop("collate_fn", None)
     if dataset:
@@ -73,10 +81,15 @@ def job_from_options(values: dict):
             raise UsageError("--dataset needs --batch-size: the batches are built with it")
         from shmguard.commands.measure import measure
 
-        measured = measure(dataset, parse_count("batch_size", raw["batch_size"], 1), collate_spec=collate_fn)
-        click.echo(f"shmguard: measured {dataset}: largest batch {measured.max_batch_bytes:,} bytes "
-                   f"({measured.options()})", err=True)
+        if raw["batch_segments"] is not None:
+            raise UsageError("give the batch once: --dataset (measured) or --batch-segments")
+        measured = measure(dataset, parse_count("batch_size", raw["batch_size"], 1), collate_spec=collate_fn,
+                           sharing_strategy=raw["sharing_strategy"] or "file_descriptor")
+        click.echo(f"shmguard: measured {dataset}: largest batch {measured.max_batch_bytes:,} bytes in "
+                   f"{measured.segment_count} shared-memory segments, {measured.max_batch_shm:,} bytes of /dev/shm",
+                   err=True)
         raw["sample_bytes"] = str(measured.sample_bytes)
+        raw["batch_segments"] = measured.segment_sizes
         raw["dtype"] = None
     elif collate_fn:
         raise UsageError("--collate-fn goes with --dataset")
@@ -166,6 +179,7 @@ def run(image, command, cpus, memory, name, env, volumes, workdir, remove, detac
         options["workers"] = str(recommended)
         options["sample_bytes"] = str(-(-tuned["batch_bytes"] // parse_count("batch_size", options["batch_size"], 1)))
         options["sample_shape"] = None
+        options["batch_segments"] = tuned.get("batch_segments") or None
     job = job_from_options(options)
     if command and command[0] == "--":
         command = command[1:]
@@ -278,12 +292,18 @@ def patch(in_place, check, files, **options) -> int:
 @click.option("--collate-fn", "collate_fn", metavar="MODULE:CALLABLE", help="Your DataLoader's collate_fn (default: default_collate).")
 @click.option("--samples", type=click.IntRange(min=1), default=32, show_default=True, help="Samples to read (random, seeded).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for the sample order.")
+@click.option("--sharing-strategy", "sharing_strategy", type=click.Choice(["file_descriptor", "file_system"]),
+              default="file_descriptor", show_default=True, envvar="SHMGUARD_SHARING_STRATEGY",
+              help="torch.multiprocessing sharing strategy (file_system adds a 64-byte header to every segment).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def measure_command(dataset, batch_size, collate_fn, samples, seed, as_json) -> int:
+def measure_command(dataset, batch_size, collate_fn, samples, seed, sharing_strategy, as_json) -> int:
     """Measure the bytes a real batch of your dataset puts through shared memory.
 
-    Builds batches with the DataLoader's collate, adds up every tensor in them (the
-    largest batch counts when samples vary), and prints the options that use it.
+    Builds batches with the DataLoader's collate and lists every tensor in them: in a
+    worker each becomes its own segment in /dev/shm, rounded up to pages (the batch
+    taking the most counts when samples vary). Numpy arrays, strings and other
+    objects go through the worker's pipe and are listed apart. Prints the options
+    that describe the job to check, run, render and patch.
     Needs torch. Exit 2 when the module cannot be imported or your code raises
     (its traceback is shown).
     """
@@ -292,7 +312,8 @@ def measure_command(dataset, batch_size, collate_fn, samples, seed, as_json) -> 
     from shmguard.commands.measure import measure, report_json, report_text
     from shmguard.job import parse_count
 
-    result = measure(dataset, parse_count("batch_size", batch_size, 1), samples=samples, seed=seed, collate_spec=collate_fn)
+    result = measure(dataset, parse_count("batch_size", batch_size, 1), samples=samples, seed=seed, collate_spec=collate_fn,
+                     sharing_strategy=sharing_strategy)
     click.echo(json.dumps(report_json(result), indent=2) if as_json else report_text(result))
     return 0
 

@@ -13,8 +13,12 @@ prefetch factor P and batch payload B bytes, shared memory holds:
 - with pin_memory, the batch the pinning thread is copying (1; not measurable on
   this CPU-only machine, where PyTorch skips pinning, so it is an allowance);
 
-each batch rounded up to whole pages plus one page for the small tensors beside it
-(labels, indices), and 1 MiB per process for other small segments. W = 0 loads in
+each batch counted as the segments it makes (shmguard.segments: one per tensor, in
+whole pages, plus the sharing strategy's header): as measured (`--dataset`,
+Job.batch_segments); else with default_collate, one stacked tensor per tensor of
+a sample plus a page for the labels; else with a collate that keeps per-sample
+tensors in lists (`--collate list`), batch_size x tensors_per_sample segments;
+and 1 MiB per process for other small segments. W = 0 loads in
 the trainer: no shared memory. Every training process on the node
 (procs_per_node) has its own workers.
 
@@ -39,17 +43,34 @@ def round_up(n: int, unit: int = PAGE) -> int:
     return -(-n // unit) * unit
 
 
+LABEL_BYTES = 8  # default_collate turns a number per sample into one int64 tensor
+
+
 def batch_segment_bytes(job) -> int:
-    """Shared memory one batch occupies: each of its measured segments in whole pages; without a
-    measurement (default_collate of one tensor per sample), the stacked payload plus a page for the labels."""
+    """Shared memory one batch occupies, segment by segment (shmguard.segments).
+
+    Measured segments count as they are. Otherwise the tensors_per_sample tensors of a
+    sample (sample_bytes in all) become, with default_collate, that many stacked tensors
+    plus the labels tensor; with `list`, batch_size x tensors_per_sample tensors. How the
+    bytes split among a sample's tensors is not known then, so each tensor is allowed its
+    partial page (segments.bound_of_parts).
+    """
+    strategy = job.sharing_strategy
     if job.batch_segments:
-        return segments.shm_of(job.batch_segments)
-    return round_up(job.batch_bytes) + PAGE
+        return segments.shm_of(job.batch_segments, strategy)
+    if job.collate == "list":
+        return job.batch_size * segments.bound_of_parts(job.sample_bytes, job.tensors_per_sample, strategy)
+    return (segments.bound_of_parts(job.batch_bytes, job.tensors_per_sample, strategy)
+            + segments.segment_bytes(LABEL_BYTES * job.batch_size, strategy))
 
 
 def segments_per_batch(job) -> int:
-    """Shared-memory segments one collated batch makes: as measured, else the batch tensor and its labels."""
-    return len(job.batch_segments) if job.batch_segments else 2
+    """Shared-memory segments one collated batch makes: as measured, else by the collate."""
+    if job.batch_segments:
+        return segments.segment_count(job.batch_segments, job.sharing_strategy)
+    if job.collate == "list":
+        return job.batch_size * job.tensors_per_sample
+    return job.tensors_per_sample + 1
 
 
 def batches_in_flight(job) -> int:

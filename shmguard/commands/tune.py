@@ -18,7 +18,7 @@ import warnings
 import zlib
 from dataclasses import dataclass
 
-from shmguard import model, sizing
+from shmguard import model, segments, sizing
 from shmguard.commands.measure import Measurement, UserCodeError, load_dataset, measure_dataset, user_traceback
 from shmguard.errors import UsageError
 from shmguard.job import make_job
@@ -175,7 +175,7 @@ def tune(dataset_spec: str, batch_size: int, workers: list[int] | None = None, p
     for prefetch in factors:
         for n in sweep:
             job = make_job(workers=n, batch_size=batch_size, sample_bytes=str(measurement.sample_bytes),
-                           prefetch_factor=prefetch)
+                           prefetch_factor=prefetch, batch_segments=measurement.segment_sizes)
             predicted = model.shm_bytes(job)
             if free is not None and predicted > free:
                 steps.append(Step(n, prefetch, predicted, skipped=f"needs {format_size(predicted)} of /dev/shm, "
@@ -219,7 +219,9 @@ def as_json(result: TuneResult) -> dict:
                 "skipped": s.skipped}
 
     return {"dataset": result.measurement.dataset, "batch_size": result.measurement.batch_size,
-            "batch_bytes": result.measurement.max_batch_bytes, "steps": [step(s) for s in result.steps],
+            "batch_bytes": result.measurement.max_batch_bytes,
+            "batch_segments": segments.encode(result.measurement.segment_sizes),
+            "steps": [step(s) for s in result.steps],
             "recommended": step(result.recommended) if result.recommended else None}
 
 
