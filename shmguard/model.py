@@ -18,7 +18,9 @@ whole pages, plus the sharing strategy's header): as measured (`--dataset`,
 Job.batch_segments); else with default_collate, one stacked tensor per tensor of
 a sample plus a page for the labels; else with a collate that keeps per-sample
 tensors in lists (`--collate list`), batch_size x tensors_per_sample segments;
-and 1 MiB per process for other small segments. W = 0 loads in
+and the DataLoader's own small segments (the POSIX semaphores of its queues and
+events, a page each): 8 pages plus 3 per worker, measured with batches that hold
+no tensor at all (benchmarks/segment_costs.py). W = 0 loads in
 the trainer: no shared memory. Every training process on the node
 (procs_per_node) has its own workers.
 
@@ -32,7 +34,10 @@ from shmguard.units import MIB
 PAGE = segments.PAGE
 TRAINER_HELD_BATCHES = 2
 PIN_BATCHES = 1
-PROCESS_SHM_BASE = 1 * MIB
+# The semaphores of a DataLoader's queues and events, a page each (measured: 11, 14, 20 and 32 pages at 1, 2, 4
+# and 8 workers, either sharing strategy).
+DATALOADER_SHM_PAGES = 8
+WORKER_SHM_PAGES = 3
 # Per process, outside /dev/shm: the interpreter with torch imported (including the page
 # cache of torch's libraries, which the cgroup charges too) and each forked worker's own pages.
 TRAINER_MEMORY = 352 * MIB
@@ -85,7 +90,12 @@ def shm_bytes(job) -> int:
     """The /dev/shm the job needs at its peak, for all training processes in the container."""
     if job.workers == 0:
         return 0
-    return job.procs_per_node * (batches_in_flight(job) * batch_segment_bytes(job) + PROCESS_SHM_BASE)
+    return job.procs_per_node * (batches_in_flight(job) * batch_segment_bytes(job) + loader_shm_bytes(job))
+
+
+def loader_shm_bytes(job) -> int:
+    """/dev/shm a DataLoader holds besides its batches: a page per semaphore of its queues and events."""
+    return (DATALOADER_SHM_PAGES + WORKER_SHM_PAGES * job.workers) * PAGE
 
 
 def process_memory_bytes(job) -> int:

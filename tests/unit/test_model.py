@@ -32,7 +32,7 @@ def test_batches_in_flight():
 
 def test_shm_counts_pages_and_processes():
     one = model.shm_bytes(job())
-    assert one == 10 * (model.round_up(64 * 602112) + model.PAGE) + model.PROCESS_SHM_BASE
+    assert one == 10 * (model.round_up(64 * 602112) + model.PAGE) + (8 + 3 * 4) * model.PAGE
     assert model.shm_bytes(job(procs_per_node=3)) == 3 * one
 
 

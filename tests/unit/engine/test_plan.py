@@ -20,7 +20,7 @@ def plan(job=JOB, **kw):
 
 
 def test_shm_is_the_model_in_whole_mib_never_below_docker_default():
-    assert plan().shm_bytes == 369 * MIB and plan().required_shm == model.shm_bytes(JOB)
+    assert plan().shm_bytes == 368 * MIB and plan().required_shm == model.shm_bytes(JOB)
     small = make_job(workers=1, batch_size=1, sample_bytes="1k")
     assert plan(small).shm_bytes == 64 * MIB
     assert plan(make_job(workers=0, batch_size=64, sample_shape="3,224,224")).shm_bytes == 64 * MIB
@@ -60,7 +60,7 @@ def test_environment_carries_the_job_and_the_users_variables():
 def test_create_kwargs():
     kwargs = create_kwargs(plan(cpus=1.5, memory=2 * GIB, gpus="2", name="job", workdir="/w", volumes=("/data:/data:ro",)),
                            healthcheck=True)
-    assert kwargs["shm_size"] == 369 * MIB and "ipc_mode" not in kwargs
+    assert kwargs["shm_size"] == 368 * MIB and "ipc_mode" not in kwargs
     assert kwargs["nano_cpus"] == 1_500_000_000 and kwargs["mem_limit"] == 2 * GIB
     assert kwargs["device_requests"][0]["Count"] == 2 and kwargs["device_requests"][0]["Capabilities"] == [["gpu"]]
     assert kwargs["volumes"] == {"/data": {"bind": "/data", "mode": "ro"}}
@@ -105,7 +105,7 @@ def test_docker_cli_is_copy_pasteable_and_masks_secrets():
                                   env=("HF_TOKEN=hunter2", "DB_PASSWORD=x", "PLAIN=visible"), cpus=2.0), host_memory=None)
     line = docker_cli(p)
     args = shlex.split(line)
-    assert args[:3] == ["docker", "run", "--rm"] and "--shm-size=369m" in args and "--cpus=2" in args
+    assert args[:3] == ["docker", "run", "--rm"] and "--shm-size=368m" in args and "--cpus=2" in args
     assert args[-5:] == ["demo:latest", "python", "train.py", "--lr", "1e-3 x"]
     assert "HF_TOKEN=***" in args and "DB_PASSWORD=***" in args and "PLAIN=visible" in args
     assert "hunter2" not in line
@@ -115,7 +115,7 @@ def test_diagnose():
     p = plan(memory=2 * GIB)
     assert "SIGBUS (exit 135)" in diagnose(135, "", False, p)
     text = diagnose(1, "RuntimeError: unable to allocate shared memory(shm) for file </torch_1>: No space left on device (28)", False, p)
-    assert "needed more /dev/shm than the 369.0 MiB" in text and "--shm-size=" in text
+    assert "needed more /dev/shm than the 368.0 MiB" in text and "--shm-size=" in text
     assert "OOM killer" in diagnose(137, "", True, p) and "--memory=" in diagnose(137, "", True, p)
     assert diagnose(137, "", False, p) is None
     assert diagnose(1, "ValueError: bad learning rate", False, p) is None

@@ -15,7 +15,7 @@ def test_dry_run_cli(capsys):
     code = main(["run", "--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224", "--dry-run",
                  "demo:latest", "--", "python", "train.py"])
     out = capsys.readouterr().out
-    assert code == 0 and "--shm-size=369m" in out and out.strip().endswith("demo:latest python train.py")
+    assert code == 0 and "--shm-size=368m" in out and out.strip().endswith("demo:latest python train.py")
 
 
 @pytest.mark.parametrize("args, code", [

@@ -106,7 +106,7 @@ def test_memory_below_the_shm_is_refused_and_above_is_kept():
 def test_compose_service():
     doc = render.render_compose(JOB, image="demo:1", name="train", command=["python", "t.py"], cpus=2, gpus=1)
     service = doc["services"]["train"]
-    assert service["shm_size"] == "369m" and parse_quantity(service["mem_limit"].replace("m", "Mi")) >= 369 * MIB
+    assert service["shm_size"] == "368m" and parse_quantity(service["mem_limit"].replace("m", "Mi")) >= 368 * MIB
     assert service["healthcheck"]["test"] == ["CMD", "shmguard", "health"]
     assert service["deploy"]["resources"]["reservations"]["devices"][0]["count"] == 1
     assert service["environment"]["SHMGUARD_BATCH_SIZE"] == "64"
@@ -173,13 +173,13 @@ def test_existing_shm_too_small_or_without_size_limit_is_fixed():
     small["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "shm", "mountPath": "/dev/shm"}]
     changes = podspec.patch_documents([small], JOB)
     volume = small["spec"]["template"]["spec"]["volumes"][0]
-    assert volume["emptyDir"]["sizeLimit"] == "369Mi" and any("64Mi -> 369Mi" in c for c in changes)
+    assert volume["emptyDir"]["sizeLimit"] == "368Mi" and any("64Mi -> 368Mi" in c for c in changes)
     assert len(small["spec"]["template"]["spec"]["volumes"]) == 1  # fixed in place, not duplicated
 
     unbounded = deployment(volumes=[{"name": "shm", "emptyDir": {}}])
     unbounded["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "shm", "mountPath": "/dev/shm"}]
     changes = podspec.patch_documents([unbounded], JOB)
-    assert unbounded["spec"]["template"]["spec"]["volumes"][0]["emptyDir"] == {"medium": "Memory", "sizeLimit": "369Mi"}
+    assert unbounded["spec"]["template"]["spec"]["volumes"][0]["emptyDir"] == {"medium": "Memory", "sizeLimit": "368Mi"}
     assert any("had none" in c for c in changes) and any("medium: set to Memory" in c for c in changes)
 
 
