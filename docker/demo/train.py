@@ -179,9 +179,16 @@ def make_dataset() -> SyntheticImages:
 
 
 def make_collate():
-    """The demo's collate_fn as the trainer picks it from the SHMGUARD_* environment (for `shmguard measure`)."""
+    """The demo's collate_fn as the trainer picks it from the SHMGUARD_* environment (None: default_collate)."""
     args = build_parser().parse_args([])
     return collate_for(args.data, args.collate, args.variable_size)
+
+
+def demo_collate(batch):
+    """The demo's collate_fn itself (for `shmguard measure --collate-fn train:demo_collate`)."""
+    from torch.utils.data import default_collate
+
+    return (make_collate() or default_collate)(batch)
 
 
 def pad_collate(batch):
