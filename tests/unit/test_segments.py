@@ -148,3 +148,20 @@ def test_empty_tensors_are_listed_and_cost_nothing(torch):
 def test_views_of_one_storage_count_once(torch):
     base = torch.zeros(1000, dtype=torch.uint8)
     assert segments.tensor_sizes([base[:10], base[10:], base]) == [1000]
+
+
+def test_the_arithmetic_is_what_was_measured_in_the_container():
+    """benchmarks/results/segment-costs.json: per-leaf costs and the DataLoader's own segments, both strategies."""
+    import json
+    from pathlib import Path
+
+    data = json.loads((Path(__file__).resolve().parents[2] / "benchmarks/results/segment-costs.json").read_text())
+    leaves = [r for r in data["rows"] if r["what"] == "leaf" and r["shm_per_leaf"] is not None]
+    loaders = [r for r in data["rows"] if r["what"] == "loader"]
+    assert len(leaves) >= 20 and len(loaders) == 8
+    for row in leaves:
+        expected = segments.segment_bytes(row["bytes"], row["strategy"]) if row["kind"] == "tensor" else 0
+        assert row["shm_per_leaf"] == expected, row  # numpy, str, bytes, int, PIL: through the pipe
+    for row in loaders:
+        job = make_job(workers=row["workers"], batch_size=1, sample_bytes="1", sharing_strategy=row["strategy"])
+        assert model.loader_shm_bytes(job) == row["shm_bytes"], row
