@@ -70,6 +70,7 @@ MATRIX = [
     cfg(2, 512, 2, "1,8,8"),                                         # batch 512 of small samples, stacked
     cfg(2, 8, 2, "3,320,320", data="detection"),                     # detection: varying images, box targets
     cfg(4, 64, 2, "3,64,64", dtype="uint8", data="detection"),
+    cfg(2, 8, 2, "3,320,320", data="detection-wide"),                # image areas varying 4x
     cfg(2, 32, 2, "3,128,128", data="dict"),                         # dict of tensors
     cfg(4, 64, 2, "3,224,224", dtype="uint8"),                       # uint8 images
     cfg(2, 1, 2, "3,224,224"),                                       # batch size 1
@@ -93,7 +94,7 @@ def sample_bytes(row: dict) -> int:
     """Bytes of the largest sample as a user would state them (the tensors of one sample, not its number)."""
     shape = [int(d) for d in row["sample_shape"].split(",")]
     image = math.prod(shape) * DTYPE_BYTES[row["dtype"]]
-    if row["data"] == "detection":
+    if row["data"].startswith("detection"):
         return image + 8 * 4 * 4 + 8 * 8  # at most 8 boxes (float32 x 4) and 8 labels (int64)
     if row["data"] == "dict":
         return image + shape[-2] * shape[-1]  # and the uint8 mask
@@ -103,8 +104,8 @@ def sample_bytes(row: dict) -> int:
 def job_options(row: dict) -> dict:
     """The job as a user without --dataset describes it (the options of check, run, render, patch)."""
     row = row_of(row)
-    collate = "list" if row["data"] == "detection" or row["collate"] == "list" else "default"
-    tensors = {"detection": 3, "dict": 2}.get(row["data"], 1)
+    collate = "list" if row["data"].startswith("detection") or row["collate"] == "list" else "default"
+    tensors = {"detection": 3, "detection-wide": 3, "dict": 2}.get(row["data"], 1)
     return {"workers": row["workers"], "batch_size": row["batch_size"], "prefetch_factor": row["prefetch_factor"],
             "pin_memory": row["pin_memory"], "procs_per_node": row["procs_per_node"],
             "sample_bytes": str(sample_bytes(row)), "collate": collate, "tensors_per_sample": tensors,
@@ -195,8 +196,8 @@ def run_config(row: dict) -> dict:
 def describe(row: dict) -> str:
     row = row_of(row)
     parts = [row["data"]]
-    if row["collate"] != "default" or row["data"] == "detection":
-        parts.append("list collate" if row["data"] != "detection" else "tuple(zip(*b))")
+    if row["collate"] != "default" or row["data"].startswith("detection"):
+        parts.append("tuple(zip(*b))" if row["data"].startswith("detection") else "list collate")
     if row["dtype"] != "float32":
         parts.append(row["dtype"])
     if row["extra"]:

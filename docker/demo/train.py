@@ -20,9 +20,10 @@ the structures whose shared-memory cost differs (shmguard.segments):
 
 - images (default): (image tensor, int label); --collate default stacks them,
   --collate list keeps (list of images, list of labels) as many pipelines do;
-- detection: an image of varying size (half to full height and width) and a
-  target dict of boxes and labels, collated as torchvision's detection references
-  do, collate_fn=lambda b: tuple(zip(*b)): one segment per tensor;
+- detection: an image of varying size (COCO-like: the longer side full, the
+  shorter 60-100% of it; detection-wide: each side half to full) and a target
+  dict of boxes and labels, collated as torchvision's detection references do,
+  collate_fn=lambda b: tuple(zip(*b)): one segment per tensor;
 - dict: {"image", "mask", "label"}: default_collate makes a dict of stacked tensors.
 """
 
@@ -117,19 +118,32 @@ class SyntheticImages(Dataset):
 
 
 class Detection(SyntheticImages):
-    """Detection samples: an image whose last two dimensions vary from half to full (seeded), and a target
-    dict of 1 to 8 boxes (float32, n x 4) and labels (int64, n), as torchvision's detection datasets give."""
+    """Detection samples shaped like COCO's: the longer side of the image is the full size, the shorter one 60%
+    to 100% of it, landscape or portrait (seeded); and a target dict of 1 to 8 boxes (float32, n x 4) and
+    labels (int64, n), as torchvision's detection datasets give them."""
+
+    def sample_shape(self, index: int) -> tuple[int, ...]:
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+        *lead, h, w = self.shape
+        short = float(torch.empty(1).uniform_(0.6, 1.0, generator=generator))
+        if int(torch.randint(0, 2, (1,), generator=generator)):
+            return (*lead, max(1, int(h * short)), w)
+        return (*lead, h, max(1, int(w * short)))
+
+    def __getitem__(self, index: int):
+        image, _ = super().__getitem__(index)
+        boxes = 1 + index % 8
+        return image, {"boxes": torch.rand(boxes, 4), "labels": torch.full((boxes,), index % 91, dtype=torch.int64)}
+
+
+class DetectionWide(Detection):
+    """Detection samples whose images vary much more: each side from half to full, so 25% to 100% in area."""
 
     def sample_shape(self, index: int) -> tuple[int, ...]:
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
         *lead, h, w = self.shape
         return (*lead, int(torch.randint(max(1, h // 2), h + 1, (1,), generator=generator)),
                 int(torch.randint(max(1, w // 2), w + 1, (1,), generator=generator)))
-
-    def __getitem__(self, index: int):
-        image, _ = super().__getitem__(index)
-        boxes = 1 + index % 8
-        return image, {"boxes": torch.rand(boxes, 4), "labels": torch.full((boxes,), index % 91, dtype=torch.int64)}
 
 
 class Dicts(SyntheticImages):
@@ -140,7 +154,7 @@ class Dicts(SyntheticImages):
         return {"image": image, "mask": torch.zeros(image.shape[-2:], dtype=torch.uint8), "label": label}
 
 
-DATA = {"images": SyntheticImages, "detection": Detection, "dict": Dicts}
+DATA = {"images": SyntheticImages, "detection": Detection, "detection-wide": DetectionWide, "dict": Dicts}
 
 
 def zip_collate(batch):
@@ -154,7 +168,7 @@ def list_collate(batch):
 
 
 def collate_for(data: str, collate: str, variable: bool):
-    if data == "detection" or collate == "list":
+    if data.startswith("detection") or collate == "list":
         return zip_collate if data != "images" else list_collate
     return pad_collate if variable else None
 
@@ -285,7 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="samples of varying width, padded per batch")
     parser.add_argument("--data", choices=sorted(DATA), default=env("DEMO_DATA", "images"),
                         help="what a sample is: images (image, label), detection (image of varying size, "
-                             "{boxes, labels}) or dict ({image, mask, label})")
+                             "{boxes, labels}; detection-wide: sizes varying 4x in area) or dict ({image, mask, label})")
     parser.add_argument("--collate", choices=("default", "list"), default=env("COLLATE", "default"),
                         help="default: torch's default_collate; list: keep per-sample tensors in lists "
                              "(detection always collates as tuple(zip(*batch)))")
