@@ -91,11 +91,13 @@ def key_of(row: dict) -> tuple:
 
 
 def sample_bytes(row: dict) -> int:
-    """Bytes of the largest sample as a user would state them (the tensors of one sample, not its number)."""
+    """Bytes of the largest sample as a user would state them (its tensors, not its number).
+
+    Detection: the largest image's shape, as --sample-shape (with --tensors-per-sample 3, boxes and labels of
+    up to 256 objects are allowed a page each). Dict: the image and its mask together (the mask is larger
+    than a page)."""
     shape = [int(d) for d in row["sample_shape"].split(",")]
     image = math.prod(shape) * DTYPE_BYTES[row["dtype"]]
-    if row["data"].startswith("detection"):
-        return image + 8 * 4 * 4 + 8 * 8  # at most 8 boxes (float32 x 4) and 8 labels (int64)
     if row["data"] == "dict":
         return image + shape[-2] * shape[-1]  # and the uint8 mask
     return image
@@ -161,8 +163,8 @@ def measured_segments(row: dict):
 
         dataset, collate = train.make_dataset(), train.make_collate() or default_collate
         strategy = "file_system" if "file_system" in row["extra"] else "file_descriptor"
-        m = measure_dataset(dataset, collate, "train:make_dataset", row["batch_size"], samples=min(len(dataset), 4 * row["batch_size"]),
-                            sharing_strategy=strategy)
+        m = measure_dataset(dataset, collate, "train:make_dataset", row["batch_size"],
+                            samples=min(len(dataset), 4 * row["batch_size"]), sharing_strategy=strategy)
         return m.segment_sizes
     finally:
         for k, v in saved.items():

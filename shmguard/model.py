@@ -20,7 +20,8 @@ a sample plus a page for the labels; else with a collate that keeps per-sample
 tensors in lists (`--collate list`), batch_size x tensors_per_sample segments;
 and the DataLoader's own small segments (the POSIX semaphores of its queues and
 events, a page each): 8 pages plus 3 per worker, measured with batches that hold
-no tensor at all (benchmarks/segment_costs.py). W = 0 loads in
+no tensor at all (benchmarks/segment_costs.py); and 64 KiB of headroom per process
+(the calibration's closest peaks came within one page of the rest of the model). W = 0 loads in
 the trainer: no shared memory. Every training process on the node
 (procs_per_node) has its own workers.
 
@@ -38,6 +39,9 @@ PIN_BATCHES = 1
 # and 8 workers, either sharing strategy).
 DATALOADER_SHM_PAGES = 8
 WORKER_SHM_PAGES = 3
+# Headroom per process for small segments calibration did not see (another torch, another semaphore or two): the
+# closest measured peaks were one page below the model without it (BENCHMARKS.md, section 6).
+HEADROOM_PAGES = 16
 # Per process, outside /dev/shm: the interpreter with torch imported (including the page
 # cache of torch's libraries, which the cgroup charges too) and each forked worker's own pages.
 TRAINER_MEMORY = 352 * MIB
@@ -90,7 +94,8 @@ def shm_bytes(job) -> int:
     """The /dev/shm the job needs at its peak, for all training processes in the container."""
     if job.workers == 0:
         return 0
-    return job.procs_per_node * (batches_in_flight(job) * batch_segment_bytes(job) + loader_shm_bytes(job))
+    return job.procs_per_node * (batches_in_flight(job) * batch_segment_bytes(job) + loader_shm_bytes(job)
+                                 + HEADROOM_PAGES * PAGE)
 
 
 def loader_shm_bytes(job) -> int:

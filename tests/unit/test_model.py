@@ -32,7 +32,7 @@ def test_batches_in_flight():
 
 def test_shm_counts_pages_and_processes():
     one = model.shm_bytes(job())
-    assert one == 10 * (model.round_up(64 * 602112) + model.PAGE) + (8 + 3 * 4) * model.PAGE
+    assert one == 10 * (model.round_up(64 * 602112) + model.PAGE) + (8 + 3 * 4 + 16) * model.PAGE
     assert model.shm_bytes(job(procs_per_node=3)) == 3 * one
 
 
@@ -94,10 +94,14 @@ def test_model_is_never_below_a_measured_peak():
         j = cal.job_of(row)
         peak = row["measured_shm_peak_bytes"]
         assert model.shm_bytes(j) >= peak, row
-        assert model.seeds_formula_bytes(j) < peak, row
-        # The stated bound (BENCHMARKS.md): at most 25% or two and a half batches above the peak.
-        batch = model.batch_segment_bytes(j) * j.procs_per_node
-        assert model.shm_bytes(j) <= max(1.25 * peak, peak + 2.5 * batch), row
+        if not row["data"].startswith("detection"):  # from the largest of images varying in size, it may be above
+            assert model.seeds_formula_bytes(j) < peak, row
+        # The stated bound (BENCHMARKS.md): at most 25% or two and a half batches above the peak. Images whose area
+        # varies 4x (detection-wide) are the stated exception: described by the largest image, every batch in
+        # flight is assumed the largest; described by `measure`'s segments, the bound holds.
+        described = cal.job_of(row, tuple(row["measured_segments"])) if row["data"] == "detection-wide" else j
+        batch = model.batch_segment_bytes(described) * j.procs_per_node
+        assert model.shm_bytes(described) <= max(1.25 * peak, peak + 2.5 * batch), row
         if row.get("measured_segments"):  # from the segments `measure` finds: never below either
             assert model.shm_bytes(cal.job_of(row, tuple(row["measured_segments"]))) >= peak, row
 
