@@ -16,8 +16,9 @@ from shmguard import model
 from shmguard.job import make_job
 from shmguard.units import format_size
 
-# 512 samples of 256 bytes a batch: 128 KiB of payload, but 512 segments of a page each (2 MiB) in /dev/shm.
-JOB = ["--workers", "2", "--batch-size", "512", "--prefetch-factor", "8", "--sample-shape", "1,8,8"]
+# 128 samples of 256 bytes a batch: 32 KiB of payload, but 128 segments of a page each (512 KiB) in /dev/shm;
+# 18 batches in flight hold 2304 segments (the open files that takes stay under the engine's limit here, 20000).
+JOB = ["--workers", "2", "--batch-size", "128", "--prefetch-factor", "8", "--sample-shape", "1,8,8"]
 TRAIN = ["python", "/app/train.py", *JOB, "--collate", "list", "--steps", "60", "--step-time", "0.05",
          "--timeout", "20", "--watch-shm", "--json"]
 
@@ -47,7 +48,7 @@ def names(docker_client):
 
 
 def test_list_collate_fits_shmguards_size_and_dies_below_its_peak(demo_image, names):
-    listed = make_job(workers=2, batch_size=512, prefetch_factor=8, sample_shape="1,8,8", collate="list")
+    listed = make_job(workers=2, batch_size=128, prefetch_factor=8, sample_shape="1,8,8", collate="list")
     stacked = listed.replace(collate="default")
     proc = shmguard("run", *JOB, "--collate", "list", "--json", "--name", names(), demo_image, "--", *TRAIN)
     assert proc.returncode == 0, proc.stderr[-3000:]
