@@ -22,7 +22,7 @@ from shmguard import model, segments, sizing
 from shmguard.commands.measure import Measurement, UserCodeError, load_dataset, measure_dataset, user_traceback
 from shmguard.errors import UsageError
 from shmguard.job import make_job
-from shmguard.engine.peak import PeakSampler
+from shmguard.engine.peak import PeakSampler, ProcessPeakSampler
 from shmguard.probe import Root
 from shmguard.units import docker_size, format_size
 
@@ -81,14 +81,7 @@ def recommend(steps: list[Step]) -> Step | None:
 
 
 def resource_sampler(root: Root, memory_file: str | None) -> PeakSampler:
-    """Peaks of /dev/shm used above what it held before ("shm") and of the cgroup's memory ("memory"), every 2 ms."""
-
-    def shm_used() -> int | None:
-        try:
-            st = root.statvfs("/dev/shm")
-        except OSError:
-            return None
-        return (st.f_blocks - st.f_bfree) * st.f_frsize
+    """Peak of the cgroup's memory ("memory"), every 2 ms, in a thread."""
 
     def memory() -> int | None:
         if not memory_file:
@@ -99,13 +92,21 @@ def resource_sampler(root: Root, memory_file: str | None) -> PeakSampler:
         except (OSError, ValueError):
             return None
 
-    base = shm_used() or 0
+    return PeakSampler({"memory": memory}, interval=0.002)
 
-    def shm_added() -> int | None:
-        used = shm_used()
-        return None if used is None else max(0, used - base)
 
-    return PeakSampler({"shm": shm_added, "memory": memory}, interval=0.002)
+def shm_used(root: Root) -> int | None:
+    try:
+        st = root.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def shm_sampler(root: Root) -> ProcessPeakSampler:
+    """Peak of /dev/shm's used bytes, sampled by a separate process every 0.2 ms (as `run` does): a thread here
+    would share the GIL with the DataLoader being timed and miss short peaks."""
+    return ProcessPeakSampler(root.join("/dev/shm"), interval=0.0002)
 
 
 def memory_file(root: Root) -> str | None:
@@ -127,7 +128,8 @@ def run_step(dataset, collate, batch_size: int, workers: int, prefetch: int, bat
              mem_file: str | None) -> tuple[float, int, int]:
     from torch.utils.data import DataLoader
 
-    with resource_sampler(root, mem_file) as sampler, warnings.catch_warnings():
+    base = shm_used(root) or 0
+    with resource_sampler(root, mem_file) as sampler, shm_sampler(root) as shm, warnings.catch_warnings():
         # Going past the CPUs is the point of the sweep; torch's "excessive worker creation" warning is noise here.
         warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
         loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, collate_fn=collate,
@@ -156,7 +158,7 @@ def run_step(dataset, collate, batch_size: int, workers: int, prefetch: int, bat
             del iterator
     if done == 0:
         raise UsageError(f"the dataset has too few samples for {batches} batches of {batch_size}")
-    return done / elapsed, sampler.peaks["shm"] or 0, sampler.peaks["memory"] or 0
+    return done / elapsed, max(0, (shm.peaks["shm"] or 0) - base), sampler.peaks["memory"] or 0
 
 
 def tune(dataset_spec: str, batch_size: int, workers: list[int] | None = None, prefetch_factors: list[int] | None = None,
