@@ -171,7 +171,10 @@ def make_job(
     segments = None
     if batch_segments is not None and batch_segments != "" and batch_segments != ():
         if isinstance(batch_segments, (tuple, list)):
-            segments = tuple(int(size) for size in batch_segments)
+            try:
+                segments = tuple(int(size) for size in batch_segments)
+            except (TypeError, ValueError):
+                raise UsageError(f"--batch-segments must be byte sizes, not {batch_segments!r}") from None
             if any(size < 0 for size in segments):
                 raise UsageError("--batch-segments sizes cannot be negative")
         else:

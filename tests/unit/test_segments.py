@@ -107,7 +107,8 @@ def test_collate_options_validate_and_round_trip_through_the_environment():
     assert not any(k in plain.to_env() for k in ("SHMGUARD_COLLATE", "SHMGUARD_TENSORS_PER_SAMPLE",
                                                  "SHMGUARD_BATCH_SEGMENTS"))
     for kwargs, message in [({"collate": "stack"}, "--collate"), ({"tensors_per_sample": "0"}, "--tensors-per-sample"),
-                            ({"batch_segments": "12x"}, "--batch-segments"), ({"batch_segments": (-1,)}, "--batch-segments")]:
+                            ({"batch_segments": "12x"}, "--batch-segments"), ({"batch_segments": (-1,)}, "--batch-segments"),
+                            ({"batch_segments": ("big",)}, "--batch-segments")]:
         with pytest.raises(UsageError, match=message):
             make_job(workers=1, batch_size=1, sample_bytes="4", **kwargs)
 
