@@ -150,6 +150,7 @@ def run(image, command, healthcheck, engine_wait, dry_run, tune_first, as_json, 
             options["workers"] = str(recommended)
             options["sample_bytes"] = str(-(-tuned["batch_bytes"] // batch_size))
             options["sample_shape"] = None
+            options["batch_segments"] = tuned.get("batch_segments") or None
         job = job_from_options(options, nccl_env=container_env)
         echo_lines(notes)
         return execute(job, opts, dry_run=dry_run, as_json=as_json)
@@ -388,12 +389,18 @@ def explain_command(container, host, tail, shm_size, memory_limit, exit_code, oo
 @click.option("--collate-fn", "collate_fn", metavar="MODULE:CALLABLE", help="Your DataLoader's collate_fn (default: default_collate).")
 @click.option("--samples", type=click.IntRange(min=1), default=32, show_default=True, help="Samples to read (random, seeded).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for the sample order.")
+@click.option("--sharing-strategy", "sharing_strategy", type=click.Choice(["file_descriptor", "file_system"]),
+              default="file_descriptor", show_default=True, envvar="SHMGUARD_SHARING_STRATEGY",
+              help="torch.multiprocessing sharing strategy (file_system adds a 64-byte header to every segment).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def measure_command(dataset, batch_size, collate_fn, samples, seed, as_json) -> int:
+def measure_command(dataset, batch_size, collate_fn, samples, seed, sharing_strategy, as_json) -> int:
     """Measure the bytes a real batch of your dataset puts through shared memory.
 
-    Builds batches with the DataLoader's collate, adds up every tensor in them (the
-    largest batch counts when samples vary), and prints the options that use it.
+    Builds batches with the DataLoader's collate and lists every tensor in them: in a
+    worker each becomes its own segment in /dev/shm, rounded up to pages (the batch
+    taking the most counts when samples vary). Numpy arrays, strings and other
+    objects go through the worker's pipe and are listed apart. Prints the options
+    that describe the job to check, run, render and patch.
     Needs torch. Exit 2 when the module cannot be imported or your code raises
     (its traceback is shown).
     """
@@ -402,7 +409,8 @@ def measure_command(dataset, batch_size, collate_fn, samples, seed, as_json) -> 
     from shmguard.commands.measure import measure, report_json, report_text
     from shmguard.job import parse_count
 
-    result = measure(dataset, parse_count("batch_size", batch_size, 1), samples=samples, seed=seed, collate_spec=collate_fn)
+    result = measure(dataset, parse_count("batch_size", batch_size, 1), samples=samples, seed=seed, collate_spec=collate_fn,
+                     sharing_strategy=sharing_strategy)
     from shmguard.jsonout import stamp
 
     click.echo(json.dumps(stamp(report_json(result)), indent=2) if as_json else report_text(result))

@@ -22,6 +22,10 @@ DTYPE_BYTES = {
     "complex64": 8, "complex128": 16,
 }
 SHARING_STRATEGIES = ("file_descriptor", "file_system")
+# What the DataLoader's collate_fn does with a batch's samples: `default` stacks each tensor of a sample
+# into one batch tensor (torch's default_collate); `list` keeps the per-sample tensors (lists, tuple(zip(*b)),
+# dicts of lists), and in a worker each of them becomes its own shared-memory segment.
+COLLATES = ("default", "list")
 ENV_PREFIX = "SHMGUARD_"
 
 # Option name -> environment variable; the same names `shmguard run` sets.
@@ -37,6 +41,9 @@ ENV_VARS = {
     "pin_memory": "SHMGUARD_PIN_MEMORY",
     "sharing_strategy": "SHMGUARD_SHARING_STRATEGY",
     "nccl_transport": "SHMGUARD_NCCL_TRANSPORT",
+    "collate": "SHMGUARD_COLLATE",
+    "tensors_per_sample": "SHMGUARD_TENSORS_PER_SAMPLE",
+    "batch_segments": "SHMGUARD_BATCH_SEGMENTS",
 }
 
 
@@ -45,9 +52,10 @@ class Job(Record):
 
     __slots__ = ("workers", "batch_size", "sample_bytes", "prefetch_factor", "procs_per_node",
                  "gpus", "pin_memory", "sharing_strategy", "sample_shape", "dtype", "batch_segments",
-                 "nccl_transport", "nccl_env")
+                 "nccl_transport", "nccl_env", "collate", "tensors_per_sample")
     _defaults = {"prefetch_factor": 2, "procs_per_node": 1, "gpus": 0, "pin_memory": False,
                  "sharing_strategy": "file_descriptor", "sample_shape": None, "dtype": None,
+                 "collate": "default", "tensors_per_sample": 1,
                  # The byte sizes of the tensors of one (the largest) collated batch, when measured
                  # (shmguard.segments); None: default_collate's one stacked tensor plus labels.
                  "batch_segments": None,
@@ -78,6 +86,14 @@ class Job(Record):
             env[ENV_VARS["dtype"]] = self.dtype or "float32"
         else:
             env[ENV_VARS["sample_bytes"]] = str(self.sample_bytes)
+        if self.collate != "default":
+            env[ENV_VARS["collate"]] = self.collate
+        if self.tensors_per_sample != 1:
+            env[ENV_VARS["tensors_per_sample"]] = str(self.tensors_per_sample)
+        if self.batch_segments:
+            from shmguard.segments import encode
+
+            env[ENV_VARS["batch_segments"]] = encode(self.batch_segments)
         return env
 
 
@@ -131,13 +147,15 @@ def parse_flag(name: str, value) -> bool:
 def make_job(
     workers=None, batch_size=None, sample_shape=None, dtype=None, sample_bytes=None,
     prefetch_factor=None, procs_per_node=None, gpus=None, pin_memory=None, sharing_strategy=None,
-    nccl_transport=None, nccl_env=None,
+    nccl_transport=None, nccl_env=None, collate=None, tensors_per_sample=None, batch_segments=None,
 ) -> Job:
     """Validate raw option values (strings or numbers; None = not given) into a Job.
 
     The sample size is either sample_bytes (a size: `602112`, `588KiB`) or
     sample_shape with dtype (default float32); exactly one of the two is needed.
     nccl_env: the NCCL_* variables the training processes see (a mapping or pairs; others are ignored).
+    batch_segments (measured tensor sizes of one batch: a tuple, or `SIZE[xCOUNT],...`)
+    replaces what collate and tensors_per_sample would otherwise estimate.
     """
     if workers is None or batch_size is None:
         raise UsageError("the job needs --workers and --batch-size (or SHMGUARD_WORKERS and SHMGUARD_BATCH_SIZE)")
@@ -171,6 +189,26 @@ def make_job(
     strategy = (sharing_strategy or "file_descriptor").strip()
     if strategy not in SHARING_STRATEGIES:
         raise UsageError(f"--sharing-strategy must be file_descriptor or file_system, not {strategy!r}")
+    collate_name = str(collate or "default").strip().lower()
+    if collate_name not in COLLATES:
+        raise UsageError(f"--collate must be default (torch's default_collate) or list (per-sample tensors kept in "
+                         f"lists, e.g. collate_fn=lambda b: tuple(zip(*b))), not {collate!r}")
+    segments = None
+    if batch_segments is not None and batch_segments != "" and batch_segments != ():
+        if isinstance(batch_segments, (tuple, list)):
+            try:
+                segments = tuple(int(size) for size in batch_segments)
+            except (TypeError, ValueError):
+                raise UsageError(f"--batch-segments must be byte sizes, not {batch_segments!r}") from None
+            if any(size < 0 for size in segments):
+                raise UsageError("--batch-segments sizes cannot be negative")
+        else:
+            from shmguard.segments import decode
+
+            try:
+                segments = decode(batch_segments)
+            except ValueError as exc:
+                raise UsageError(f"--batch-segments: {exc}") from None
     return Job(
         workers=workers_n,
         batch_size=batch_n,
@@ -184,6 +222,9 @@ def make_job(
         dtype=dtype_name,
         nccl_transport=nccl.parse_transport(nccl_transport),
         nccl_env=nccl.validate_env(nccl_env or ()),
+        batch_segments=segments,
+        collate=collate_name,
+        tensors_per_sample=parse_count("tensors_per_sample", 1 if tensors_per_sample is None else tensors_per_sample, 1),
     )
 
 

@@ -13,8 +13,15 @@ prefetch factor P and batch payload B bytes, shared memory holds:
 - with pin_memory, the batch the pinning thread is copying (1; not measurable on
   this CPU-only machine, where PyTorch skips pinning, so it is an allowance);
 
-each batch rounded up to whole pages plus one page for the small tensors beside it
-(labels, indices), and 1 MiB per process for other small segments. W = 0 loads in
+each batch counted as the segments it makes (shmguard.segments: one per tensor, in
+whole pages, plus the sharing strategy's header): as measured (`--dataset`,
+Job.batch_segments); else with default_collate, one stacked tensor per tensor of
+a sample plus a page for the labels; else with a collate that keeps per-sample
+tensors in lists (`--collate list`), batch_size x tensors_per_sample segments;
+and the DataLoader's own small segments (the POSIX semaphores of its queues and
+events, a page each): 8 pages plus 3 per worker, measured with batches that hold
+no tensor at all (benchmarks/segment_costs.py); and 64 KiB of headroom per process
+(the calibration's closest peaks came within one page of the rest of the model). W = 0 loads in
 the trainer: no shared memory. Every training process on the node
 (procs_per_node) has its own workers.
 
@@ -28,7 +35,13 @@ from shmguard.units import MIB
 PAGE = segments.PAGE
 TRAINER_HELD_BATCHES = 2
 PIN_BATCHES = 1
-PROCESS_SHM_BASE = 1 * MIB
+# The semaphores of a DataLoader's queues and events, a page each (measured: 11, 14, 20 and 32 pages at 1, 2, 4
+# and 8 workers, either sharing strategy).
+DATALOADER_SHM_PAGES = 8
+WORKER_SHM_PAGES = 3
+# Headroom per process for small segments calibration did not see (another torch, another semaphore or two): the
+# closest measured peaks were one page below the model without it (BENCHMARKS.md, section 6).
+HEADROOM_PAGES = 16
 # Per process, outside /dev/shm: the interpreter with torch imported (including the page
 # cache of torch's libraries, which the cgroup charges too) and each forked worker's own pages.
 TRAINER_MEMORY = 352 * MIB
@@ -39,17 +52,34 @@ def round_up(n: int, unit: int = PAGE) -> int:
     return -(-n // unit) * unit
 
 
+LABEL_BYTES = 8  # default_collate turns a number per sample into one int64 tensor
+
+
 def batch_segment_bytes(job) -> int:
-    """Shared memory one batch occupies: each of its measured segments in whole pages; without a
-    measurement (default_collate of one tensor per sample), the stacked payload plus a page for the labels."""
+    """Shared memory one batch occupies, segment by segment (shmguard.segments).
+
+    Measured segments count as they are. Otherwise the tensors_per_sample tensors of a
+    sample (sample_bytes in all) become, with default_collate, that many stacked tensors
+    plus the labels tensor; with `list`, batch_size x tensors_per_sample tensors. How the
+    bytes split among a sample's tensors is not known then, so each tensor is allowed its
+    partial page (segments.bound_of_parts).
+    """
+    strategy = job.sharing_strategy
     if job.batch_segments:
-        return segments.shm_of(job.batch_segments)
-    return round_up(job.batch_bytes) + PAGE
+        return segments.shm_of(job.batch_segments, strategy)
+    if job.collate == "list":
+        return job.batch_size * segments.bound_of_parts(job.sample_bytes, job.tensors_per_sample, strategy)
+    return (segments.bound_of_parts(job.batch_bytes, job.tensors_per_sample, strategy)
+            + segments.segment_bytes(LABEL_BYTES * job.batch_size, strategy))
 
 
 def segments_per_batch(job) -> int:
-    """Shared-memory segments one collated batch makes: as measured, else the batch tensor and its labels."""
-    return len(job.batch_segments) if job.batch_segments else 2
+    """Shared-memory segments one collated batch makes: as measured, else by the collate."""
+    if job.batch_segments:
+        return segments.segment_count(job.batch_segments, job.sharing_strategy)
+    if job.collate == "list":
+        return job.batch_size * job.tensors_per_sample
+    return job.tensors_per_sample + 1
 
 
 def batches_in_flight(job) -> int:
@@ -64,7 +94,13 @@ def shm_bytes(job) -> int:
     """The /dev/shm the job needs at its peak, for all training processes in the container (NCCL's included)."""
     if job.workers == 0:
         return nccl.shm_bytes(job)
-    return job.procs_per_node * (batches_in_flight(job) * batch_segment_bytes(job) + PROCESS_SHM_BASE) + nccl.shm_bytes(job)
+    return job.procs_per_node * (batches_in_flight(job) * batch_segment_bytes(job) + loader_shm_bytes(job)
+                                 + HEADROOM_PAGES * PAGE) + nccl.shm_bytes(job)
+
+
+def loader_shm_bytes(job) -> int:
+    """/dev/shm a DataLoader holds besides its batches: a page per semaphore of its queues and events."""
+    return (DATALOADER_SHM_PAGES + WORKER_SHM_PAGES * job.workers) * PAGE
 
 
 def process_memory_bytes(job) -> int:

@@ -23,6 +23,13 @@ JOB_OPTIONS = (
     ("--procs-per-node", "procs_per_node", "Training processes in the container, each with its own DataLoader (default 1)."),
     ("--gpus", "gpus", "GPUs the job needs (default 0; `run` also takes all)."),
     ("--sharing-strategy", "sharing_strategy", "torch.multiprocessing sharing strategy: file_descriptor (default) or file_system."),
+    ("--collate", "collate", "What the collate_fn makes of a batch: default (torch's default_collate stacks samples) "
+                             "or list (per-sample tensors kept in lists, e.g. lambda b: tuple(zip(*b)); each tensor "
+                             "is then its own page-rounded segment in /dev/shm)."),
+    ("--tensors-per-sample", "tensors_per_sample", "Tensors in one sample (e.g. 3 for image, boxes, labels; "
+                                                   "default 1); numbers, strings and numpy arrays do not count."),
+    ("--batch-segments", "batch_segments", "The tensor sizes of one batch as `shmguard measure` prints them "
+                                           "(SIZE[xCOUNT],...): replaces the estimate from --collate."),
     ("--nccl-transport", "nccl_transport", "How the job's GPUs talk, for NCCL's own /dev/shm: shm (default: through host "
                                            "memory, the most /dev/shm) or p2p (NVLink/PCIe peer-to-peer: none)."),
 )
@@ -48,12 +55,17 @@ def job_from_options(values: dict, note=None, nccl_env=None):
             raise UsageError("give the sample size once: --dataset, --sample-shape or --sample-bytes")
         if raw["batch_size"] is None:
             raise UsageError("--dataset needs --batch-size: the batches are built with it")
+        if raw["batch_segments"] is not None:
+            raise UsageError("give the batch once: --dataset (measured) or --batch-segments")
         from shmguard.commands.measure import measure
 
-        measured = measure(dataset, parse_count("batch_size", raw["batch_size"], 1), collate_spec=collate_fn)
+        measured = measure(dataset, parse_count("batch_size", raw["batch_size"], 1), collate_spec=collate_fn,
+                           sharing_strategy=raw["sharing_strategy"] or "file_descriptor")
         (note or (lambda text: print(text, file=sys.stderr)))(
-            f"shmguard: measured {dataset}: largest batch {measured.max_batch_bytes:,} bytes ({measured.options()})")
+            f"shmguard: measured {dataset}: largest batch {measured.max_batch_bytes:,} bytes in "
+            f"{measured.segment_count} shared-memory segments, {measured.max_batch_shm:,} bytes of /dev/shm")
         raw["sample_bytes"] = str(measured.sample_bytes)
+        raw["batch_segments"] = measured.segment_sizes
         raw["dtype"] = None
     elif collate_fn:
         raise UsageError("--collate-fn goes with --dataset")

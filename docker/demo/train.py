@@ -11,8 +11,20 @@ Every option has an environment default (SHMGUARD_WORKERS, SHMGUARD_BATCH_SIZE,
 ...), the same variables `shmguard run` hands to the container, so the job can
 be described once. Options on the command line win.
 
---watch-shm samples the used bytes of /dev/shm in a background thread and
-reports the peak: the figure shmguard's footprint model is calibrated on.
+--watch-shm samples the used bytes of /dev/shm in a separate process (every
+0.2 ms by default, --watch-interval) and reports the peak: the figure shmguard's
+footprint model is calibrated on.
+
+--data picks what a sample is and --collate what the collate_fn makes of a batch,
+the structures whose shared-memory cost differs (shmguard.segments):
+
+- images (default): (image tensor, int label); --collate default stacks them,
+  --collate list keeps (list of images, list of labels) as many pipelines do;
+- detection: an image of varying size (COCO-like: the longer side full, the
+  shorter 60-100% of it; detection-wide: each side half to full) and a target
+  dict of boxes and labels, collated as torchvision's detection references do,
+  collate_fn=lambda b: tuple(zip(*b)): one segment per tensor;
+- dict: {"image", "mask", "label"}: default_collate makes a dict of stacked tensors.
 """
 
 from __future__ import annotations
@@ -22,7 +34,6 @@ import json
 import math
 import os
 import sys
-import threading
 import time
 
 import torch
@@ -60,6 +71,9 @@ def flag(text: str) -> bool:
 # CPU time each sample costs to "decode", in seconds (SHMGUARD_DEMO_SAMPLE_WORK): makes loading CPU-bound,
 # as JPEG decoding and augmentation are, so that more workers help until the CPUs run out.
 SAMPLE_WORK = float(os.environ.get("SHMGUARD_DEMO_SAMPLE_WORK", "0") or 0)
+# Wall time each sample costs to "read", in seconds (SHMGUARD_DEMO_SAMPLE_SLEEP): makes loading I/O-bound, so
+# workers overlap whatever else runs on the machine (tests assert on it; CPU work would compete with other jobs).
+SAMPLE_SLEEP = float(os.environ.get("SHMGUARD_DEMO_SAMPLE_SLEEP", "0") or 0)
 
 
 def busy(seconds: float) -> None:
@@ -98,14 +112,97 @@ class SyntheticImages(Dataset):
         sample = torch.full(self.sample_shape(index), float(index % 251), dtype=self.dtype)
         if SAMPLE_WORK:
             busy(SAMPLE_WORK)
+        if SAMPLE_SLEEP:
+            time.sleep(SAMPLE_SLEEP)
         return sample, index % 1000
+
+
+class Detection(SyntheticImages):
+    """Detection samples shaped like COCO's: the longer side of the image is the full size, the shorter one 60%
+    to 100% of it, landscape or portrait (seeded); and a target dict of 1 to 8 boxes (float32, n x 4) and
+    labels (int64, n), as torchvision's detection datasets give them."""
+
+    def sample_shape(self, index: int) -> tuple[int, ...]:
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+        *lead, h, w = self.shape
+        short = float(torch.empty(1).uniform_(0.6, 1.0, generator=generator))
+        if int(torch.randint(0, 2, (1,), generator=generator)):
+            return (*lead, max(1, int(h * short)), w)
+        return (*lead, h, max(1, int(w * short)))
+
+    def __getitem__(self, index: int):
+        image, _ = super().__getitem__(index)
+        boxes = 1 + index % 8
+        return image, {"boxes": torch.rand(boxes, 4), "labels": torch.full((boxes,), index % 91, dtype=torch.int64)}
+
+
+class DetectionWide(Detection):
+    """Detection samples whose images vary much more: each side from half to full, so 25% to 100% in area."""
+
+    def sample_shape(self, index: int) -> tuple[int, ...]:
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+        *lead, h, w = self.shape
+        return (*lead, int(torch.randint(max(1, h // 2), h + 1, (1,), generator=generator)),
+                int(torch.randint(max(1, w // 2), w + 1, (1,), generator=generator)))
+
+
+class Dicts(SyntheticImages):
+    """Samples as dicts: the image, a uint8 mask of its last two dimensions, and a number."""
+
+    def __getitem__(self, index: int):
+        image, label = super().__getitem__(index)
+        return {"image": image, "mask": torch.zeros(image.shape[-2:], dtype=torch.uint8), "label": label}
+
+
+DATA = {"images": SyntheticImages, "detection": Detection, "detection-wide": DetectionWide, "dict": Dicts}
+
+
+def zip_collate(batch):
+    """torchvision's detection references: collate_fn=lambda b: tuple(zip(*b)) (per-sample tensors)."""
+    return tuple(zip(*batch))
+
+
+def list_collate(batch):
+    """A collate that keeps per-sample tensors: ([image, ...], [label, ...])."""
+    return [sample for sample, _ in batch], [label for _, label in batch]
+
+
+def collate_for(data: str, collate: str, variable: bool):
+    if data.startswith("detection") or collate == "list":
+        return zip_collate if data != "images" else list_collate
+    return pad_collate if variable else None
+
+
+def tensors_of(batch):
+    """Every tensor in a batch structure (for the checksum: the trainer touches all of them)."""
+    if isinstance(batch, torch.Tensor):
+        yield batch
+    elif isinstance(batch, dict):
+        for value in batch.values():
+            yield from tensors_of(value)
+    elif isinstance(batch, (list, tuple)):
+        for value in batch:
+            yield from tensors_of(value)
 
 
 def make_dataset() -> SyntheticImages:
     """The demo dataset as the trainer builds it from the SHMGUARD_* environment (for `shmguard measure`)."""
     args = build_parser().parse_args([])
-    return SyntheticImages(args.steps * args.batch_size, args.sample_shape, DTYPES[args.dtype],
+    return DATA[args.data](args.steps * args.batch_size, args.sample_shape, DTYPES[args.dtype],
                            args.variable_size, args.seed)
+
+
+def make_collate():
+    """The demo's collate_fn as the trainer picks it from the SHMGUARD_* environment (None: default_collate)."""
+    args = build_parser().parse_args([])
+    return collate_for(args.data, args.collate, args.variable_size)
+
+
+def demo_collate(batch):
+    """The demo's collate_fn itself (for `shmguard measure --collate-fn train:demo_collate`)."""
+    from torch.utils.data import default_collate
+
+    return (make_collate() or default_collate)(batch)
 
 
 def pad_collate(batch):
@@ -127,33 +224,51 @@ def pad_collate(batch):
     return padded, torch.tensor(labels)
 
 
-class ShmWatcher:
-    """Samples the used bytes of /dev/shm (statvfs) in a thread and keeps the peak."""
+# The sampler process: statvfs in a loop until its stdin closes, then the peak and the sample count.
+SAMPLER = """
+import os, sys, threading, time
+path, interval = sys.argv[1], float(sys.argv[2])
+done = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), done.set()), daemon=True).start()
+statvfs, sleep, peak, samples = os.statvfs, time.sleep, 0, 0
+while not done.is_set():
+    st = statvfs(path)
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    if used > peak:
+        peak = used
+    samples += 1
+    sleep(interval)
+print(peak, samples, flush=True)
+"""
 
-    def __init__(self, path: str = "/dev/shm", interval: float = 0.002):
+
+class ShmWatcher:
+    """Samples the used bytes of /dev/shm (statvfs) in a separate process, so the trainer's GIL cannot
+    delay it, every `interval` seconds, and keeps the peak."""
+
+    def __init__(self, path: str = "/dev/shm", interval: float = 0.0002):
         self.path = path
         self.interval = interval
         self.baseline = self.used()
         self.peak = self.baseline
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.samples = 0
+        self._proc = None
 
     def used(self) -> int:
         st = os.statvfs(self.path)
         return (st.f_blocks - st.f_bfree) * st.f_frsize
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self.used())
-            time.sleep(self.interval)
-
     def __enter__(self) -> "ShmWatcher":
-        self._thread.start()
+        import subprocess
+
+        self._proc = subprocess.Popen([sys.executable, "-c", SAMPLER, self.path, str(self.interval)],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
+        out, _ = self._proc.communicate("", timeout=30)
+        peak, self.samples = map(int, out.split())
+        self.peak = max(self.peak, peak)
 
 
 def memory_peak() -> int | None:
@@ -182,12 +297,19 @@ def build_parser() -> argparse.ArgumentParser:
                         default=env("SHARING_STRATEGY", "file_descriptor"))
     parser.add_argument("--variable-size", action="store_true", default=flag(env("VARIABLE_SIZE", "0")),
                         help="samples of varying width, padded per batch")
+    parser.add_argument("--data", choices=sorted(DATA), default=env("DEMO_DATA", "images"),
+                        help="what a sample is: images (image, label), detection (image of varying size, "
+                             "{boxes, labels}; detection-wide: sizes varying 4x in area) or dict ({image, mask, label})")
+    parser.add_argument("--collate", choices=("default", "list"), default=env("COLLATE", "default"),
+                        help="default: torch's default_collate; list: keep per-sample tensors in lists "
+                             "(detection always collates as tuple(zip(*batch)))")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=float(env("DEMO_TIMEOUT", "60")),
                         help="seconds the trainer waits for one batch (0: forever, PyTorch's default). When a "
                              "worker's queue thread cannot allocate shm, the batch is lost and the trainer would "
                              "otherwise wait forever")
     parser.add_argument("--watch-shm", action="store_true", help="report the peak used bytes of /dev/shm")
+    parser.add_argument("--watch-interval", type=float, default=0.0002, help="seconds between /dev/shm samples")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     return parser
 
@@ -198,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         print("train.py: workers >= 0, batch size, steps and prefetch factor >= 1", file=sys.stderr)
         return 2
     torch.multiprocessing.set_sharing_strategy(args.sharing_strategy)
-    dataset = SyntheticImages(args.steps * args.batch_size, args.sample_shape, DTYPES[args.dtype],
+    dataset = DATA[args.data](args.steps * args.batch_size, args.sample_shape, DTYPES[args.dtype],
                               args.variable_size, args.seed)
     loader = DataLoader(
         dataset,
@@ -206,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         num_workers=args.workers,
         prefetch_factor=args.prefetch_factor if args.workers > 0 else None,
         pin_memory=args.pin_memory,
-        collate_fn=pad_collate if args.variable_size else None,
+        collate_fn=collate_for(args.data, args.collate, args.variable_size),
         timeout=args.timeout if args.workers > 0 else 0,
     )
     # The largest sample: with --variable-size, samples are at most this big.
@@ -214,17 +336,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"demo: workers={args.workers} batch_size={args.batch_size} prefetch_factor={args.prefetch_factor} "
           f"sample_shape={','.join(map(str, args.sample_shape))} dtype={args.dtype} "
           f"batch={args.batch_size * sample_bytes / 2**20:.1f} MiB steps={args.steps} "
-          f"pin_memory={args.pin_memory} sharing_strategy={args.sharing_strategy}", flush=True)
+          f"pin_memory={args.pin_memory} sharing_strategy={args.sharing_strategy} data={args.data} "
+          f"collate={args.collate}", flush=True)
 
-    watcher = ShmWatcher() if args.watch_shm else None
+    watcher = ShmWatcher(interval=args.watch_interval) if args.watch_shm else None
     started = time.monotonic()
     checksum = 0.0
     steps = 0
     if watcher:
         watcher.__enter__()
     try:
-        for images, labels in loader:
-            checksum += float(images.float().mean()) + float(labels.sum())
+        for batch in loader:
+            checksum += sum(float(t.float().mean()) for t in tensors_of(batch) if t.numel())
             steps += 1
             if args.step_time:
                 time.sleep(args.step_time)
@@ -242,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     if watcher:
         summary["shm_peak_bytes"] = watcher.peak - watcher.baseline
         summary["shm_baseline_bytes"] = watcher.baseline
+        summary["shm_samples"] = watcher.samples
         summary["memory_peak_bytes"] = memory_peak()
     if args.json:
         print(json.dumps(summary), flush=True)

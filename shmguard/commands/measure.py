@@ -3,9 +3,12 @@
 Users rarely know their sample size in bytes. This imports their dataset factory
 (`module:callable`, returning a Dataset or an IterableDataset), builds real batches
 with the collate the DataLoader would use (default_collate, or --collate-fn), and
-adds up every tensor in the collated structure (dicts, tuples, lists, nested): in a
-worker, each of them is allocated in /dev/shm. With samples of varying size, the
-largest batch seen counts. torch is imported here and nowhere else in shmguard.
+lists every tensor in the collated structure (dicts, tuples, lists, nested): in a
+worker, each of them becomes its own segment in /dev/shm, rounded up to pages
+(shmguard.segments). Numpy arrays, strings, numbers and other objects a custom
+collate leaves in the batch are pickled through the worker's pipe instead; they are
+reported apart and not counted. With samples of varying size, the batch that takes
+the most /dev/shm counts. torch is imported here and nowhere else in shmguard.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
+from shmguard import segments
 from shmguard.errors import ShmguardError, UsageError
 from shmguard.units import format_size
 
@@ -44,15 +48,39 @@ class Measurement:
     batches: int
     max_batch_bytes: int
     mean_batch_bytes: int
-    tensors: tuple[TensorInfo, ...] = field(default=())  # of the largest batch
+    tensors: tuple[TensorInfo, ...] = field(default=())  # of the batch that takes the most /dev/shm
+    segment_sizes: tuple[int, ...] = ()  # that batch's shared-memory segments (one per tensor storage), bytes
+    sharing_strategy: str = "file_descriptor"
+    pipe_leaves: tuple[tuple[str, int, int], ...] = ()  # (kind, count, bytes if known) pickled through the pipe
 
     @property
     def sample_bytes(self) -> int:
         """Per-sample bytes such that batch_size x sample_bytes covers the largest batch."""
         return math.ceil(self.max_batch_bytes / self.batch_size)
 
+    @property
+    def max_batch_shm(self) -> int:
+        """/dev/shm the largest batch occupies: its segments in whole pages."""
+        return segments.shm_of(self.segment_sizes, self.sharing_strategy)
+
+    @property
+    def segment_count(self) -> int:
+        return segments.segment_count(self.segment_sizes, self.sharing_strategy)
+
     def options(self) -> str:
-        return f"--batch-size {self.batch_size} --sample-bytes {self.sample_bytes}"
+        text = f"--batch-size {self.batch_size} --sample-bytes {self.sample_bytes}"
+        if self.segment_sizes and not self.default_like():
+            text += f" --batch-segments {segments.encode(self.segment_sizes)}"
+        return text
+
+    def default_like(self) -> bool:
+        """Whether the default estimate (one stacked tensor plus labels) already covers the batch's segments."""
+        from shmguard import model
+        from shmguard.job import make_job
+
+        job = make_job(workers=1, batch_size=self.batch_size, sample_bytes=str(self.sample_bytes),
+                       sharing_strategy=self.sharing_strategy)
+        return model.batch_segment_bytes(job) >= self.max_batch_shm and model.segments_per_batch(job) >= self.segment_count
 
 
 def import_torch():
@@ -99,16 +127,46 @@ def load_callable(spec: str, option: str):
 
 
 def tensors_in(obj, torch, path: str = "batch") -> list[TensorInfo]:
-    """Every tensor (or numpy array) in a collated structure, with where it sits."""
+    """Every tensor in a collated structure, with where it sits (what goes through /dev/shm)."""
     if isinstance(obj, torch.Tensor):
         return [TensorInfo(path, str(obj.dtype).removeprefix("torch."), tuple(obj.shape), obj.numel() * obj.element_size())]
-    if type(obj).__module__ == "numpy" and hasattr(obj, "nbytes"):
-        return [TensorInfo(path, str(obj.dtype), tuple(obj.shape), int(obj.nbytes))]
     if isinstance(obj, dict):
         return [t for key, value in obj.items() for t in tensors_in(value, torch, f"{path}[{key!r}]")]
     if isinstance(obj, (list, tuple)):
         return [t for i, value in enumerate(obj) for t in tensors_in(value, torch, f"{path}[{i}]")]
+    if hasattr(obj, "__dataclass_fields__"):
+        return [t for name in obj.__dataclass_fields__ for t in tensors_in(getattr(obj, name), torch, f"{path}.{name}")]
     return []
+
+
+def pipe_leaves_in(obj, torch) -> dict[str, list[int]]:
+    """What is not a tensor in a collated structure, by kind -> [count, bytes]: pickled through the worker's pipe.
+
+    Measured (benchmarks/segment_costs.py): numpy arrays, strings, bytes, numbers and PIL images in a batch
+    add nothing to /dev/shm. Bytes are known for arrays, strings and bytes; 0 where not.
+    """
+    found: dict[str, list[int]] = {}
+    stack = [obj]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, torch.Tensor) or value is None:
+            continue
+        if isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
+        elif hasattr(value, "__dataclass_fields__"):
+            stack.extend(getattr(value, name) for name in value.__dataclass_fields__)
+        else:
+            module = type(value).__module__.split(".")[0]
+            kind = "numpy array" if module == "numpy" and hasattr(value, "nbytes") else (
+                "PIL image" if module == "PIL" else type(value).__name__)
+            size = int(getattr(value, "nbytes", 0) or 0) if kind == "numpy array" else (
+                len(value) if isinstance(value, (str, bytes, bytearray)) else 0)
+            entry = found.setdefault(kind, [0, 0])
+            entry[0] += 1
+            entry[1] += size
+    return found
 
 
 def load_dataset(dataset_spec: str, collate_spec: str | None = None):
@@ -126,17 +184,17 @@ def load_dataset(dataset_spec: str, collate_spec: str | None = None):
 
 
 def measure(dataset_spec: str, batch_size: int, samples: int = 32, seed: int = 0,
-            collate_spec: str | None = None) -> Measurement:
+            collate_spec: str | None = None, sharing_strategy: str = "file_descriptor") -> Measurement:
     if batch_size < 1:
         raise UsageError("--batch-size must be at least 1")
     if samples < 1:
         raise UsageError("--samples must be at least 1")
     dataset, collate = load_dataset(dataset_spec, collate_spec)
-    return measure_dataset(dataset, collate, dataset_spec, batch_size, samples, seed)
+    return measure_dataset(dataset, collate, dataset_spec, batch_size, samples, seed, sharing_strategy)
 
 
 def measure_dataset(dataset, collate, dataset_spec: str, batch_size: int, samples: int = 32,
-                    seed: int = 0) -> Measurement:
+                    seed: int = 0, sharing_strategy: str = "file_descriptor") -> Measurement:
     """Measure an already built dataset (see measure)."""
     torch = import_torch()
     from torch.utils.data import IterableDataset
@@ -167,28 +225,43 @@ def measure_dataset(dataset, collate, dataset_spec: str, batch_size: int, sample
         batches = batches[:-1]  # a short last batch is never the largest
     sizes = []
     largest: list[TensorInfo] = []
+    largest_segments: list[int] = []
+    largest_shm = -1
+    pipe: dict[str, list[int]] = {}
     for batch in batches:
         try:
             collated = collate(batch)
         except Exception as exc:
             raise UserCodeError(f"collating a batch of {dataset_spec} raised:\n{user_traceback(exc)}") from None
         tensors = tensors_in(collated, torch)
-        size = sum(t.bytes for t in tensors)
-        if not sizes or size > max(sizes):
-            largest = tensors
-        sizes.append(size)
+        sizes.append(sum(t.bytes for t in tensors))
+        batch_segments = segments.tensor_sizes(collated)
+        shm = segments.shm_of(batch_segments, sharing_strategy)
+        if shm > largest_shm:
+            largest, largest_segments, largest_shm = tensors, batch_segments, shm
+            pipe = pipe_leaves_in(collated, torch)
     if max(sizes) == 0:
         raise UsageError(f"the batches of {dataset_spec} hold no tensors: nothing goes through shared memory")
     return Measurement(dataset=dataset_spec, batch_size=batch_size, samples=len(items), batches=len(sizes),
-                       max_batch_bytes=max(sizes), mean_batch_bytes=sum(sizes) // len(sizes), tensors=tuple(largest))
+                       max_batch_bytes=max(sizes), mean_batch_bytes=sum(sizes) // len(sizes), tensors=tuple(largest),
+                       segment_sizes=tuple(largest_segments), sharing_strategy=sharing_strategy,
+                       pipe_leaves=tuple((kind, n, b) for kind, (n, b) in sorted(pipe.items())))
 
 
 def report_text(m: Measurement) -> str:
     lines = [f"shmguard measure: {m.dataset}, {m.samples} samples in {m.batches} batches of {m.batch_size}",
              f"  largest batch through shared memory: {format_size(m.max_batch_bytes)} ({m.max_batch_bytes:,} bytes)"
              + (f"; mean {format_size(m.mean_batch_bytes)}" if m.mean_batch_bytes != m.max_batch_bytes else "")]
-    for t in m.tensors:
+    shown = m.tensors if len(m.tensors) <= 12 else m.tensors[:10]
+    for t in shown:
         lines.append(f"    {t.path}: {t.dtype} {list(t.shape)} = {format_size(t.bytes)}")
+    if len(shown) < len(m.tensors):
+        lines.append(f"    … and {len(m.tensors) - len(shown)} more tensors")
+    lines.append(f"  in /dev/shm: {m.segment_count} segments (one per tensor, each rounded up to {segments.PAGE}-byte "
+                 f"pages; {m.sharing_strategy}): {format_size(m.max_batch_shm)} ({m.max_batch_shm:,} bytes) per batch")
+    for kind, count, size in m.pipe_leaves:
+        lines.append(f"  through the worker's pipe, not /dev/shm: {count} {kind}{'s' if count != 1 else ''}"
+                     + (f" ({format_size(size)})" if size else ""))
     lines.append(f"  per sample: {format_size(m.sample_bytes)}; use {m.options()}")
     lines.append(f"  e.g. shmguard check --workers N {m.options()}")
     return "\n".join(lines)
@@ -198,4 +271,7 @@ def report_json(m: Measurement) -> dict:
     return {"dataset": m.dataset, "batch_size": m.batch_size, "samples": m.samples, "batches": m.batches,
             "max_batch_bytes": m.max_batch_bytes, "mean_batch_bytes": m.mean_batch_bytes,
             "sample_bytes": m.sample_bytes, "options": m.options(),
+            "sharing_strategy": m.sharing_strategy, "segment_count": m.segment_count,
+            "batch_shm_bytes": m.max_batch_shm, "batch_segments": segments.encode(m.segment_sizes),
+            "pipe": [{"kind": kind, "count": count, "bytes": size} for kind, count, size in m.pipe_leaves],
             "tensors": [{"path": t.path, "dtype": t.dtype, "shape": list(t.shape), "bytes": t.bytes} for t in m.tensors]}

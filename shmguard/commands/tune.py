@@ -18,11 +18,11 @@ import warnings
 import zlib
 from dataclasses import dataclass
 
-from shmguard import model, sizing
+from shmguard import model, segments, sizing
 from shmguard.commands.measure import Measurement, UserCodeError, load_dataset, measure_dataset, user_traceback
 from shmguard.errors import UsageError
 from shmguard.job import make_job
-from shmguard.engine.peak import PeakSampler
+from shmguard.engine.peak import PeakSampler, ProcessPeakSampler
 from shmguard.probe import Root
 from shmguard.units import docker_size, format_size
 
@@ -81,14 +81,7 @@ def recommend(steps: list[Step]) -> Step | None:
 
 
 def resource_sampler(root: Root, memory_file: str | None) -> PeakSampler:
-    """Peaks of /dev/shm used above what it held before ("shm") and of the cgroup's memory ("memory"), every 2 ms."""
-
-    def shm_used() -> int | None:
-        try:
-            st = root.statvfs("/dev/shm")
-        except OSError:
-            return None
-        return (st.f_blocks - st.f_bfree) * st.f_frsize
+    """Peak of the cgroup's memory ("memory"), every 2 ms, in a thread."""
 
     def memory() -> int | None:
         if not memory_file:
@@ -99,13 +92,21 @@ def resource_sampler(root: Root, memory_file: str | None) -> PeakSampler:
         except (OSError, ValueError):
             return None
 
-    base = shm_used() or 0
+    return PeakSampler({"memory": memory}, interval=0.002)
 
-    def shm_added() -> int | None:
-        used = shm_used()
-        return None if used is None else max(0, used - base)
 
-    return PeakSampler({"shm": shm_added, "memory": memory}, interval=0.002)
+def shm_used(root: Root) -> int | None:
+    try:
+        st = root.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+
+def shm_sampler(root: Root) -> ProcessPeakSampler:
+    """Peak of /dev/shm's used bytes, sampled by a separate process every 0.2 ms (as `run` does): a thread here
+    would share the GIL with the DataLoader being timed and miss short peaks."""
+    return ProcessPeakSampler(root.join("/dev/shm"), interval=0.0002)
 
 
 def memory_file(root: Root) -> str | None:
@@ -127,7 +128,8 @@ def run_step(dataset, collate, batch_size: int, workers: int, prefetch: int, bat
              mem_file: str | None) -> tuple[float, int, int]:
     from torch.utils.data import DataLoader
 
-    with resource_sampler(root, mem_file) as sampler, warnings.catch_warnings():
+    base = shm_used(root) or 0
+    with resource_sampler(root, mem_file) as sampler, shm_sampler(root) as shm, warnings.catch_warnings():
         # Going past the CPUs is the point of the sweep; torch's "excessive worker creation" warning is noise here.
         warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
         loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, collate_fn=collate,
@@ -156,7 +158,7 @@ def run_step(dataset, collate, batch_size: int, workers: int, prefetch: int, bat
             del iterator
     if done == 0:
         raise UsageError(f"the dataset has too few samples for {batches} batches of {batch_size}")
-    return done / elapsed, sampler.peaks["shm"] or 0, sampler.peaks["memory"] or 0
+    return done / elapsed, max(0, (shm.peaks["shm"] or 0) - base), sampler.peaks["memory"] or 0
 
 
 def tune(dataset_spec: str, batch_size: int, workers: list[int] | None = None, prefetch_factors: list[int] | None = None,
@@ -175,7 +177,7 @@ def tune(dataset_spec: str, batch_size: int, workers: list[int] | None = None, p
     for prefetch in factors:
         for n in sweep:
             job = make_job(workers=n, batch_size=batch_size, sample_bytes=str(measurement.sample_bytes),
-                           prefetch_factor=prefetch)
+                           prefetch_factor=prefetch, batch_segments=measurement.segment_sizes)
             predicted = model.shm_bytes(job)
             if free is not None and predicted > free:
                 steps.append(Step(n, prefetch, predicted, skipped=f"needs {format_size(predicted)} of /dev/shm, "
@@ -219,7 +221,9 @@ def as_json(result: TuneResult) -> dict:
                 "skipped": s.skipped}
 
     return {"dataset": result.measurement.dataset, "batch_size": result.measurement.batch_size,
-            "batch_bytes": result.measurement.max_batch_bytes, "steps": [step(s) for s in result.steps],
+            "batch_bytes": result.measurement.max_batch_bytes,
+            "batch_segments": segments.encode(result.measurement.segment_sizes),
+            "steps": [step(s) for s in result.steps],
             "recommended": step(result.recommended) if result.recommended else None}
 
 

@@ -51,3 +51,55 @@ class PeakSampler:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+class ProcessPeakSampler:
+    """The peak of a filesystem's used bytes, sampled by a separate process (shmguard.engine.shm_sampler).
+
+    Same interface as PeakSampler (start, stop, peaks["shm"]). Used where the peak must not be missed:
+    the sampler process is not held up by this process's GIL.
+    """
+
+    def __init__(self, path: str, interval: float = 0.0002, python: str | None = None) -> None:
+        self.path = path
+        self.interval = interval
+        self.python = python
+        self.peaks: dict[str, int | None] = {"shm": None}
+        self.samples = 0
+        self._proc = None
+
+    def start(self) -> "ProcessPeakSampler":
+        import os
+        import subprocess
+        import sys
+
+        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+        self._proc = subprocess.Popen([self.python or sys.executable, "-m", "shmguard.engine.shm_sampler", self.path,
+                                       repr(self.interval)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, env=env, text=True)
+        return self
+
+    def stop(self) -> None:
+        import json
+        import subprocess
+
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            out, _ = proc.communicate("", timeout=10)
+            result = json.loads(out.strip().splitlines()[-1])
+        except (subprocess.TimeoutExpired, ValueError, IndexError, OSError):
+            proc.kill()
+            proc.wait()
+            return
+        self.samples = int(result.get("samples") or 0)
+        if result.get("peak") is not None:
+            self.peaks["shm"] = max(self.peaks["shm"] or 0, int(result["peak"]))
+
+    def __enter__(self) -> "ProcessPeakSampler":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -227,7 +227,9 @@ def describe(plan: RunPlan) -> list[str]:
     job = plan.job
     lines = [
         f"job: {job.procs_per_node} x DataLoader(num_workers={job.workers}, batch_size={job.batch_size}, "
-        f"prefetch_factor={job.prefetch_factor}) of {format_size(job.batch_bytes)} batches",
+        f"prefetch_factor={job.prefetch_factor}) of {format_size(job.batch_bytes)} batches"
+        + (f", each {model.segments_per_batch(job)} shared-memory segments taking "
+           f"{format_size(model.batch_segment_bytes(job))} of /dev/shm" if model.segments_per_batch(job) > 2 else ""),
         f"/dev/shm: {format_size(plan.shm_bytes)} (the job needs {format_size(plan.required_shm)} at its peak)",
     ]
     if nccl.local_ranks(job):

@@ -72,3 +72,41 @@ def helper_that_fails():
 
 
 not_callable = 42
+
+
+class Detection(Dataset):
+    """Detection-style samples: an image of varying size and a target dict of boxes and labels."""
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, i):
+        h, w = 20 + i, 30 + 2 * i
+        n = 1 + i % 3
+        return torch.zeros(3, h, w, dtype=torch.uint8), {"boxes": torch.zeros(n, 4), "labels": torch.zeros(n, dtype=torch.int64),
+                                                         "image_id": i}
+
+
+def zip_collate(batch):
+    """torchvision's detection references: collate_fn=lambda b: tuple(zip(*b))."""
+    return tuple(zip(*batch))
+
+
+class WithPipeLeaves(Dataset):
+    """A tensor plus things that are pickled through the pipe: a numpy array, a path, an empty tensor."""
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        import numpy
+
+        return torch.zeros(10, dtype=torch.uint8), numpy.zeros(100, dtype=numpy.uint8), f"img{i}.jpg", torch.zeros(0)
+
+
+def detection():
+    return Detection()
+
+
+def with_pipe_leaves():
+    return WithPipeLeaves()

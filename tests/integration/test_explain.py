@@ -32,13 +32,13 @@ def test_explain_names_the_size_for_a_container_that_died_of_shm(run_container, 
     container = result.attrs["Id"]
     text = shmguard("explain", container)
     assert text.returncode == 1, text.stderr
-    assert "shared-memory" in text.stdout and "docker run --shm-size=369m" in text.stdout, text.stdout
+    assert "shared-memory" in text.stdout and "docker run --shm-size=368m" in text.stdout, text.stdout
     as_json = shmguard("explain", "--json", container)
     data = json.loads(as_json.stdout)
     jsonschema.Draft202012Validator(schemas.load("explain")).validate(data)
     entry = data["diagnoses"][0]
     assert as_json.returncode == 1 and data["source"] == "container"
-    assert entry["shm_size_bytes"] == 64 * 2**20 and entry["shm_needed_bytes"] == 369 * 2**20
+    assert entry["shm_size_bytes"] == 64 * 2**20 and entry["shm_needed_bytes"] == 368 * 2**20
     assert entry["job"]["workers"] == 4
 
 

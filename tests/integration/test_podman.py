@@ -72,7 +72,7 @@ def test_shmguard_run_explains_a_too_small_shm_on_podman(podman):
     proc = shmguard(podman, "run", "--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224",
                     "--shm-size", "64m", DEMO_IMAGE, "--", *JOB)
     assert proc.returncode != 0
-    assert "369m" in proc.stderr and "shared memory" in proc.stderr, proc.stderr[-3000:]
+    assert "368m" in proc.stderr and "shared memory" in proc.stderr, proc.stderr[-3000:]
 
 
 def test_health_probe_runs_in_a_podman_container(podman, client):
@@ -116,7 +116,7 @@ def test_explain_through_podmans_docker_api(podman, client):
         assert proc.returncode == 1, (proc.stdout, proc.stderr, container.logs(tail=2000), container.attrs.get("State"))
         assert entry["verdict"] == "shared-memory" and "/dev/shm/blob" in entry["summary"]
         assert entry["shm_size_bytes"] == PODMAN_DEFAULT_SHM
-        assert "--shm-size=369m" in entry["fix"]
+        assert "--shm-size=368m" in entry["fix"]
         assert shmguard(podman, "explain", container.id).returncode == 1  # DOCKER_HOST is honoured too
     finally:
         container.remove(force=True)

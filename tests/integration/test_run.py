@@ -109,7 +109,7 @@ def test_shm_death_is_explained(docker_client, demo_image, name):
     assert proc.returncode in (1, 135), proc.stderr[-3000:]
     assert "warning: --shm-size 64.0 MiB is below" in proc.stderr
     assert "PyTorch could not allocate a tensor in /dev/shm" in proc.stderr or "SIGBUS" in proc.stderr
-    assert "--shm-size=369m" in proc.stderr.split("Fix:")[1]
+    assert "--shm-size=368m" in proc.stderr.split("Fix:")[1]
     assert gone(docker_client, name)
 
 
@@ -121,7 +121,7 @@ def test_peak_report_matches_an_independent_measurement(demo_image, name):
                 if line.startswith("{") and json.loads(line).get("status") == "completed")
     report = json.loads(proc.stdout)  # and stdout is exactly shmguard's one object
     independent = demo["shm_peak_bytes"] + demo["shm_baseline_bytes"]
-    assert report["exit_code"] == 0 and report["shm_size_bytes"] == 369 * MIB
+    assert report["exit_code"] == 0 and report["shm_size_bytes"] == 368 * MIB
     assert abs(report["peak_shm_bytes"] - independent) <= 0.10 * independent, (report, demo)
 
 

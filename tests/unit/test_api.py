@@ -182,7 +182,7 @@ def test_guard_fit_with_a_batch_sampler_and_an_iterable(container):
     new = shmguard.guard(DataLoader(Images(), batch_sampler=sampler, num_workers=4), on_short="fit").loader
     assert new.batch_sampler is sampler and new.num_workers < 4
     stream = DataLoader(Stream(), batch_size=4, num_workers=2, prefetch_factor=4)
-    container["snapshot"] = snapshot(shm(total=MIB))  # below what one worker and its process need
+    container["snapshot"] = snapshot(shm(total=64 * 1024))  # below what one worker and its DataLoader need
     new = shmguard.guard(stream, on_short="fit").loader
     assert new.num_workers == 0 and new.batch_size == 4
 

@@ -45,8 +45,8 @@ def test_captured_failures(name, verdict, cause):
 
 def test_shm_death_with_the_job_names_the_model_size():
     found = diagnose(captured("dataloader-enospc-64m"))
-    assert found.shm_needed == sizing.shm_size(JOB) == 369 * MIB
-    assert "docker run --shm-size=369m" in found.fix
+    assert found.shm_needed == sizing.shm_size(JOB) == 368 * MIB
+    assert "docker run --shm-size=368m" in found.fix
     assert any("unable to allocate shared memory" in line for line in found.evidence)
 
 
@@ -66,7 +66,7 @@ def test_oom_kill_with_a_large_tmpfs_gives_the_memory_the_job_needs_and_caps_the
     found = diagnose(captured("oom-400m-shm-1g"))
     assert found.memory_needed == sizing.memory_needed(JOB)
     assert f"--memory={sizing.memory_needed(JOB) // MIB}m or more" in found.fix
-    assert "--shm-size=369m" in found.fix
+    assert "--shm-size=368m" in found.fix
     assert diagnose(captured("oom-400m-shm-1g", shm_peak=300 * MIB)).verdict == SHARED_MEMORY
 
 
@@ -146,14 +146,14 @@ def test_scan_ignores_lookalikes():
 
 
 @pytest.mark.parametrize("platform, expected", [
-    ("run", "--shm-size=369m"), ("docker", "docker run --shm-size=369m"), ("kubernetes", "sizeLimit: 369Mi"),
-    (None, "docker run --shm-size=369m"),
+    ("run", "--shm-size=368m"), ("docker", "docker run --shm-size=368m"), ("kubernetes", "sizeLimit: 368Mi"),
+    (None, "docker run --shm-size=368m"),
 ])
 def test_the_fix_is_spelled_for_the_platform(platform, expected):
     found = diagnose(captured("dataloader-enospc-64m", platform=platform))
     assert expected in found.fix
     if platform is None:
-        assert "sizeLimit: 369Mi" in found.fix
+        assert "sizeLimit: 368Mi" in found.fix
 
 
 def test_enospc_without_a_path_is_not_shm_when_shm_stayed_low():

@@ -12,7 +12,7 @@ from shmguard.health import assess, main
 from shmguard.job import make_job
 from tests.unit.conftest import MIB, SHM_LINE, mountinfo
 
-JOB = make_job(workers=4, batch_size=64, sample_shape="3,224,224")  # needs 368.5 MiB
+JOB = make_job(workers=4, batch_size=64, sample_shape="3,224,224")  # needs 367.7 MiB
 
 
 def test_default_shm_is_unhealthy_for_the_job(tree):

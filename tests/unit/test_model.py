@@ -32,7 +32,7 @@ def test_batches_in_flight():
 
 def test_shm_counts_pages_and_processes():
     one = model.shm_bytes(job())
-    assert one == 10 * (model.round_up(64 * 602112) + model.PAGE) + model.PROCESS_SHM_BASE
+    assert one == 10 * (model.round_up(64 * 602112) + model.PAGE) + (8 + 3 * 4 + 16) * model.PAGE
     assert model.shm_bytes(job(procs_per_node=3)) == 3 * one
 
 
@@ -58,26 +58,57 @@ def test_seeds_formula_undercounts():
     assert model.seeds_formula_bytes(j) < model.shm_bytes(j)
 
 
+def calibration():
+    """benchmarks/calibrate.py, whose job_of turns a measured configuration into the job its user would describe."""
+    import importlib.util
+    import sys
+
+    bench = RESULTS.parent
+    sys.path.insert(0, str(bench))
+    try:
+        spec = importlib.util.spec_from_file_location("calibrate", bench / "calibrate.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(bench))
+    return module
+
+
 def calibration_rows():
+    cal = calibration()
     rows = {}
     for path in sorted(RESULTS.glob("calibration-*.json")):
-        for row in json.loads(path.read_text())["rows"]:
-            key = (row["workers"], row["batch_size"], row["prefetch_factor"], row["pin_memory"],
-                   row["procs_per_node"], row["sample_shape"], row["extra"])
+        data = json.loads(path.read_text())
+        for row in data["rows"]:
+            row = cal.row_of({"step_time": data.get("step_time", 0.05), **row})
+            key = cal.key_of(row)
             if key not in rows or row["measured_shm_peak_bytes"] > rows[key]["measured_shm_peak_bytes"]:
                 rows[key] = row
-    return list(rows.values())
+    return cal, list(rows.values())
 
 
 def test_model_is_never_below_a_measured_peak():
-    rows = calibration_rows()
+    cal, rows = calibration_rows()
     assert len(rows) >= 8
     for row in rows:
-        j = make_job(workers=row["workers"], batch_size=row["batch_size"], prefetch_factor=row["prefetch_factor"],
-                     pin_memory=row["pin_memory"], procs_per_node=row["procs_per_node"],
-                     sample_shape=row["sample_shape"])
-        assert model.shm_bytes(j) >= row["measured_shm_peak_bytes"], row
-        assert model.seeds_formula_bytes(j) < row["measured_shm_peak_bytes"], row
-        if row["workers"] >= 2:
-            # The stated shortfall: one worker with prefetch 2 is predicted up to 34% high (BENCHMARKS.md).
-            assert model.shm_bytes(j) <= 1.25 * row["measured_shm_peak_bytes"], row
+        j = cal.job_of(row)
+        peak = row["measured_shm_peak_bytes"]
+        assert model.shm_bytes(j) >= peak, row
+        if not row["data"].startswith("detection"):  # from the largest of images varying in size, it may be above
+            assert model.seeds_formula_bytes(j) < peak, row
+        # The stated bound (BENCHMARKS.md): at most 25% or two and a half batches above the peak. Images whose area
+        # varies 4x (detection-wide) are the stated exception: described by the largest image, every batch in
+        # flight is assumed the largest; described by `measure`'s segments, the bound holds.
+        described = cal.job_of(row, tuple(row["measured_segments"])) if row["data"] == "detection-wide" else j
+        batch = model.batch_segment_bytes(described) * j.procs_per_node
+        assert model.shm_bytes(described) <= max(1.25 * peak, peak + 2.5 * batch), row
+        if row.get("measured_segments"):  # from the segments `measure` finds: never below either
+            assert model.shm_bytes(cal.job_of(row, tuple(row["measured_segments"]))) >= peak, row
+
+
+def test_runs_reported_peak_is_at_least_nine_tenths_of_the_true_one():
+    _, rows = calibration_rows()
+    measured = [row for row in rows if "run_peak_bytes" in row]
+    assert len(measured) >= 10
+    for row in measured:
+        assert row["run_peak_bytes"] >= 0.9 * row["true_peak_bytes"], row

@@ -38,14 +38,14 @@ def test_all_pass():
     report = evaluate(JOB, snapshot())
     assert report.verdict == PASS and exit_code(report) == 0
     assert report.required == {"shm_bytes": model.shm_bytes(JOB), "memory_bytes": model.memory_bytes(JOB)}
-    assert report.recommended["shm_size"] == "369m" and report.recommended["workers"] == 4
+    assert report.recommended["shm_size"] == "368m" and report.recommended["workers"] == 4
 
 
 def test_docker_default_shm_fails_with_the_fix():
     report = evaluate(JOB, snapshot(shm=ShmInfo(total=64 * MIB, free=64 * MIB, fstype="tmpfs")))
     f = finding(report, "shm.size")
     assert report.verdict == FAIL and exit_code(report) == 1 and f.status == FAIL
-    assert "Docker's default" in f.message and "--shm-size=369m" in f.fix and "sizeLimit: 369Mi" in f.fix
+    assert "Docker's default" in f.message and "--shm-size=368m" in f.fix and "sizeLimit: 368Mi" in f.fix
     assert "medium: Memory" in f.fix
 
 

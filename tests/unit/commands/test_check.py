@@ -24,7 +24,7 @@ def test_docker_v1_with_default_shm_fails(tree):
     code, text = run(tree(base="docker-v1", shm=(64 * MIB, 64 * MIB)))
     assert code == 1
     assert text.startswith("shmguard check: FAIL")
-    assert "fix: docker run --shm-size=369m" in text
+    assert "fix: docker run --shm-size=368m" in text
     assert "recommended num_workers: 1" in text  # a 1.5-CPU quota
 
 

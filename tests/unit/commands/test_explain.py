@@ -88,7 +88,7 @@ def test_pods_in_a_list():
 def test_explain_a_pod_on_stdin(monkeypatch, capsys):
     code, out, _ = run_cli(monkeypatch, capsys, [], (PODS / "enospc-default-shm.yaml").read_text())
     assert code == 1
-    assert "pytorch: shared-memory (shm-enospc)" in out and "sizeLimit: 369Mi" in out
+    assert "pytorch: shared-memory (shm-enospc)" in out and "sizeLimit: 368Mi" in out
 
 
 def test_explain_a_pod_as_json(monkeypatch, capsys):
@@ -102,7 +102,7 @@ def test_explain_logs_on_stdin_with_the_job(monkeypatch, capsys):
     logs = (CAPTURED / "dataloader-enospc-64m" / "logs.txt").read_text()
     code, out, _ = run_cli(monkeypatch, capsys, ["--shm-size", "64Mi", "--memory-limit", "8Gi", "--platform",
                                                  "kubernetes", *JOB_FLAGS], logs)
-    assert code == 1 and "sizeLimit: 369Mi" in out and "/dev/shm 64.0 MiB" in out and "docker run" not in out
+    assert code == 1 and "sizeLimit: 368Mi" in out and "/dev/shm 64.0 MiB" in out and "docker run" not in out
 
 
 def test_explain_logs_that_do_not_point_at_shm_exit_0(monkeypatch, capsys):
@@ -140,7 +140,7 @@ def test_a_container_through_the_engine(monkeypatch, capsys):
 
     monkeypatch.setattr(explaining, "read_container", fake_read)
     code, out, _ = run_cli(monkeypatch, capsys, ["--host", "unix:///run/podman/podman.sock", "--tail", "50", "trainer"])
-    assert code == 1 and "docker run --shm-size=369m" in out
+    assert code == 1 and "docker run --shm-size=368m" in out
     assert seen == {"name": "trainer", "host": "unix:///run/podman/podman.sock", "tail": 50}
 
 

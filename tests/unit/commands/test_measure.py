@@ -106,3 +106,68 @@ def test_without_torch(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)
     assert main(["measure", "--dataset", "tests.data.measure_datasets:fixed", "--batch-size", "4"]) == 2
     assert "needs PyTorch" in capsys.readouterr().err
+
+
+def test_a_zip_collate_is_one_page_rounded_segment_per_tensor(capsys):
+    from tests.data.measure_datasets import Detection
+
+    data = measured(capsys, "--dataset", "tests.data.measure_datasets:detection", "--collate-fn",
+                    "tests.data.measure_datasets:zip_collate", "--batch-size", "4", "--samples", "16")
+    # every index is read once; the batch taking the most /dev/shm counts, its tensors one by one
+    import torch
+
+    order = torch.randperm(16, generator=torch.Generator().manual_seed(0)).tolist()
+    best = None
+    for start in range(0, 16, 4):
+        sizes = []
+        for i in order[start:start + 4]:
+            image, target = Detection()[i]
+            sizes += [image.numel(), target["boxes"].numel() * 4, target["labels"].numel() * 8]
+        shm = sum(-(-s // 4096) * 4096 for s in sizes)
+        if best is None or shm > best[0]:
+            best = (shm, sizes)
+    assert data["batch_shm_bytes"] == best[0] and data["segment_count"] == 12
+    assert sorted(segments_of(data["batch_segments"])) == sorted(best[1])
+    assert {"kind": "int", "count": 4, "bytes": 0} in data["pipe"]  # image_id stays a number: no shm
+    assert "--batch-segments" in data["options"]
+
+
+def segments_of(text):
+    from shmguard.segments import decode
+
+    return decode(text)
+
+
+def test_pipe_leaves_are_reported_and_not_counted(capsys):
+    data = measured(capsys, "--dataset", "tests.data.measure_datasets:with_pipe_leaves", "--collate-fn",
+                    "tests.data.measure_datasets:zip_collate", "--batch-size", "4")
+    assert data["max_batch_bytes"] == 4 * 10
+    assert data["segment_count"] == 4 and data["batch_shm_bytes"] == 4 * 4096  # the empty tensors make none
+    pipe = {p["kind"]: p for p in data["pipe"]}
+    assert pipe["numpy array"]["count"] == 4 and pipe["numpy array"]["bytes"] == 400
+    assert pipe["str"]["count"] == 4
+    fs = measured(capsys, "--dataset", "tests.data.measure_datasets:with_pipe_leaves", "--collate-fn",
+                  "tests.data.measure_datasets:zip_collate", "--batch-size", "4", "--sharing-strategy", "file_system")
+    assert fs["segment_count"] == 8 and fs["batch_shm_bytes"] == 8 * 4096
+
+
+def test_default_collate_needs_no_segment_list(capsys):
+    data = measured(capsys, "--dataset", "tests.data.measure_datasets:fixed", "--batch-size", "16")
+    assert data["segment_count"] == 2 and "--batch-segments" not in data["options"]
+
+
+def test_check_uses_the_measured_segments(capsys):
+    import json as _json
+
+    from shmguard import model
+    from shmguard.job import make_job
+
+    assert main(["check", "--json", "--workers", "2", "--dataset", "tests.data.measure_datasets:detection",
+                 "--collate-fn", "tests.data.measure_datasets:zip_collate", "--batch-size", "4"]) in (0, 1)
+    out = capsys.readouterr().out
+    data = _json.loads(out)
+    segs = data["job"]["batch_segments"]
+    assert len(segs) == 12
+    job = make_job(workers=2, batch_size=4, sample_bytes=str(data["job"]["sample_bytes"]), batch_segments=tuple(segs))
+    stacked = job.replace(batch_segments=None)
+    assert model.shm_bytes(job) > model.shm_bytes(stacked)

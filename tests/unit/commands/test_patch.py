@@ -91,7 +91,7 @@ def test_render_cli(capsys):
     doc = yaml.safe_load(capsys.readouterr().out)
     assert doc["kind"] == "Deployment" and doc["spec"]["template"]["spec"]["containers"][0]["command"] == ["python", "t.py"]
     assert main(["render", "compose", *JOB, "--image", "demo:1"]) == 0
-    assert yaml.safe_load(capsys.readouterr().out)["services"]["train"]["shm_size"] == "369m"
+    assert yaml.safe_load(capsys.readouterr().out)["services"]["train"]["shm_size"] == "368m"
     assert main(["render", "k8s", *JOB, "--image", "demo:1", "--memory", "100m"]) == 2
     assert "cannot hold" in capsys.readouterr().err
 

@@ -22,7 +22,7 @@ def plan(job=JOB, **kw):
 
 
 def test_shm_is_the_model_in_whole_mib_never_below_docker_default():
-    assert plan().shm_bytes == 369 * MIB and plan().required_shm == model.shm_bytes(JOB)
+    assert plan().shm_bytes == 368 * MIB and plan().required_shm == model.shm_bytes(JOB)
     small = make_job(workers=1, batch_size=1, sample_bytes="1k")
     assert plan(small).shm_bytes == 64 * MIB
     assert plan(make_job(workers=0, batch_size=64, sample_shape="3,224,224")).shm_bytes == 64 * MIB
@@ -62,7 +62,7 @@ def test_environment_carries_the_job_and_the_users_variables():
 def test_create_kwargs():
     kwargs = create_kwargs(plan(cpus=1.5, memory=2 * GIB, gpus="2", name="job", workdir="/w", volumes=("/data:/data:ro",)),
                            healthcheck=True)
-    assert kwargs["shm_size"] == 369 * MIB and "ipc_mode" not in kwargs
+    assert kwargs["shm_size"] == 368 * MIB and "ipc_mode" not in kwargs
     assert kwargs["nano_cpus"] == 1_500_000_000 and kwargs["mem_limit"] == 2 * GIB
     assert kwargs["device_requests"][0]["Count"] == 2 and kwargs["device_requests"][0]["Capabilities"] == [["gpu"]]
     assert kwargs["volumes"] == ["/data:/data:ro"]
@@ -108,7 +108,7 @@ def test_docker_cli_is_copy_pasteable_and_masks_secrets():
                                   env=("HF_TOKEN=hunter2", "DB_PASSWORD=x", "PLAIN=visible"), cpus=2.0), host_memory=None)
     line = docker_cli(p)
     args = shlex.split(line)
-    assert args[:3] == ["docker", "run", "--rm"] and "--shm-size=369m" in args and "--cpus=2" in args
+    assert args[:3] == ["docker", "run", "--rm"] and "--shm-size=368m" in args and "--cpus=2" in args
     assert args[-5:] == ["demo:latest", "python", "train.py", "--lr", "1e-3 x"]
     assert "HF_TOKEN=***" in args and "DB_PASSWORD=***" in args and "PLAIN=visible" in args
     assert "hunter2" not in line
@@ -123,9 +123,9 @@ def test_post_mortem_of_a_shared_memory_death():
     assert post_mortem(135, "", False, p, shm_peak=p.shm_bytes).verdict == "shared-memory"
     found = post_mortem(1, ENOSPC_TORCH, False, p, shm_peak=10 * MIB)
     # The plan already gave the model's size: the advice must not invent a bigger one.
-    assert found.verdict == "shared-memory" and "needs 369.0 MiB of /dev/shm and had 369.0 MiB" in found.text()
+    assert found.verdict == "shared-memory" and "needs 368.0 MiB of /dev/shm and had 368.0 MiB" in found.text()
     small = plan(shm_size=64 * MIB)
-    assert "--shm-size=369m" in post_mortem(1, ENOSPC_TORCH, False, small).text()
+    assert "--shm-size=368m" in post_mortem(1, ENOSPC_TORCH, False, small).text()
 
 
 def test_post_mortem_does_not_blame_shm_for_other_deaths():

@@ -4,6 +4,7 @@ engine that vanishes (the real engine is tests/integration)."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -16,7 +17,7 @@ def test_dry_run_cli(capsys):
     code = main(["run", "--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224", "--dry-run",
                  "demo:latest", "--", "python", "train.py"])
     out = capsys.readouterr().out
-    assert code == 0 and "--shm-size=369m" in out and out.strip().endswith("demo:latest python train.py")
+    assert code == 0 and "--shm-size=368m" in out and out.strip().endswith("demo:latest python train.py")
 
 
 J = ["--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224"]
@@ -200,3 +201,26 @@ def test_engine_gone_while_the_container_starts_names_it(monkeypatch):
     assert caught.value.exit_code == 125
     assert "job-1 was starting or ending" in str(caught.value) and "docker rm -f job-1" in str(caught.value)
     assert container.removals >= 1  # it tried
+
+
+def test_the_watcher_reaches_the_containers_shm_or_says_its_peak_is_a_lower_bound(tmp_path):
+    from shmguard.engine.peak import PeakSampler, ProcessPeakSampler
+    from shmguard.engine.run import shm_watcher
+
+    watcher, lower = shm_watcher(object(), str(tmp_path))
+    assert isinstance(watcher, ProcessPeakSampler) and watcher.path == str(tmp_path) and not lower
+    watcher, lower = shm_watcher(object(), None, os.getpid())  # through the mount namespace of a pid
+    assert isinstance(watcher, ProcessPeakSampler) and watcher.path == f"/proc/{os.getpid()}/root/dev/shm"
+    assert not lower
+    watcher, lower = shm_watcher(object(), None, None)  # a remote engine: docker exec, coarse
+    assert isinstance(watcher, PeakSampler) and lower
+
+
+def test_a_lower_bound_peak_is_reported_as_one():
+    from shmguard.engine.run import RunResult, report_lines
+
+    exact = RunResult(0, "id", "n", 100 * 2**20, 50 * 2**20, None, True)
+    assert report_lines(exact) == ["shmguard: peak /dev/shm 50.0 MiB of 100.0 MiB (50%)"]
+    coarse = RunResult(0, "id", "n", 100 * 2**20, 50 * 2**20, None, True, peak_lower_bound=True)
+    (line,) = report_lines(coarse)
+    assert "at least 50.0 MiB" in line and "lower bound" in line

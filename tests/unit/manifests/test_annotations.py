@@ -31,3 +31,17 @@ def test_skip_most_specific_wins():
     assert ann.skipped({"shmguard.io/skip": "true"}, {"shmguard.io/skip": "false"})
     assert not ann.skipped({"shmguard.io/skip": "false"}, {"shmguard.io/skip": "true"})
     assert not ann.skipped(None, {})
+
+
+def test_a_template_can_say_its_collate_keeps_tensors_in_lists():
+    from shmguard import model, sizing
+
+    container = {"name": "t", "env": [{"name": "SHMGUARD_TENSORS_PER_SAMPLE", "value": "3"}]}
+    job = ann.resolve_job(CLI, container, {"shmguard.io/collate": "list"})
+    assert job.collate == "list" and job.tensors_per_sample == 3
+    stacked = ann.resolve_job(CLI)
+    assert sizing.shm_size(job) > sizing.shm_size(stacked) and model.segments_per_batch(job) == 64 * 3
+    measured = ann.resolve_job(CLI, None, {"shmguard.io/batch-segments": "602112x64"})
+    assert measured.batch_segments == (602112,) * 64
+    with pytest.raises(UsageError, match="--collate"):
+        ann.resolve_job(CLI, None, {"shmguard.io/collate": "stacked"})

@@ -169,7 +169,7 @@ def test_20_4_a_sidecar_gets_no_shm_and_no_limit_the_dataloader_container_does()
     for c in pod["spec"]["containers"]:
         c["resources"] = {"limits": {"memory": "256Mi"}}
     podspec.patch_documents(docs, DEFAULTS)
-    assert [c["resources"]["limits"]["memory"] for c in pod["spec"]["containers"]] == ["256Mi", "854Mi"]
+    assert [c["resources"]["limits"]["memory"] for c in pod["spec"]["containers"]] == ["256Mi", k8s_quantity(sizing.memory_needed(JOB))]
 
 
 def test_20_5_an_unsized_memory_shm_stays_unsized_unless_asked():
@@ -180,7 +180,7 @@ def test_20_5_an_unsized_memory_shm_stays_unsized_unless_asked():
     assert shm(docs) == {"name": "shm", "emptyDir": {"medium": "Memory"}}
     assert any("no sizeLimit: kept unsized" in n for n in summary.results[0].notes)
     docs, summary = patched("vllm-production-stack-gpu-deployment.yaml", options=podspec.PatchOptions(size_unsized=True))
-    assert shm(docs)["emptyDir"]["sizeLimit"] == "369Mi"
+    assert shm(docs)["emptyDir"]["sizeLimit"] == "368Mi"
 
 
 def test_20_7_group_and_kind_both_decide():
@@ -288,7 +288,7 @@ def test_kserve_predictor_and_argo_templates_without_a_pod_wrapper():
     assert predictor["model"]["resources"]["limits"]["memory"] == "48Gi"
     docs, summary = patched("argo-workflows-volumes-emptydir.yaml")
     template = docs[0]["spec"]["templates"][0]
-    assert template["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "369Mi"}}]
+    assert template["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "368Mi"}}]
     assert docs[0]["spec"]["volumes"] == load("argo-workflows-volumes-emptydir.yaml")[0]["spec"]["volumes"]
     # A /dev/shm volume declared at the workflow level is used, not duplicated.
     docs = load("argo-workflows-volumes-emptydir.yaml")

@@ -106,7 +106,7 @@ def test_memory_below_the_shm_is_refused_and_above_is_kept():
 def test_compose_service():
     doc = render.render_compose(JOB, image="demo:1", name="train", command=["python", "t.py"], cpus=2, gpus=1)
     service = doc["services"]["train"]
-    assert service["shm_size"] == "369m" and parse_quantity(service["mem_limit"].replace("m", "Mi")) >= 369 * MIB
+    assert service["shm_size"] == "368m" and parse_quantity(service["mem_limit"].replace("m", "Mi")) >= 368 * MIB
     assert service["healthcheck"]["test"] == ["CMD", "shmguard", "health"]
     assert service["deploy"]["resources"]["reservations"]["devices"][0]["count"] == 1
     assert service["environment"]["SHMGUARD_BATCH_SIZE"] == "64"
@@ -180,14 +180,14 @@ def test_existing_shm_too_small_or_disk_backed_is_fixed_in_place():
     small["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "shm", "mountPath": "/dev/shm/"}]
     changes = podspec.patch_documents([small], JOB).changes
     volume = small["spec"]["template"]["spec"]["volumes"][0]
-    assert volume["emptyDir"]["sizeLimit"] == "369Mi" and any("64Mi -> 369Mi" in c for c in changes)
+    assert volume["emptyDir"]["sizeLimit"] == "368Mi" and any("64Mi -> 368Mi" in c for c in changes)
     assert len(small["spec"]["template"]["spec"]["volumes"]) == 1  # fixed in place, not duplicated
     assert len(small["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]) == 1  # `/dev/shm/` counts
 
     disk = deployment(volumes=[{"name": "shm", "emptyDir": {}}])
     disk["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "shm", "mountPath": "/dev/shm"}]
     changes = podspec.patch_documents([disk], JOB).changes
-    assert disk["spec"]["template"]["spec"]["volumes"][0]["emptyDir"] == {"medium": "Memory", "sizeLimit": "369Mi"}
+    assert disk["spec"]["template"]["spec"]["volumes"][0]["emptyDir"] == {"medium": "Memory", "sizeLimit": "368Mi"}
     assert any("medium: (disk) -> Memory" in c for c in changes)
 
 

@@ -54,7 +54,7 @@ def test_the_exec_function_script_of_the_readme(tmp_path):
     assert proc.returncode == 0, proc.stderr
     out = yaml.safe_load(proc.stdout)
     pod = out["items"][0]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
-    assert pod["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "369Mi"}}]
+    assert pod["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "368Mi"}}]
     assert out["results"][0]["resourceRef"] == {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "pytorch"}
 
 

@@ -99,7 +99,7 @@ def test_a_new_volume_never_takes_a_name_in_use_and_a_null_empty_dir_is_fixed():
            "spec": {"volumes": [{"name": "shm", "emptyDir": None}],
                     "containers": [{**containers()[0], "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}]}]}}
     result = podspec.size_pod(pod, DEFAULTS)
-    assert pod["spec"]["volumes"] == [{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "369Mi"}}]
+    assert pod["spec"]["volumes"] == [{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "368Mi"}}]
     assert result.status == "changed"
 
 

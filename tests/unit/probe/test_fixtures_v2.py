@@ -13,7 +13,7 @@ from shmguard.probe.snapshot import take_snapshot
 from shmguard.verdict import evaluate
 
 KIB, MIB, GIB = 2**10, 2**20, 2**30
-JOB = make_job(workers=4, batch_size=64, sample_shape="3,224,224")  # needs 369 MiB of /dev/shm
+JOB = make_job(workers=4, batch_size=64, sample_shape="3,224,224")  # needs 368 MiB of /dev/shm
 
 SCENARIOS = [
     # scenario, shm size (from the mount's size= option), memory limit, usage (current - inactive_file), cpu quota
@@ -44,7 +44,7 @@ def test_probes_on_real_trees(tree, scenario, shm, limit, usage, quota):
     if quota is not None and scenario.endswith("v2"):
         assert snapshot.cpu.quota_source == "/sys/fs/cgroup/cpu.max"
     report = evaluate(JOB, snapshot)
-    assert report.verdict == "FAIL"  # 64 MiB (or Podman's 62.5 MiB) cannot hold 369 MiB of batches
+    assert report.verdict == "FAIL"  # 64 MiB (or Podman's 62.5 MiB) cannot hold 368 MiB of batches
     shm_finding = next(f for f in report.findings if f.id.startswith("shm"))
     assert shm_finding.status == "FAIL"
 

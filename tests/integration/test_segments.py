@@ -1,0 +1,69 @@
+"""A collate that keeps per-sample tensors in lists, on the real engine: every tensor is its own page-rounded
+segment in /dev/shm. Sized by shmguard (told --collate list) the job completes; at 0.9x of the peak it
+really reached, it dies and shmguard's explanation names the size the model gives."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from shmguard import model
+from shmguard.job import make_job
+from shmguard.units import format_size
+
+# 128 samples of 256 bytes a batch: 32 KiB of payload, but 128 segments of a page each (512 KiB) in /dev/shm;
+# 18 batches in flight hold 2304 segments (the open files that takes stay under the engine's limit here, 20000).
+JOB = ["--workers", "2", "--batch-size", "128", "--prefetch-factor", "8", "--sample-shape", "1,8,8"]
+TRAIN = ["python", "/app/train.py", *JOB, "--collate", "list", "--steps", "60", "--step-time", "0.05",
+         "--timeout", "20", "--watch-shm", "--json"]
+
+
+def shmguard(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "shmguard", *args], capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ))
+
+
+@pytest.fixture
+def names(docker_client):
+    """Unique container names; whatever is left under them is removed after the test."""
+    import docker
+
+    made = []
+
+    def new():
+        made.append(f"shmguard-test-{uuid.uuid4().hex[:10]}")
+        return made[-1]
+
+    yield new
+    for value in made:
+        try:
+            docker_client.containers.get(value).remove(force=True)
+        except docker.errors.NotFound:
+            pass
+
+
+def test_list_collate_fits_shmguards_size_and_dies_below_its_peak(demo_image, names):
+    listed = make_job(workers=2, batch_size=128, prefetch_factor=8, sample_shape="1,8,8", collate="list")
+    stacked = listed.replace(collate="default")
+    proc = shmguard("run", *JOB, "--collate", "list", "--json", "--name", names(), demo_image, "--", *TRAIN)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    objects = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    demo = next(o for o in objects if o.get("status") == "completed")
+    report = next(o for o in objects if "peak_shm_bytes" in o)
+    true_peak = demo["shm_peak_bytes"] + demo["shm_baseline_bytes"]  # seen inside, every 0.2 ms
+    assert report["required_shm_bytes"] == model.shm_bytes(listed)
+    assert true_peak <= model.shm_bytes(listed), (true_peak, report)
+    assert true_peak > 3 * model.shm_bytes(stacked), true_peak  # what a page per tensor does: a stacked estimate dies
+    assert report["peak_shm_bytes"] >= 0.9 * true_peak and not report["peak_shm_lower_bound"], (report, demo)
+
+    too_small = int(0.9 * true_peak)
+    proc = shmguard("run", *JOB, "--collate", "list", "--shm-size", str(too_small), "--name", names(), demo_image,
+                    "--", *TRAIN)
+    assert proc.returncode != 0, proc.stderr[-3000:]
+    assert "needed more /dev/shm than the" in proc.stderr, proc.stderr[-3000:]
+    assert f"shmguard's model puts this job at {format_size(model.shm_bytes(listed))}" in proc.stderr
