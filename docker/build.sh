@@ -44,8 +44,13 @@ up_to_date() {
   [ "$force" = 0 ] && [ "$(image_inputs "$1")" = "$2" ]
 }
 
-# Runs a command with its output kept aside; shows it only when the command fails.
+# Runs a command with its output kept aside; shows it only when the command fails. At a terminal
+# (stderr is a tty, or SHMGUARD_PROGRESS=1) the output streams as it comes, so a long build shows progress.
 quiet() {
+  if [ "${SHMGUARD_PROGRESS:-}" = 1 ] || { [ -t 2 ] && [ "${SHMGUARD_PROGRESS:-}" != 0 ]; }; then
+    "$@" >&2 || { log "failed: $*"; exit 1; }
+    return
+  fi
   local out
   out=$(tmpdir)/out
   "$@" >"$out" 2>&1 || { cat "$out" >&2; log "failed: $*"; exit 1; }

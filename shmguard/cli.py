@@ -393,7 +393,9 @@ def explain_command(container, host, tail, shm_size, memory_limit, exit_code, oo
               default="file_descriptor", show_default=True, envvar="SHMGUARD_SHARING_STRATEGY",
               help="torch.multiprocessing sharing strategy (file_system adds a 64-byte header to every segment).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def measure_command(dataset, batch_size, collate_fn, samples, seed, sharing_strategy, as_json) -> int:
+@click.option("--progress/--no-progress", "show_progress", default=None,
+              help="Samples read so far on stderr (default: when stderr is a terminal and not --json).")
+def measure_command(dataset, batch_size, collate_fn, samples, seed, sharing_strategy, as_json, show_progress) -> int:
     """Measure the bytes a real batch of your dataset puts through shared memory.
 
     Builds batches with the DataLoader's collate and lists every tensor in them: in a
@@ -409,8 +411,11 @@ def measure_command(dataset, batch_size, collate_fn, samples, seed, sharing_stra
     from shmguard.commands.measure import measure, report_json, report_text
     from shmguard.job import parse_count
 
+    from shmguard.progress import Reporter, wanted
+
+    reading = Reporter("shmguard measure", wanted(show_progress, as_json), every=0.5)
     result = measure(dataset, parse_count("batch_size", batch_size, 1), samples=samples, seed=seed, collate_spec=collate_fn,
-                     sharing_strategy=sharing_strategy)
+                     sharing_strategy=sharing_strategy, progress=lambda done, total, what: reading(done, total, what))
     from shmguard.jsonout import stamp
 
     click.echo(json.dumps(stamp(report_json(result)), indent=2) if as_json else report_text(result))
@@ -426,7 +431,9 @@ def measure_command(dataset, batch_size, collate_fn, samples, seed, sharing_stra
 @click.option("--batches", type=click.IntRange(min=1), default=20, show_default=True, help="Batches timed per step.")
 @click.option("--plot", "plot", metavar="FILE.png", help="Also write a bar chart of the throughput as a PNG.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def tune_command(dataset, batch_size, collate_fn, workers, prefetch_factors, batches, plot, as_json) -> int:
+@click.option("--progress/--no-progress", "show_progress", default=None,
+              help="A line per step on stderr (default: when stderr is a terminal and not --json).")
+def tune_command(dataset, batch_size, collate_fn, workers, prefetch_factors, batches, plot, as_json, show_progress) -> int:
     """Sweep num_workers on your DataLoader and recommend the smallest within 5% of the best throughput.
 
     Each step runs real batches and reports batches/s, the peak /dev/shm and memory;
@@ -440,12 +447,19 @@ def tune_command(dataset, batch_size, collate_fn, workers, prefetch_factors, bat
     sweep = tuning.parse_list(workers, "--workers", 0) if workers else None
     factors = tuning.parse_list(prefetch_factors, "--prefetch-factors", 1) if prefetch_factors else None
 
-    def progress(step) -> None:
+    from shmguard.progress import Reporter, wanted
+
+    report = Reporter("shmguard tune", wanted(show_progress, as_json))
+    reading = Reporter("shmguard tune", report.enabled, every=0.5)
+
+    def progress(step, done, total, best) -> None:
         what = step.skipped or f"{step.batches_per_second:.1f} batches/s"
-        click.echo(f"shmguard tune: num_workers={step.workers} prefetch_factor={step.prefetch_factor}: {what}", err=True)
+        lead = f"; best so far num_workers={best.workers} ({best.batches_per_second:.1f} batches/s)" if best else ""
+        report(done, total, f"num_workers={step.workers} prefetch_factor={step.prefetch_factor}: {what}{lead}",
+               force=True)
 
     result = tuning.tune(dataset, parse_count("batch_size", batch_size, 1), sweep, factors, batches, collate_fn,
-                         progress=progress)
+                         progress=progress, measure_progress=lambda done, total, what: reading(done, total, what))
     if plot:
         tuning.write_png(plot, result)
     from shmguard.jsonout import stamp

@@ -184,18 +184,19 @@ def load_dataset(dataset_spec: str, collate_spec: str | None = None):
 
 
 def measure(dataset_spec: str, batch_size: int, samples: int = 32, seed: int = 0,
-            collate_spec: str | None = None, sharing_strategy: str = "file_descriptor") -> Measurement:
+            collate_spec: str | None = None, sharing_strategy: str = "file_descriptor", progress=None) -> Measurement:
     if batch_size < 1:
         raise UsageError("--batch-size must be at least 1")
     if samples < 1:
         raise UsageError("--samples must be at least 1")
     dataset, collate = load_dataset(dataset_spec, collate_spec)
-    return measure_dataset(dataset, collate, dataset_spec, batch_size, samples, seed, sharing_strategy)
+    return measure_dataset(dataset, collate, dataset_spec, batch_size, samples, seed, sharing_strategy, progress)
 
 
 def measure_dataset(dataset, collate, dataset_spec: str, batch_size: int, samples: int = 32,
-                    seed: int = 0, sharing_strategy: str = "file_descriptor") -> Measurement:
-    """Measure an already built dataset (see measure)."""
+                    seed: int = 0, sharing_strategy: str = "file_descriptor", progress=None) -> Measurement:
+    """Measure an already built dataset (see measure). progress(done, total, what) is told of each sample read."""
+    progress = progress or (lambda done, total, what: None)
     torch = import_torch()
     from torch.utils.data import IterableDataset
 
@@ -205,6 +206,7 @@ def measure_dataset(dataset, collate, dataset_spec: str, batch_size: int, sample
             items = []
             for item in dataset:
                 items.append(item)
+                progress(len(items), count, "samples read")
                 if len(items) >= count:
                     break
         else:
@@ -213,7 +215,10 @@ def measure_dataset(dataset, collate, dataset_spec: str, batch_size: int, sample
                 raise UsageError(f"--dataset {dataset_spec} is empty")
             generator = torch.Generator().manual_seed(seed)
             order = torch.randperm(length, generator=generator).tolist()
-            items = [dataset[i] for i in (order * (count // length + 1))[:count]]
+            items = []
+            for i in (order * (count // length + 1))[:count]:
+                items.append(dataset[i])
+                progress(len(items), count, "samples read")
     except ShmguardError:
         raise
     except Exception as exc:

@@ -161,19 +161,26 @@ def run_step(dataset, collate, batch_size: int, workers: int, prefetch: int, bat
     return done / elapsed, max(0, (shm.peaks["shm"] or 0) - base), sampler.peaks["memory"] or 0
 
 
+def best(steps) -> Step | None:
+    """The fastest step so far (for progress), or None."""
+    return max((s for s in steps if s.batches_per_second), key=lambda s: s.batches_per_second, default=None)
+
+
 def tune(dataset_spec: str, batch_size: int, workers: list[int] | None = None, prefetch_factors: list[int] | None = None,
-         batches: int = 20, collate_spec: str | None = None, root: Root | None = None, progress=None) -> TuneResult:
+         batches: int = 20, collate_spec: str | None = None, root: Root | None = None, progress=None,
+         measure_progress=None) -> TuneResult:
     from shmguard.probe.snapshot import take_snapshot
 
     root = root or Root()
     dataset, collate = load_dataset(dataset_spec, collate_spec)
-    measurement = measure_dataset(dataset, collate, dataset_spec, batch_size)
+    measurement = measure_dataset(dataset, collate, dataset_spec, batch_size, progress=measure_progress)
     snapshot = take_snapshot(root, use_nvml=False)
     sweep = workers if workers is not None else default_sweep(snapshot.cpu.effective)
     factors = prefetch_factors or [2]
     free = snapshot.shm.free
     mem_file = memory_file(root)
     steps: list[Step] = []
+    total = len(factors) * len(sweep)
     for prefetch in factors:
         for n in sweep:
             job = make_job(workers=n, batch_size=batch_size, sample_bytes=str(measurement.sample_bytes),
@@ -183,12 +190,12 @@ def tune(dataset_spec: str, batch_size: int, workers: list[int] | None = None, p
                 steps.append(Step(n, prefetch, predicted, skipped=f"needs {format_size(predicted)} of /dev/shm, "
                                                                   f"{format_size(free)} is free"))
                 if progress:
-                    progress(steps[-1])
+                    progress(steps[-1], len(steps), total, best(steps))
                 continue
             rate, peak_shm, peak_memory = run_step(dataset, collate, batch_size, n, prefetch, batches, root, mem_file)
             steps.append(Step(n, prefetch, predicted, rate, peak_shm, peak_memory or None))
             if progress:
-                progress(steps[-1])
+                progress(steps[-1], len(steps), total, best(steps))
     return TuneResult(measurement, tuple(steps), recommend(steps))
 
 

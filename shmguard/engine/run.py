@@ -482,7 +482,8 @@ def tune_in_container(options: RunOptions, dataset: str, batch_size: int, collat
         engine_info = client.info()
         local_image(client, options.image, options.pull, err)
     shm = options.shm_size or min(TUNE_SHM_CAP, (engine_info.get("MemTotal") or TUNE_SHM_CAP * 2) // 2)
-    command = ["shmguard", "tune", "--json", "--dataset", dataset, "--batch-size", str(batch_size)]
+    # --progress: its stderr is a pipe, but its lines are relayed to the user as the sweep goes.
+    command = ["shmguard", "tune", "--json", "--progress", "--dataset", dataset, "--batch-size", str(batch_size)]
     if collate:
         command += ["--collate-fn", collate]
     kwargs: dict[str, Any] = {"command": command, "environment": user_environment(options), "shm_size": shm,
