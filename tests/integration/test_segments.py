@@ -52,9 +52,10 @@ def test_list_collate_fits_shmguards_size_and_dies_below_its_peak(demo_image, na
     stacked = listed.replace(collate="default")
     proc = shmguard("run", *JOB, "--collate", "list", "--json", "--name", names(), demo_image, "--", *TRAIN)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    objects = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    demo = next(o for o in objects if o.get("status") == "completed")
-    report = next(o for o in objects if "peak_shm_bytes" in o)
+    # With --json, stdout is shmguard's one object; the container's own output (the demo's JSON line) is on stderr.
+    report = json.loads(proc.stdout)
+    demo = next(json.loads(line) for line in proc.stderr.splitlines()
+                if line.startswith("{") and json.loads(line).get("status") == "completed")
     true_peak = demo["shm_peak_bytes"] + demo["shm_baseline_bytes"]  # seen inside, every 0.2 ms
     assert report["required_shm_bytes"] == model.shm_bytes(listed)
     assert true_peak <= model.shm_bytes(listed), (true_peak, report)

@@ -1,27 +1,27 @@
-"""`shmguard tune` in the demo image on this 2-CPU machine: the knee is at the CPUs, and the sweep's peak
-/dev/shm stays within the footprint model's prediction."""
+"""`shmguard tune` in the demo image: the measured speedup, the recommendation rule, and the sweep's peak
+/dev/shm within the footprint model's prediction. Sample costs are sleeps, never CPU work: a test must not
+depend on how fast (or how loaded) the machine is."""
 
 from __future__ import annotations
 
 import json
 
 
-def test_tune_finds_the_knee_at_the_cpus(run_container, demo_image):
+def test_tune_measures_the_speedup_and_recommends_by_its_rule(run_container, demo_image):
+    """Each sample costs a sleep (I/O-bound loading), so the speedup of more workers does not depend on how fast
+    or how loaded the machine is; what is asserted is the rule, applied to what was measured."""
     result = run_container(
         demo_image,
         ["shmguard", "tune", "--json", "--dataset", "train:make_dataset", "--batch-size", "16",
-         "--workers", "0,1,2,4,8", "--batches", "40"],
+         "--workers", "0,1,2,4", "--batches", "20"],
         working_dir="/app", shm_size="2g", nano_cpus=2 * 10**9,
-        environment={"SHMGUARD_DEMO_SAMPLE_WORK": "0.004", "SHMGUARD_STEPS": "80"})
+        environment={"SHMGUARD_DEMO_SAMPLE_SLEEP": "0.01", "SHMGUARD_STEPS": "80"})
     assert result.exit_code == 0, result.logs[-3000:]
     # The logs interleave stderr (progress) with stdout (the JSON): decode the object, ignore what follows it.
     data, _ = json.JSONDecoder().raw_decode(result.logs[result.logs.index("{\n"):])
     rate = {s["workers"]: s["batches_per_second"] for s in data["steps"]}
-    assert rate[2] >= 1.5 * rate[1], rate  # the knee is at the CPUs: a second worker nearly doubles a CPU-bound pipeline...
-    assert rate[8] <= 1.15 * rate[2], rate  # ...and workers beyond the CPUs barely help
-    # The recommendation: never below the CPUs, and the rule (smallest within 5% of the best) applied to what was measured.
-    # Which side of 5% the flat part of the curve falls on is noise: under a CFS quota of 2 CPUs, 8 workers keep it
-    # busier than 2 and once measured 9% ahead of them (CI), so 2, 4 and 8 can all be right.
+    assert rate[2] >= 1.5 * rate[1], rate  # two workers sleep in parallel: nearly twice the batches
+    # The recommendation: the rule (smallest within 5% of the best) applied to what was measured.
     recommended = data["recommended"]["workers"]
     best = max(rate.values())
     assert recommended >= 2, rate
