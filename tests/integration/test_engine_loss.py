@@ -34,6 +34,11 @@ JOB = ["python3", "-c", "import sys, time\n"
        "    print(i, flush=True); print('err', i, file=sys.stderr, flush=True); time.sleep(0.2)"]
 
 
+def host_links() -> set[str]:
+    """The machine's network interfaces, less the veth ends of containers, which come and go with them."""
+    return {name for name in os.listdir("/sys/class/net") if not name.startswith("veth")}
+
+
 @pytest.fixture(scope="module")
 def engine(docker_client):
     if os.geteuid() != 0 or not (shutil.which("containerd") and shutil.which("dockerd")):
@@ -42,7 +47,7 @@ def engine(docker_client):
         docker_client.images.get(IMAGE)
     except Exception:
         unavailable(f"image {IMAGE} is missing: build it with docker/build.sh")
-    links = set(os.listdir("/sys/class/net"))
+    links = host_links()
     engine = ThrowawayEngine()
     try:
         engine.start_containerd()
@@ -54,7 +59,7 @@ def engine(docker_client):
     yield engine
     engine.close()
     # It must not have touched the machine's network (a dockerd with --bridge none deletes docker0).
-    assert links <= set(os.listdir("/sys/class/net")), "the throwaway engine removed a host network interface"
+    assert links <= host_links(), "the throwaway engine removed a host network interface"
 
 
 @pytest.fixture
