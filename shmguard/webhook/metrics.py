@@ -1,0 +1,43 @@
+"""The webhook's Prometheus metrics, in a registry of its own (one per server: tests run several).
+
+- shmguard_webhook_reviews_total{action}: AdmissionReviews answered;
+- shmguard_webhook_decisions_total{action,decision}: patched, fits, no-job, skipped, ignored, allowed, denied,
+  warned, error (see shmguard.webhook.review);
+- shmguard_webhook_review_duration_seconds{action}: from the body read to the answer written;
+- shmguard_webhook_bad_requests_total{code}: HTTP requests that were not an AdmissionReview (400, 404, 411, 413, 415…);
+- shmguard_webhook_tls_reloads_total{result}: certificate reloads (ok, failed);
+- shmguard_webhook_connections: open connections.
+"""
+
+from __future__ import annotations
+
+# Review latencies are sub-millisecond to tens of ms; the apiserver's timeout is seconds.
+BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class Metrics:
+    """The counters, histogram and gauge of one server, and their text exposition."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.reviews = Counter("shmguard_webhook_reviews", "AdmissionReviews answered", ["action"], registry=self.registry)
+        self.decisions = Counter("shmguard_webhook_decisions", "Decisions by action and kind", ["action", "decision"],
+                                 registry=self.registry)
+        self.latency = Histogram("shmguard_webhook_review_duration_seconds", "Time to answer one AdmissionReview",
+                                 ["action"], buckets=BUCKETS, registry=self.registry)
+        self.bad_requests = Counter("shmguard_webhook_bad_requests", "HTTP requests that were not an AdmissionReview",
+                                    ["code"], registry=self.registry)
+        self.tls_reloads = Counter("shmguard_webhook_tls_reloads", "Certificate reloads", ["result"], registry=self.registry)
+        self.connections = Gauge("shmguard_webhook_connections", "Open connections", registry=self.registry)
+
+    def observe(self, action: str, decision: str, seconds: float) -> None:
+        self.reviews.labels(action).inc()
+        self.decisions.labels(action, decision).inc()
+        self.latency.labels(action).observe(seconds)
+
+    def exposition(self) -> tuple[bytes, str]:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,353 @@
+"""`shmguard webhook serve`: the HTTPS adapter around shmguard.webhook.review.
+
+Standard library server (ThreadingHTTPServer + ssl), one thread per connection,
+HTTP/1.1 keep-alive as the apiserver uses it.
+
+- POST /mutate, /validate: an AdmissionReview in, an AdmissionReview out (HTTP 200).
+  What is not one gets the HTTP status the API conventions call for: 400 (not JSON,
+  not an AdmissionReview admission.k8s.io/v1, no request.uid), 404, 405, 411 (no
+  Content-Length), 413 (a body over --max-body), 415 (not application/json); the
+  apiserver then applies the webhook's failurePolicy.
+- GET /healthz (the process answers), /readyz (503 once shutting down), /metrics (Prometheus).
+- Slow clients: every socket operation (TLS handshake, each read, each write) times
+  out after --timeout seconds and the connection is closed; at most
+  --max-connections are served at once, the rest wait in the listen backlog.
+- One JSON log line per review (uid, action, decision, pod, latency) on stderr.
+- SIGTERM/SIGINT: /readyz turns 503, new connections are still served for
+  --drain-seconds (so endpoints can drop the pod), then the listener closes,
+  idle keep-alive connections are closed and in-flight reviews finish.
+- Certificates: the cert and key files are stat'ed at each new connection; when
+  either changed (a renewed Secret or cert-manager rotation) they are loaded again,
+  without a restart. A pair that does not load (half written) is logged and the
+  previous one kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import ssl
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable, TextIO
+from urllib.parse import urlsplit
+
+from shmguard.webhook.metrics import Metrics
+from shmguard.webhook.review import BadReview, Config, decide, error_outcome, parse_review
+
+MAX_BODY = 3 * 1024 * 1024  # etcd's request limit is 1.5 MiB per object; a review carries object and oldObject
+TIMEOUT = 10.0
+MAX_CONNECTIONS = 128
+
+
+class JsonLog:
+    """One JSON object per line, written whole under a lock (threads share the stream)."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stderr
+        self.lock = threading.Lock()
+
+    def __call__(self, event: str, level: str = "info", **fields) -> None:
+        record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + f".{int(time.time() * 1000) % 1000:03d}Z",
+                  "level": level, "event": event, **fields}
+        line = json.dumps(record, separators=(",", ":"), default=str) + "\n"
+        with self.lock:
+            try:
+                self.stream.write(line)
+                self.stream.flush()
+            except (OSError, ValueError):
+                pass  # a closed stderr must not take the server down
+
+
+class CertStore:
+    """The TLS context for new connections, reloaded when the cert or key file changes."""
+
+    def __init__(self, cert: str, key: str, log: JsonLog, metrics: Metrics) -> None:
+        self.cert, self.key, self.log, self.metrics = cert, key, log, metrics
+        self.lock = threading.Lock()
+        self.signature = self._signature()
+        self.failed: tuple | None = None
+        self.context = self._load()  # the first load must work: a bad pair at start is an error
+
+    def _signature(self) -> tuple:
+        out = []
+        for path in (self.cert, self.key):
+            try:
+                st = os.stat(path)
+                out.append((st.st_ino, st.st_mtime_ns, st.st_size))
+            except OSError:
+                out.append(None)
+        return tuple(out)
+
+    def _load(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(self.cert, self.key)
+        return context
+
+    def current(self) -> ssl.SSLContext:
+        signature = self._signature()
+        if signature == self.signature or signature == self.failed:
+            return self.context
+        with self.lock:
+            if signature != self.signature and signature != self.failed:
+                try:
+                    self.context = self._load()
+                except (OSError, ssl.SSLError, ValueError) as exc:
+                    self.failed = signature
+                    self.metrics.tls_reloads.labels("failed").inc()
+                    self.log("tls-reload", level="error", error=str(exc), note="keeping the previous certificate")
+                else:
+                    self.signature, self.failed = signature, None
+                    self.metrics.tls_reloads.labels("ok").inc()
+                    self.log("tls-reload", cert=self.cert)
+        return self.context
+
+
+class WebhookServer(ThreadingHTTPServer):
+    daemon_threads = False  # server_close() waits for in-flight reviews
+    request_queue_size = 256
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], config: Config, cert: str, key: str, *, log: JsonLog | None = None,
+                 max_body: int = MAX_BODY, timeout: float = TIMEOUT, max_connections: int = MAX_CONNECTIONS) -> None:
+        self.config = config
+        self.log = log or JsonLog()
+        self.metrics = Metrics()
+        self.certs = CertStore(cert, key, self.log, self.metrics)
+        self.max_body = max_body
+        self.io_timeout = timeout
+        self.slots = threading.BoundedSemaphore(max_connections)
+        self.ready = True
+        self.stopping = False
+        self.idle: dict[int, socket.socket] = {}  # connections waiting for their next request
+        self.idle_lock = threading.Lock()
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, Handler)
+
+    def get_request(self):
+        sock, addr = self.socket.accept()
+        try:
+            tls = self.certs.current().wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        except (OSError, ValueError):
+            sock.close()
+            raise
+        return tls, addr
+
+    def process_request(self, request, client_address) -> None:
+        # At the cap, the accept loop waits for a slot; new connections queue in the listen backlog.
+        while not self.slots.acquire(timeout=0.5):
+            if self.stopping:
+                self.shutdown_request(request)
+                return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        self.metrics.connections.inc()
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.metrics.connections.dec()
+            self.slots.release()
+
+    def handle_error(self, request, client_address) -> None:
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, socket.timeout, ssl.SSLError, TimeoutError)):
+            return  # a client that went away, stalled or spoke no TLS: its connection is closed, nothing else
+        self.log("connection-error", level="error", client=client_address[0], error=f"{type(exc).__name__}: {exc}")
+
+    def set_idle(self, sock: socket.socket, idle: bool) -> bool:
+        """Mark a connection idle (between requests) or busy; False when it should close (shutting down)."""
+        with self.idle_lock:
+            if idle:
+                if self.stopping:
+                    return False
+                self.idle[id(sock)] = sock
+            else:
+                self.idle.pop(id(sock), None)
+        return True
+
+    def begin_shutdown(self, drain_seconds: float = 0.0) -> threading.Thread:
+        """Not ready at once; after drain_seconds stop accepting and close idle connections (in a thread)."""
+        self.ready = False
+        self.log("shutdown", drain_seconds=drain_seconds)
+
+        def stop() -> None:
+            time.sleep(drain_seconds)
+            self.stopping = True
+            self.shutdown()  # returns when serve_forever has left its loop
+            with self.idle_lock:
+                for sock in list(self.idle.values()):
+                    try:  # the plain socket's shutdown: its reader thread sees EOF and ends
+                        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                self.idle.clear()
+
+        thread = threading.Thread(target=stop, name="shmguard-webhook-shutdown", daemon=True)
+        thread.start()
+        return thread
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "shmguard-webhook"
+    sys_version = ""
+    server: WebhookServer
+
+    def setup(self) -> None:
+        self.request.settimeout(self.server.io_timeout)
+        self.request.do_handshake()
+        super().setup()
+
+    def handle(self) -> None:
+        self.close_connection = True
+        self.handle_one_request()
+        while not self.close_connection:
+            if not self.server.set_idle(self.request, True):
+                break
+            self.handle_one_request()
+
+    def parse_request(self) -> bool:
+        self.server.set_idle(self.request, False)
+        return super().parse_request()
+
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 - the stdlib's name
+        pass  # one JSON line per review instead (JsonLog)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        # The stdlib's own errors (bad request line, headers too long): plain, counted, connection closed.
+        self.server.metrics.bad_requests.labels(str(code)).inc()
+        self._send(code, (message or self.responses.get(code, ("",))[0]).encode() + b"\n", "text/plain; charset=utf-8",
+                   close=True)
+
+    def _send(self, code: int, body: bytes, content_type: str, close: bool = False) -> None:
+        if close or self.server.stopping:
+            self.close_connection = True
+        self.send_response_only(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _reject(self, code: int, message: str, close: bool = False) -> None:
+        self.server.metrics.bad_requests.labels(str(code)).inc()
+        body = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
+                           "message": message}).encode() + b"\n"
+        self._send(code, body, "application/json", close=close)
+
+    def do_GET(self) -> None:
+        path = urlsplit(self.path).path
+        if path == "/healthz":
+            self._send(200, b"ok\n", "text/plain; charset=utf-8")
+        elif path == "/readyz":
+            if self.server.ready:
+                self._send(200, b"ok\n", "text/plain; charset=utf-8")
+            else:
+                self._send(503, b"shutting down\n", "text/plain; charset=utf-8")
+        elif path == "/metrics":
+            body, content_type = self.server.metrics.exposition()
+            self._send(200, body, content_type)
+        elif path in ("/mutate", "/validate"):
+            self._reject(405, f"{path} takes POST")
+        else:
+            self._reject(404, f"no such path: {path}")
+
+    do_HEAD = do_GET
+
+    def do_POST(self) -> None:
+        started = time.perf_counter()
+        path = urlsplit(self.path).path  # the apiserver appends ?timeout=10s
+        if path not in ("/mutate", "/validate"):
+            self._reject(404 if path not in ("/healthz", "/readyz", "/metrics") else 405, f"no AdmissionReview endpoint at {path}",
+                         close=True)
+            return
+        if self.headers.get("Transfer-Encoding"):
+            self._reject(411, "send the body with a Content-Length", close=True)
+            return
+        length_text = self.headers.get("Content-Length")
+        if length_text is None:
+            self._reject(411, "Content-Length is required", close=True)
+            return
+        try:
+            length = int(length_text)
+            if length < 0:
+                raise ValueError
+        except ValueError:
+            self._reject(400, f"bad Content-Length {length_text!r}", close=True)
+            return
+        if length > self.server.max_body:
+            # Not read: the connection is closed instead, so a 10 MB body costs nothing.
+            self._reject(413, f"the body is {length} bytes; at most {self.server.max_body} are accepted", close=True)
+            return
+        content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        if content_type != "application/json":
+            self._reject(415, f"Content-Type must be application/json, not {content_type or 'missing'!r}", close=True)
+            return
+        body = self.rfile.read(length)
+        if len(body) < length:
+            self.close_connection = True
+            return  # the client went away mid-body
+        action = path[1:]
+        try:
+            admission_review = parse_review(body)
+        except BadReview as exc:
+            self._reject(400, str(exc))
+            return
+        config = self.server.config
+        try:
+            outcome = decide(admission_review, config, action)
+        except Exception as exc:  # a bug in shmguard: answer by on_error, log it, keep serving
+            outcome = error_outcome(admission_review["request"]["uid"], f"internal error: {type(exc).__name__}: {exc}",
+                                    config)
+            self.server.log("review-bug", level="error", uid=outcome.uid, error=f"{type(exc).__name__}: {exc}")
+        data = json.dumps(outcome.response, separators=(",", ":")).encode()
+        self._send(200, data, "application/json")
+        seconds = time.perf_counter() - started
+        self.server.metrics.observe(action, outcome.decision, seconds)
+        request = admission_review["request"]
+        pod = request.get("object") if isinstance(request.get("object"), dict) else {}
+        metadata = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+        self.server.log("review", uid=outcome.uid, action=action, decision=outcome.decision,
+                        allowed=outcome.response["response"]["allowed"], operation=request.get("operation"),
+                        namespace=request.get("namespace"), name=metadata.get("name") or metadata.get("generateName"),
+                        details=outcome.details, duration_ms=round(seconds * 1000, 3))
+
+
+def serve(config: Config, port: int, cert: str, key: str, host: str = "0.0.0.0", *, max_body: int = MAX_BODY,
+          timeout: float = TIMEOUT, max_connections: int = MAX_CONNECTIONS, drain_seconds: float = 0.0,
+          log: JsonLog | None = None, on_ready: Callable[[WebhookServer], None] | None = None) -> int:
+    """Serve until SIGTERM or SIGINT; 0 after a graceful stop."""
+    server = WebhookServer((host, port), config, cert, key, log=log, max_body=max_body, timeout=timeout,
+                           max_connections=max_connections)
+    stopper: list[threading.Thread] = []
+
+    def on_signal(signum, _frame) -> None:
+        if not stopper:
+            stopper.append(server.begin_shutdown(drain_seconds))
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    bound = server.server_address
+    server.log("listening", host=bound[0], port=bound[1], mode=config.mode, on_error=config.on_error,
+               max_body=max_body, timeout=timeout, max_connections=max_connections)
+    if on_ready:
+        on_ready(server)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        server.server_close()  # joins the connection threads: in-flight reviews finish
+    server.log("stopped")
+    return 0
