@@ -42,6 +42,8 @@ from shmguard.webhook.review import BadReview, Config, decide, error_outcome, pa
 MAX_BODY = 3 * 1024 * 1024  # etcd's request limit is 1.5 MiB per object; a review carries object and oldObject
 TIMEOUT = 10.0
 MAX_CONNECTIONS = 128
+DRAIN_BYTES = 16 * 1024 * 1024  # of a refused body, read and dropped so the client can read the 413
+DRAIN_SECONDS = 2.0
 
 
 class JsonLog:
@@ -248,6 +250,19 @@ class Handler(BaseHTTPRequestHandler):
                            "message": message}).encode() + b"\n"
         self._send(code, body, "application/json", close=close)
 
+    def _drain(self, length: int) -> None:
+        deadline = time.monotonic() + DRAIN_SECONDS
+        try:
+            self.wfile.flush()
+            self.request.settimeout(min(self.server.io_timeout, DRAIN_SECONDS))
+            while length > 0 and time.monotonic() < deadline:
+                chunk = self.rfile.read1(min(length, 65536))
+                if not chunk:
+                    break
+                length -= len(chunk)
+        except (OSError, ValueError):
+            pass
+
     def do_GET(self) -> None:
         path = urlsplit(self.path).path
         if path == "/healthz":
@@ -289,8 +304,10 @@ class Handler(BaseHTTPRequestHandler):
             self._reject(400, f"bad Content-Length {length_text!r}", close=True)
             return
         if length > self.server.max_body:
-            # Not read: the connection is closed instead, so a 10 MB body costs nothing.
+            # Answered from the headers; the body is never kept. Up to DRAIN_BYTES of it are read and dropped
+            # (for at most DRAIN_SECONDS) so that a client still sending can read the answer; then the connection closes.
             self._reject(413, f"the body is {length} bytes; at most {self.server.max_body} are accepted", close=True)
+            self._drain(min(length, DRAIN_BYTES))
             return
         content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
         if content_type != "application/json":
