@@ -9,7 +9,7 @@ annotations and the SHMGUARD_* env of its main container
 
 from __future__ import annotations
 
-import copy
+import json
 
 from shmguard.manifests.annotations import CONTAINER, resolve_job, skipped
 from shmguard.manifests.podspec import patch_documents
@@ -43,6 +43,22 @@ def job_of_pod(pod: dict, defaults: dict):
     return resolve_job(defaults, main_container(pod), annotations)
 
 
+def json_copy(value):
+    """A deep copy of JSON data (dicts, lists, scalars): a JSON round trip, many times faster than copy.deepcopy."""
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError):  # not JSON (a YAML date, a float NaN): copy it node by node
+        return _copy(value)
+
+
+def _copy(value):
+    if isinstance(value, dict):
+        return {key: _copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_copy(item) for item in value]
+    return value
+
+
 def size_pod(pod: dict, defaults: dict) -> tuple[dict, list[str]]:
     """A copy of the Pod sized for its job, and what changed in words (none: no job, or it already fits).
 
@@ -52,6 +68,6 @@ def size_pod(pod: dict, defaults: dict) -> tuple[dict, list[str]]:
     job = job_of_pod(pod, defaults)
     if job is None:
         return pod, []
-    sized = copy.deepcopy(pod)
+    sized = json_copy(pod)
     changes = patch_documents([sized], job)
     return sized, changes

@@ -34,6 +34,7 @@ from shmguard.probe.cgroup import MemoryInfo
 from shmguard.probe.shm import DOCKER_DEFAULT_SHM, ShmInfo
 from shmguard.record import Record
 from shmguard.units import parse_quantity
+from shmguard.webhook.jsondiff import make_patch
 from shmguard.webhook.mutation import job_of_pod, main_container, size_pod
 
 API_VERSION = "admission.k8s.io/v1"
@@ -123,9 +124,7 @@ def _mutate(uid: str, pod: dict, config: Config) -> Outcome:
     sized, changes = size_pod(pod, config.defaults)
     if not changes:
         return _allow(uid, FITS, [])
-    import jsonpatch  # the webhook extra; imported where it is needed
-
-    operations = jsonpatch.make_patch(pod, sized).patch
+    operations = make_patch(pod, sized)
     patch = base64.b64encode(json.dumps(operations, separators=(",", ":")).encode()).decode("ascii")
     response = {"uid": uid, "allowed": True, "patchType": "JSONPatch", "patch": patch}
     return Outcome(response=_wrap(response), decision=PATCHED, uid=uid, details=changes)
