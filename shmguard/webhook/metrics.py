@@ -3,7 +3,7 @@
 - shmguard_webhook_reviews_total{action}: AdmissionReviews answered;
 - shmguard_webhook_decisions_total{action,decision}: patched, fits, no-job, skipped, ignored, allowed, denied,
   warned, error (see shmguard.webhook.review);
-- shmguard_webhook_review_duration_seconds{action}: from the body read to the answer written;
+- shmguard_webhook_review_duration_seconds{action}: from the headers read to the answer ready to send;
 - shmguard_webhook_bad_requests_total{code}: HTTP requests that were not an AdmissionReview (400, 404, 411, 413, 415…);
 - shmguard_webhook_tls_reloads_total{result}: certificate reloads (ok, failed);
 - shmguard_webhook_connections: open connections.
