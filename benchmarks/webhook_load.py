@@ -129,8 +129,10 @@ def main() -> int:
     proc, port = start_server(certs)
     try:
         cpu_before = process_cpu(proc.pid)
+        client_before = process_cpu(os.getpid())
         latencies, errors, wall = asyncio.run(load(port, f"{certs}/ca.crt", bodies, args.reviews, args.concurrency))
         server_cpu = process_cpu(proc.pid) - cpu_before
+        client_cpu = process_cpu(os.getpid()) - client_before
         histogram = server_histogram(port, f"{certs}/ca.crt")
     finally:
         proc.terminate()
@@ -145,6 +147,7 @@ def main() -> int:
                       "p99": round(percentile(ms, 99), 2), "max": round(max(ms), 2)} if ms else {},
         "server_within": {le: int(n) for le, n in histogram.items() if le in ("0.005", "0.01", "0.025", "0.05", "+Inf")},
         "server_cpu_ms_per_review": round(server_cpu * 1000 / max(total, 1), 3),
+        "client_cpu_ms_per_review": round(client_cpu * 1000 / max(total, 1), 3),
         "cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0],
     }
     if args.json:
@@ -155,7 +158,8 @@ def main() -> int:
               f"client latency p50 {c.get('p50')} ms, p95 {c.get('p95')} ms, p99 {c.get('p99')} ms, max {c.get('max')} ms")
         print(f"server: answered within 5/10/25/50 ms: "
               + "/".join(str(result["server_within"].get(k)) for k in ("0.005", "0.01", "0.025", "0.05"))
-              + f" of {result['server_within'].get('+Inf')}; server CPU {result['server_cpu_ms_per_review']} ms per review; "
+              + f" of {result['server_within'].get('+Inf')}; server CPU {result['server_cpu_ms_per_review']} ms per review "
+              f"(client {result['client_cpu_ms_per_review']}); "
               f"load average {result['load_average_1m']:.1f} on {result['cpus']} CPUs")
     return 0 if not errors and ms and percentile(ms, 99) < args.p99_ms else 1
 
