@@ -103,3 +103,23 @@ def test_a_missing_or_bad_ca_is_one_line_exit_2(tmp_path, capsys, setup, words):
     assert main(["render", "webhook", "--certs-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--default", "workers"], "--default 'workers'"),
+    (["--default", "colour=blue"], "NAME one of workers"),
+    (["--max-body", "lots"], "--max-body"),
+])
+def test_serve_refuses_bad_options_in_one_line_before_listening(tmp_path, capsys, args, words):
+    code = main(["webhook", "serve", "--port", "0", "--tls-cert", str(tmp_path / "c"), "--tls-key", str(tmp_path / "k"), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and words in err and "Traceback" not in err
+
+
+def test_serve_with_a_key_that_does_not_match_is_one_line(tmp_path, capsys):
+    write_certs(str(tmp_path / "a"), "s", "n")
+    write_certs(str(tmp_path / "b"), "s", "n")
+    code = main(["webhook", "serve", "--port", "0", "--tls-cert", str(tmp_path / "a" / "tls.crt"),
+                 "--tls-key", str(tmp_path / "b" / "tls.key")])
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot serve" in err and "Traceback" not in err
