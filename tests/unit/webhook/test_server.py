@@ -201,3 +201,41 @@ def test_shutdown_stops_readiness_then_the_listener_and_closes_idle_connections(
         s.request("GET", "/healthz", conn=conn)
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", s.port), timeout=2)
+
+
+def exchange(server, raw: bytes) -> bytes:
+    sock = raw_tls(server)
+    sock.sendall(raw)
+    return read_all(sock)
+
+
+REVIEW = json.dumps(load("pod-no-job")).encode()
+
+
+@pytest.mark.parametrize("raw, status", [
+    (b"GARBAGE\r\n\r\n", b"400"),
+    (b"GET /healthz HTTP/2.0\r\n\r\n", b"505"),
+    (b"GET /healthz HTTP/1.1\r\n" + b"".join(b"X-%d: y\r\n" % i for i in range(101)) + b"\r\n", b"431"),
+    (b"GET /healthz HTTP/1.1\r\nX-Long: " + b"a" * 70000 + b"\r\n\r\n", b"431"),
+    (b"GET /healthz HTTP/1.1\r\nno colon here\r\n\r\n", b"400"),
+    (b"POST /mutate HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: 2\r\nContent-Length: 5\r\n\r\n{}", b"400"),
+])
+def test_bad_request_lines_and_headers_get_an_http_error_and_a_closed_connection(server, raw, status):
+    reply = exchange(server, raw)
+    assert reply.startswith(b"HTTP/1.1 " + status), reply[:100]
+    assert b"Connection: close" in reply
+    assert server.request("GET", "/healthz")[0] == 200
+
+
+def test_header_names_are_case_insensitive_and_expect_100_continue_is_answered(server):
+    raw = (b"POST /mutate HTTP/1.1\r\ncontent-type: Application/JSON; charset=utf-8\r\nEXPECT: 100-continue\r\n"
+           b"content-LENGTH: %d\r\nConnection: close\r\n\r\n" % len(REVIEW)) + REVIEW
+    reply = exchange(server, raw)
+    assert reply.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK")
+    assert b'"allowed":true' in reply
+
+
+def test_http_1_0_gets_its_answer_and_the_connection_closed(server):
+    raw = b"POST /validate HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(REVIEW) + REVIEW
+    reply = exchange(server, raw)  # read_all returns only when the server closes
+    assert reply.startswith(b"HTTP/1.1 200 OK") and b"Connection: close" in reply
