@@ -179,7 +179,17 @@ def test_process_survives_fuzzed_bodies(server, body, path):
         assert isinstance(answer["response"]["allowed"], bool)
 
 
-def test_process_still_answers_after_the_fuzzing_and_logs_one_line_per_review(certs):
+def test_process_still_answers_after_the_fuzzing(server):
+    """Runs after test_process_survives_fuzzed_bodies, on the same process."""
+    assert server.proc.poll() is None
+    assert server.session.get(server.url + "/healthz", timeout=10).text == "ok\n"
+    ar = load("pod-annotations")
+    check_sized(ar, server.post("/mutate", ar).json())
+    metrics = server.session.get(server.url + "/metrics", timeout=10).text
+    assert 'shmguard_webhook_bad_requests_total{code="400"}' in metrics  # the fuzzing was answered, and counted
+
+
+def test_process_logs_one_json_line_per_review_with_its_uid(certs):
     running = Running(certs)
     ar = load("pod-annotations")
     for i in range(3):
@@ -201,7 +211,9 @@ def test_process_stops_gracefully_on_sigterm_finishing_what_it_was_asked(certs):
     assert running.post("/mutate", load("pod-annotations")).status_code == 200
     code, lines = running.stop()
     assert code == 0
-    assert [line["event"] for line in lines][-2:] == ["shutdown", "stopped"] or "shutdown" in [line["event"] for line in lines]
+    events = [line["event"] for line in lines]
+    assert events[-1] == "stopped"
+    assert "review" in events[events.index("shutdown"):]  # the review sent while draining was answered
 
 
 def test_process_refuses_a_missing_certificate_in_one_line(tmp_path):
