@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from shmguard import sizing
 from shmguard.units import parse_quantity
+from shmguard.webhook.deploy import render_webhook
 from shmguard.webhook.mutation import job_of_pod
 from tests.integration.conftest import SESSION, TEST_LABEL, unavailable
 from tests.unit.webhook.helpers import DATA, for_validation, load, patched_pod, with_pod
@@ -236,14 +237,21 @@ def webhook_image(docker_client):
     return WEBHOOK_IMAGE
 
 
-def test_image_serves_reviews_non_root_on_a_read_only_root_and_stops_on_sigterm(docker_client, webhook_image, certs, tmp_path):
+def test_image_runs_as_rendered_serves_reviews_and_stops_on_sigterm(docker_client, webhook_image, certs, tmp_path):
     tls = tmp_path / "tls"
     tls.mkdir()
     for name in ("tls.crt", "tls.key"):
         shutil.copy(certs / name, tls / name)
         os.chmod(tls / name, 0o644)  # as a Secret volume mounts it (defaultMode 0644), readable by uid 65532
+    # As the rendered Deployment runs it: its command, its user, its read-only root, /tls from the Secret.
+    (deployment,) = [d for d in render_webhook(ca_bundle=b"x", image=webhook_image) if d["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    (spec,) = pod["containers"]
+    assert spec["securityContext"]["readOnlyRootFilesystem"] is True
     container = docker_client.containers.create(
-        webhook_image, labels={TEST_LABEL: SESSION}, read_only=True, cap_drop=["ALL"],
+        webhook_image, entrypoint=spec["command"], command=[],
+        user=f"{pod['securityContext']['runAsUser']}:{pod['securityContext']['runAsGroup']}",
+        labels={TEST_LABEL: SESSION}, read_only=True, cap_drop=["ALL"],
         security_opt=["no-new-privileges"], volumes={str(tls): {"bind": "/tls", "mode": "ro"}},
         ports={"8443/tcp": ("127.0.0.1", None)})
     try:
