@@ -204,7 +204,7 @@ def test_process_logs_one_json_line_per_review_with_its_uid(certs):
 
 
 def test_process_stops_gracefully_on_sigterm_finishing_what_it_was_asked(certs):
-    running = Running(certs, "--drain-seconds", "1")
+    running = Running(certs, "--drain-seconds", "5")  # ample time for the two requests below
     assert running.session.get(running.url + "/readyz", timeout=10).status_code == 200
     running.proc.send_signal(signal.SIGTERM)
     # While draining: still served, but not ready.
