@@ -220,6 +220,10 @@ class Handler(BaseHTTPRequestHandler):
         self.request.do_handshake()
         super().setup()
 
+    def finish(self) -> None:
+        self.server.set_idle(self.request, False)  # a connection that ends while idle leaves the idle set
+        super().finish()
+
     def handle(self) -> None:
         self.close_connection = True
         self.handle_one_request()

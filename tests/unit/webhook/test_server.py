@@ -239,3 +239,14 @@ def test_http_1_0_gets_its_answer_and_the_connection_closed(server):
     raw = b"POST /validate HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(REVIEW) + REVIEW
     reply = exchange(server, raw)  # read_all returns only when the server closes
     assert reply.startswith(b"HTTP/1.1 200 OK") and b"Connection: close" in reply
+
+
+def test_connections_that_end_leave_no_trace(server):
+    for _ in range(3):
+        conn = server.connect()
+        assert server.request("GET", "/healthz", conn=conn)[0] == 200
+        conn.close()
+    deadline = time.monotonic() + 30
+    while server.server.idle and time.monotonic() < deadline:
+        time.sleep(0.05)  # the handler threads see the close and end
+    assert server.server.idle == {}
