@@ -27,7 +27,6 @@ import ssl
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -44,12 +43,21 @@ def start_server(certs: str) -> tuple[subprocess.Popen, int]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     subprocess.run([sys.executable, "-m", "shmguard", "webhook", "certs", certs, "--san", "localhost"], env=env,
                    check=True, capture_output=True, timeout=60)
+    # The log goes to a file (the benchmark reads only its first line): a pipe would need a reader in this process.
+    log = open(f"{certs}/server.log", "w+")
     proc = subprocess.Popen([sys.executable, "-m", "shmguard", "webhook", "serve", "--host", "127.0.0.1", "--port", "0",
                              "--tls-cert", f"{certs}/tls.crt", "--tls-key", f"{certs}/tls.key"],
-                            env=env, stderr=subprocess.PIPE, text=True)
-    first = json.loads(proc.stderr.readline())
-    # The per-review log lines go on being read (and dropped) so the pipe never fills.
-    threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
+                            env=env, stderr=log)
+    deadline = time.monotonic() + 60
+    while True:
+        log.seek(0)
+        line = log.readline()
+        if line.endswith("\n"):
+            first = json.loads(line)
+            break
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"the server did not start: {log.read()}")
+        time.sleep(0.05)
     return proc, first["port"]
 
 

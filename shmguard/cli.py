@@ -311,8 +311,10 @@ def webhook() -> None:
               help="Connections served at once; more wait in the listen backlog.")
 @click.option("--drain-seconds", "drain_seconds", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="On SIGTERM, keep serving this long with /readyz failing before closing the listener.")
+@click.option("--processes", type=click.IntRange(min=1, max=64), default=1, show_default=True,
+              help="Processes accepting on the port (more than one uses more cores; needs a writable TMPDIR for metrics).")
 def webhook_serve(port, host, tls_cert, tls_key, mode, on_error, defaults, max_body, timeout, max_connections,
-                  drain_seconds) -> int:
+                  drain_seconds, processes) -> int:
     """Serve the admission webhook over HTTPS: POST /mutate, POST /validate, GET /healthz, /readyz, /metrics."""
     import ssl
 
@@ -320,11 +322,11 @@ def webhook_serve(port, host, tls_cert, tls_key, mode, on_error, defaults, max_b
     from shmguard.job import ENV_VARS
     from shmguard.units import parse_size
 
-    try:
-        import jsonpatch  # noqa: F401
-        import prometheus_client  # noqa: F401
-    except ImportError as exc:
-        raise UsageError(f"`webhook serve` needs the webhook extra ({exc.name} is missing): pip install 'shmguard[webhook]'") from None
+    import importlib.util
+
+    for module in ("jsonpatch", "prometheus_client"):  # found, not imported: --processes sets prometheus_client up first
+        if importlib.util.find_spec(module) is None:
+            raise UsageError(f"`webhook serve` needs the webhook extra ({module} is missing): pip install 'shmguard[webhook]'")
     from shmguard.webhook.review import Config
     from shmguard.webhook.server import serve
 
@@ -341,7 +343,8 @@ def webhook_serve(port, host, tls_cert, tls_key, mode, on_error, defaults, max_b
         raise UsageError(f"--max-body: {exc}") from None
     try:
         return serve(Config(defaults=values, mode=mode, on_error=on_error), port, tls_cert, tls_key, host,
-                     max_body=body_limit, timeout=timeout, max_connections=max_connections, drain_seconds=drain_seconds)
+                     max_body=body_limit, timeout=timeout, max_connections=max_connections, drain_seconds=drain_seconds,
+                     processes=processes)
     except (OSError, ssl.SSLError) as exc:
         raise UsageError(f"cannot serve on {host}:{port} with {tls_cert} and {tls_key}: {exc}") from None
 

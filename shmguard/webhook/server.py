@@ -56,8 +56,9 @@ class JsonLog:
         self.lock = threading.Lock()
 
     def __call__(self, event: str, level: str = "info", **fields) -> None:
-        record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + f".{int(time.time() * 1000) % 1000:03d}Z",
-                  "level": level, "event": event, **fields}
+        now = time.time()
+        record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z",
+                  "level": level, "event": event, "pid": os.getpid(), **fields}
         line = json.dumps(record, separators=(",", ":"), default=str) + "\n"
         with self.lock:
             try:
@@ -125,10 +126,11 @@ class WebhookServer(ThreadingHTTPServer):
     allow_reuse_address = True
 
     def __init__(self, address: tuple[str, int], config: Config, cert: str, key: str, *, log: JsonLog | None = None,
-                 max_body: int = MAX_BODY, timeout: float = TIMEOUT, max_connections: int = MAX_CONNECTIONS) -> None:
+                 max_body: int = MAX_BODY, timeout: float = TIMEOUT, max_connections: int = MAX_CONNECTIONS,
+                 metrics_dir: str | None = None) -> None:
         self.config = config
         self.log = log or JsonLog()
-        self.metrics = Metrics()
+        self.metrics = Metrics(metrics_dir)
         self.certs = CertStore(cert, key, self.log, self.metrics)
         self.max_body = max_body
         self.io_timeout = timeout
@@ -396,28 +398,81 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, data, "application/json")  # after the log line: who reads the answer finds it logged
 
 
+def _stop_when_orphaned(server: WebhookServer, parent: int, stop: Callable[[], None]) -> None:
+    """In a child: stop like on SIGTERM if the parent dies without passing one on (SIGKILL, a crash)."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        server.log("orphaned", level="error", note="the parent process is gone; stopping")
+        stop()
+
+    threading.Thread(target=watch, name="shmguard-webhook-orphan-watch", daemon=True).start()
+
+
 def serve(config: Config, port: int, cert: str, key: str, host: str = "0.0.0.0", *, max_body: int = MAX_BODY,
           timeout: float = TIMEOUT, max_connections: int = MAX_CONNECTIONS, drain_seconds: float = 0.0,
-          log: JsonLog | None = None, on_ready: Callable[[WebhookServer], None] | None = None) -> int:
-    """Serve until SIGTERM or SIGINT; 0 after a graceful stop."""
+          processes: int = 1, log: JsonLog | None = None,
+          on_ready: Callable[[WebhookServer], None] | None = None) -> int:
+    """Serve until SIGTERM or SIGINT; 0 after a graceful stop.
+
+    processes > 1: the listening socket is made once and processes - 1 children are
+    forked to accept on it too (the kernel hands each connection to one of them), so
+    the reviews use more than one core despite the GIL. SIGTERM to the parent is
+    passed on to the children; the parent exits when they have. Their metrics are
+    shared through a PROMETHEUS_MULTIPROC_DIR made under TMPDIR (which must be writable).
+    """
+    metrics_dir = None
+    if processes > 1:
+        import tempfile
+
+        metrics_dir = tempfile.mkdtemp(prefix="shmguard-webhook-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir  # before prometheus_client is first imported
     server = WebhookServer((host, port), config, cert, key, log=log, max_body=max_body, timeout=timeout,
-                           max_connections=max_connections)
+                           max_connections=max_connections, metrics_dir=metrics_dir)
     stopper: list[threading.Thread] = []
+    children: list[int] | None = []
 
     def on_signal(signum, _frame) -> None:
         if not stopper:
             stopper.append(server.begin_shutdown(drain_seconds))
+            for pid in children or ():
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     bound = server.server_address
     server.log("listening", host=bound[0], port=bound[1], mode=config.mode, on_error=config.on_error,
-               max_body=max_body, timeout=timeout, max_connections=max_connections)
+               max_body=max_body, timeout=timeout, max_connections=max_connections, processes=processes)
+    for _ in range(processes - 1):
+        pid = os.fork()
+        if pid == 0:
+            children = None  # this is a child: it serves, and leaves the parent's cleanup to the parent
+            _stop_when_orphaned(server, os.getppid(), lambda: on_signal(signal.SIGTERM, None))
+            break
+        children.append(pid)
     if on_ready:
         on_ready(server)
     try:
         server.serve_forever(poll_interval=0.2)
     finally:
         server.server_close()  # joins the connection threads: in-flight reviews finish
+        if children is None:
+            os._exit(0)
+    for pid in children:
+        _, status = os.waitpid(pid, 0)
+        if metrics_dir is not None:
+            from prometheus_client import multiprocess
+
+            multiprocess.mark_process_dead(pid, metrics_dir)
+        if status != 0:
+            server.log("child-exit", level="error", pid=pid, status=status)
+    if metrics_dir is not None:
+        import shutil
+
+        shutil.rmtree(metrics_dir, ignore_errors=True)
     server.log("stopped")
     return 0

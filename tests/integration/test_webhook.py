@@ -289,3 +289,33 @@ def test_image_runs_as_rendered_serves_reviews_and_stops_on_sigterm(docker_clien
         assert lines[-1]["event"] == "stopped"
     finally:
         container.remove(force=True)
+
+
+def test_processes_share_the_port_the_metrics_and_the_shutdown(certs):
+    running = Running(certs, "--processes", "2")
+    sessions = []
+    try:
+        ar = load("pod-annotations")
+        for _ in range(20):  # one connection each: the kernel spreads them over the processes
+            session = requests.Session()
+            session.trust_env = False
+            session.verify = str(certs / "ca.crt")
+            sessions.append(session)
+            answer = session.post(running.url + "/mutate", data=json.dumps(ar), headers={"Content-Type": "application/json"},
+                                  timeout=30)
+            check_sized(ar, answer.json())
+            session.close()
+        children = subprocess.run(["ps", "-o", "pid=", "--ppid", str(running.proc.pid)], capture_output=True,
+                                  text=True).stdout.split()
+        assert len(children) == 1
+        metrics = running.session.get(running.url + "/metrics", timeout=10).text
+        assert 'shmguard_webhook_reviews_total{action="mutate"} 20.0' in metrics  # both processes counted
+    finally:
+        code, lines = running.stop()
+    assert code == 0 and lines[-1]["event"] == "stopped"
+    reviews = [line for line in lines if line["event"] == "review"]
+    assert len(reviews) == 20
+    # Both processes answered (the kernel wakes either for each connection; all 20 to one would be about 1 in 500,000),
+    # so the metrics above were summed over them.
+    assert len({r["pid"] for r in reviews}) == 2
+    assert subprocess.run(["ps", "-p", children[0]], capture_output=True).returncode != 0  # the child is gone too
