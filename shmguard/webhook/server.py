@@ -142,9 +142,13 @@ class WebhookServer(ThreadingHTTPServer):
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, Handler)
+        # Non-blocking accept: with --processes, every process is woken for a connection and all but one find
+        # nothing to accept; a blocking accept() would hold that one there, deaf to shutdown, until the next.
+        self.socket.setblocking(False)
 
     def get_request(self):
-        sock, addr = self.socket.accept()
+        sock, addr = self.socket.accept()  # BlockingIOError (an OSError) when another process took it: ignored
+        sock.setblocking(True)
         try:
             tls = self.certs.current().wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
         except (OSError, ValueError):
