@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -56,6 +57,10 @@ class Running:
         first = json.loads(self.proc.stderr.readline())
         assert first["event"] == "listening", first
         self.url = f"https://localhost:{first['port']}"
+        # The log is read as it comes: a full pipe would block the server's next log line, and its review.
+        self.log_lines = [first]
+        self.reader = threading.Thread(target=lambda: self.log_lines.extend(self.proc.stderr), daemon=True)
+        self.reader.start()
         self.session = requests.Session()
         self.session.trust_env = False  # REQUESTS_CA_BUNDLE would override verify, a proxy would intercept
         self.session.verify = str(certs / "ca.crt")
@@ -69,8 +74,10 @@ class Running:
         self.session.close()
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        _, err = self.proc.communicate(timeout=30)
-        return self.proc.returncode, [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+        self.proc.wait(timeout=30)
+        self.reader.join(30)
+        return self.proc.returncode, [line if isinstance(line, dict) else json.loads(line)
+                                      for line in self.log_lines if isinstance(line, dict) or line.startswith("{")]
 
 
 @pytest.fixture(scope="module")
