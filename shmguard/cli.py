@@ -251,7 +251,6 @@ def render_compose_command(image, name, cpus, memory, env, command, **options) -
     return 0
 
 
-
 @render.command("webhook")
 @click.option("--namespace", default="shmguard", show_default=True, help="Namespace the webhook runs in.")
 @click.option("--name", default="shmguard-webhook", show_default=True, help="Name of the Deployment, Service and configurations.")
