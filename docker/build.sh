@@ -4,12 +4,14 @@
 #   shmguard-base:bookworm  debootstrap (minbase + python3) imported with `docker import` (no registry here)
 #   shmguard-torch:2.13.0   the base plus a venv with the torch 2.13.0 CPU wheel
 #   shmguard-demo:latest    the torch image plus shmguard and docker/demo/train.py
+#   shmguard-webhook:latest the base plus a venv with shmguard[webhook] (`shmguard webhook serve`)
 #
 # Each image carries a label `org.shmguard.inputs` with a hash of what it was built from;
 # an image whose label matches is kept, so a second run costs seconds.
 # Wheels are downloaded on the host into $SHMGUARD_CACHE (default ~/.cache/shmguard) and reused.
 #
-# Usage: docker/build.sh [--force]      (--force rebuilds all three)
+# Usage: docker/build.sh [--force] [IMAGE...]   IMAGE: base, torch, demo, webhook (default: all; --force rebuilds them)
+# The demo and webhook tags can be changed with SHMGUARD_DEMO_IMAGE and SHMGUARD_WEBHOOK_IMAGE.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -20,8 +22,11 @@ packages=python3,python3-pip,python3-venv,ca-certificates,time
 base_image=shmguard-base:$suite
 torch_image=shmguard-torch:2.13.0
 demo_image=${SHMGUARD_DEMO_IMAGE:-shmguard-demo:latest}
+webhook_image=${SHMGUARD_WEBHOOK_IMAGE:-shmguard-webhook:latest}
 force=0
-[ "${1:-}" = "--force" ] && force=1
+[ "${1:-}" = "--force" ] && { force=1; shift; }
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(base torch demo webhook)
 export DOCKER_BUILDKIT=0 # the engine here has no buildx; the classic builder needs nothing else
 
 log() { echo "build: $*" >&2; }
@@ -132,6 +137,36 @@ build_demo() {
   log "built $demo_image"
 }
 
-build_base
-build_torch
-build_demo
+# shmguard with its webhook extra (jsonpatch, prometheus_client, cryptography) on the base, non-root.
+build_webhook() {
+  local inputs ctx whl
+  inputs=$( { cat "$here/webhook/Dockerfile" "$repo/pyproject.toml";
+              (cd "$repo" && find shmguard -name '*.py' -print0 | sort -z | xargs -0 cat);
+              image_inputs "$base_image"; } | hash_of)
+  if up_to_date "$webhook_image" "$inputs"; then log "$webhook_image is up to date"; return; fi
+  ctx=$(tmpdir)
+  cp "$here/webhook/Dockerfile" "$ctx/"
+  mkdir "$ctx/wheels" "$ctx/self"
+  quiet python3 -m pip wheel --no-deps --no-build-isolation -w "$ctx/self" "$repo"
+  whl=$(ls "$ctx"/self/shmguard-*.whl)
+  mkdir -p "$cache/wheels/webhook"
+  quiet python3 -m pip download --only-binary=:all: -d "$cache/wheels/webhook" "shmguard[webhook] @ file://$whl"
+  rm -f "$cache"/wheels/webhook/shmguard-*.whl
+  cp "$cache"/wheels/webhook/*.whl "$whl" "$ctx/wheels/"
+  rm -rf "$ctx/self"
+  log "building $webhook_image"
+  quiet docker build --build-arg "BASE=$base_image" --label "org.shmguard.inputs=$inputs" -t "$webhook_image" "$ctx"
+  log "built $webhook_image"
+}
+
+done_images=" "
+once() { case $done_images in *" $1 "*) return ;; esac; "build_$1"; done_images="$done_images$1 "; }
+for target in "${targets[@]}"; do
+  case $target in
+    base) once base ;;
+    torch) once base; once torch ;;
+    demo) once base; once torch; once demo ;;
+    webhook) once base; once webhook ;;
+    *) log "unknown image $target (base, torch, demo, webhook)"; exit 2 ;;
+  esac
+done

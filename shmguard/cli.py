@@ -247,8 +247,8 @@ def job_defaults_from_options(values: dict) -> dict:
     from shmguard.job import make_job
     from shmguard.manifests.annotations import describes_job
 
-    keys = ("workers", "batch_size", "sample_shape", "dtype", "sample_bytes", "prefetch_factor",
-            "procs_per_node", "gpus", "pin_memory", "sharing_strategy")
+    from shmguard.options import JOB_KEYS as keys
+
     if values.get("dataset"):
         explicit = {k: values.get(k) for k in ("procs_per_node", "gpus")}
         job = job_from_options(values)
@@ -263,6 +263,119 @@ def job_defaults_from_options(values: dict) -> dict:
         make_job(**raw)  # a bad value on the command line is one error, not one per template
     return raw
 
+
+@render.command("webhook")
+@click.option("--namespace", default="shmguard", show_default=True, help="Namespace the webhook runs in.")
+@click.option("--name", default="shmguard-webhook", show_default=True, help="Name of the Deployment, Service and configurations.")
+@click.option("--image", default="shmguard-webhook:latest", show_default=True, help="The webhook image (docker/build.sh builds it).")
+@click.option("--replicas", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--certs-dir", "certs_dir", type=click.Path(file_okay=False), help="Certificates from `shmguard webhook certs DIR`: "
+              "its ca.crt becomes the caBundle. Without it: cert-manager issues them (Issuer, Certificate, cainjector).")
+@click.option("--failure-policy", type=click.Choice(["Ignore", "Fail"]), default="Ignore", show_default=True,
+              help="What the apiserver does when the webhook cannot answer; the webhook treats a Pod it cannot "
+                   "understand the same way (allow with a warning, or deny).")
+@click.option("--timeout-seconds", type=click.IntRange(min=1, max=30), default=5, show_default=True)
+@click.option("--mode", type=click.Choice(["deny", "warn"]), default="deny", show_default=True,
+              help="/validate: deny a Pod whose /dev/shm cannot hold its job, or allow it with warnings.")
+def render_webhook_command(namespace, name, image, replicas, certs_dir, failure_policy, timeout_seconds, mode) -> int:
+    """Print the manifests that run the admission webhook: ServiceAccount, Deployment, PodDisruptionBudget, Service,
+    Mutating- and ValidatingWebhookConfiguration (and cert-manager's Issuer and Certificate without --certs-dir)."""
+    from shmguard.errors import UsageError
+    from shmguard.manifests.yamlio import dump
+    from shmguard.webhook.deploy import render_webhook
+
+    ca_bundle = None
+    if certs_dir is not None:
+        path = os.path.join(certs_dir, "ca.crt")
+        try:
+            with open(path, "rb") as f:
+                ca_bundle = f.read(1024 * 1024)
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot read: {exc.strerror} (make it with: shmguard webhook certs {certs_dir})") from None
+        if b"-----BEGIN CERTIFICATE-----" not in ca_bundle:
+            raise UsageError(f"{path} is not a PEM certificate")
+    docs = render_webhook(namespace=namespace, name=name, image=image, replicas=replicas, ca_bundle=ca_bundle,
+                          failure_policy=failure_policy, timeout_seconds=timeout_seconds, mode=mode)
+    click.echo(dump(docs), nl=False)
+    return 0
+
+
+@cli.group()
+def webhook() -> None:
+    """The admission webhook: size Pods when they are created, refuse the ones that would hit the Bus error."""
+
+
+@webhook.command("serve")
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=8443, show_default=True, help="HTTPS port (0: any free one).")
+@click.option("--host", default="0.0.0.0", show_default=True, help="Address to listen on.")
+@click.option("--tls-cert", "tls_cert", required=True, type=click.Path(dir_okay=False), help="Serving certificate (PEM); reloaded when it changes.")
+@click.option("--tls-key", "tls_key", required=True, type=click.Path(dir_okay=False), help="Its private key (PEM).")
+@click.option("--mode", type=click.Choice(["deny", "warn"]), default="deny", show_default=True,
+              help="/validate: deny a Pod whose /dev/shm cannot hold its job, or allow it with warnings.")
+@click.option("--on-error", "on_error", type=click.Choice(["allow", "deny"]), default="allow", show_default=True,
+              help="A Pod shmguard cannot understand: allow it unchanged with a warning (failurePolicy Ignore) or deny it (Fail).")
+@click.option("--default", "defaults", multiple=True, metavar="NAME=VALUE",
+              help="A job default for every Pod, e.g. prefetch_factor=4 (annotations and env override it).")
+@click.option("--max-body", "max_body", default="3m", show_default=True, metavar="SIZE", help="Largest request body; larger ones get 413.")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True, metavar="SECONDS",
+              help="Per socket operation (handshake, read, write); a slower client is disconnected.")
+@click.option("--max-connections", "max_connections", type=click.IntRange(min=1), default=128, show_default=True,
+              help="Connections served at once; more wait in the listen backlog.")
+@click.option("--drain-seconds", "drain_seconds", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="On SIGTERM, keep serving this long with /readyz failing before closing the listener.")
+@click.option("--processes", type=click.IntRange(min=1, max=64), default=1, show_default=True,
+              help="Processes accepting on the port (more than one uses more cores; needs a writable TMPDIR for metrics).")
+def webhook_serve(port, host, tls_cert, tls_key, mode, on_error, defaults, max_body, timeout, max_connections,
+                  drain_seconds, processes) -> int:
+    """Serve the admission webhook over HTTPS: POST /mutate, POST /validate, GET /healthz, /readyz, /metrics."""
+    import ssl
+
+    from shmguard.errors import UsageError
+    from shmguard.job import ENV_VARS
+    from shmguard.units import parse_size
+
+    import importlib.util
+
+    for module in ("jsonpatch", "prometheus_client"):  # found, not imported: --processes sets prometheus_client up first
+        if importlib.util.find_spec(module) is None:
+            raise UsageError(f"`webhook serve` needs the webhook extra ({module} is missing): pip install 'shmguard[webhook]'")
+    from shmguard.webhook.review import Config
+    from shmguard.webhook.server import serve
+
+    values = {}
+    for item in defaults:
+        key, eq, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not eq or key not in ENV_VARS:
+            raise UsageError(f"--default {item!r}: use NAME=VALUE with NAME one of {', '.join(ENV_VARS)}")
+        values[key] = value
+    try:
+        body_limit = parse_size(max_body)
+    except ValueError as exc:
+        raise UsageError(f"--max-body: {exc}") from None
+    try:
+        return serve(Config(defaults=values, mode=mode, on_error=on_error), port, tls_cert, tls_key, host,
+                     max_body=body_limit, timeout=timeout, max_connections=max_connections, drain_seconds=drain_seconds,
+                     processes=processes)
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(f"cannot serve on {host}:{port} with {tls_cert} and {tls_key}: {exc}") from None
+
+
+@webhook.command("certs")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--namespace", default="shmguard", show_default=True, help="Namespace of the webhook's Service.")
+@click.option("--name", default="shmguard-webhook", show_default=True, help="Name of the webhook's Service.")
+@click.option("--san", "sans", multiple=True, metavar="NAME|IP", help="Another name or address for the serving certificate "
+              "(e.g. localhost, 127.0.0.1 to try it locally). Repeatable.")
+@click.option("--days", type=int, default=365, show_default=True, help="Validity of the serving certificate.")
+@click.option("--force", is_flag=True, help="Replace certificates that are already there.")
+def webhook_certs(directory, namespace, name, sans, days, force) -> int:
+    """Write a self-signed CA (ca.crt, ca.key) and a serving certificate for the Service (tls.crt, tls.key) into DIRECTORY."""
+    from shmguard.webhook.certs import service_names, write_certs
+
+    paths = write_certs(directory, name, namespace, list(sans), force=force, days=days)
+    click.echo(f"shmguard: wrote {', '.join(paths)} for {', '.join(service_names(name, namespace) + list(sans))}", err=True)
+    return 0
 
 @cli.command()
 @job_options

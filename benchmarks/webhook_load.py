@@ -1,0 +1,188 @@
+"""Load on the admission webhook: N AdmissionReviews over C concurrent keep-alive HTTPS connections, on 127.0.0.1.
+
+The client is one asyncio loop (50 threads would spend the measured time waiting
+for their own GIL).
+
+Starts `shmguard webhook serve` as a process (certificates from `shmguard webhook certs`
+in a temporary folder), sends the captured-shape reviews of tests/data/webhook in
+turn to /mutate and /validate over C connections, each with its own keep-alive
+connection as the apiserver keeps them, and prints the latency percentiles seen by
+the clients, the errors and the server's own histogram. Bounded: every client sends
+a fixed number of reviews, each with a 10 s timeout.
+
+    python3 benchmarks/webhook_load.py [--reviews 2000] [--concurrency 50] [--processes 1] [--json]
+
+Exits 1 when there was any error or the client-side p99 is above --p99-ms (50).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import os
+import shutil
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "webhook"
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, int(round(q / 100 * len(ordered) + 0.5)) - 1))]
+
+
+def start_server(certs: str, processes: int) -> tuple[subprocess.Popen, int]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "-m", "shmguard", "webhook", "certs", certs, "--san", "localhost"], env=env,
+                   check=True, capture_output=True, timeout=60)
+    # The log goes to a file (the benchmark reads only its first line): a pipe would need a reader in this process.
+    log = open(f"{certs}/server.log", "w+")
+    proc = subprocess.Popen([sys.executable, "-m", "shmguard", "webhook", "serve", "--host", "127.0.0.1", "--port", "0",
+                             "--tls-cert", f"{certs}/tls.crt", "--tls-key", f"{certs}/tls.key",
+                             "--processes", str(processes)],
+                            env=env, stderr=log)
+    deadline = time.monotonic() + 60
+    while True:
+        log.seek(0)
+        line = log.readline()
+        if line.endswith("\n"):
+            first = json.loads(line)
+            break
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"the server did not start: {log.read()}")
+        time.sleep(0.05)
+    return proc, first["port"]
+
+
+async def client(port: int, context: ssl.SSLContext, requests: list[bytes], count: int, offset: int,
+                 latencies: list[float], errors: list[str], start: asyncio.Event) -> None:
+    """One keep-alive connection sending count reviews, one at a time (as one apiserver connection does)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="localhost")
+    await start.wait()
+    for i in range(count):
+        started = time.perf_counter()
+        try:
+            writer.write(requests[(offset + i) % len(requests)])
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            body = await asyncio.wait_for(reader.readexactly(length), 10)
+            elapsed = time.perf_counter() - started
+            if not head.startswith(b"HTTP/1.1 200 ") or b'"response"' not in body:
+                errors.append(head.split(b"\r\n")[0].decode())
+            else:
+                latencies.append(elapsed)
+        except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError, IndexError) as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+            writer.close()
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname="localhost")
+    writer.close()
+
+
+async def load(port: int, ca: str, bodies: list[tuple[str, bytes]], reviews: int, concurrency: int):
+    context = ssl.create_default_context(cafile=ca)
+    requests = [(f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(body)}\r\n\r\n").encode() + body for path, body in bodies]
+    latencies: list[float] = []
+    errors: list[str] = []
+    start = asyncio.Event()
+    per_client = -(-reviews // concurrency)
+    tasks = [asyncio.create_task(client(port, context, requests, per_client, i, latencies, errors, start))
+             for i in range(concurrency)]
+    await asyncio.sleep(0.5)  # every connection made (TLS handshakes done) before the clock starts
+    started = time.perf_counter()
+    start.set()
+    await asyncio.wait_for(asyncio.gather(*tasks), 600)
+    return latencies, errors, time.perf_counter() - started
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a process has used, from /proc/PID/stat."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of a process and its children (the server's --processes)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            children = [int(c) for c in f.read().split()]
+    except OSError:
+        children = []
+    return process_cpu(pid) + sum(process_cpu(c) for c in children)
+
+
+def server_histogram(port: int, ca: str) -> dict:
+    conn = http.client.HTTPSConnection("localhost", port, context=ssl.create_default_context(cafile=ca), timeout=10)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    buckets: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("shmguard_webhook_review_duration_seconds_bucket"):
+            le = line.split('le="')[1].split('"')[0]
+            buckets[le] = buckets.get(le, 0) + float(line.rsplit(" ", 1)[1])
+    return buckets
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reviews", type=int, default=2000)
+    parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument("--p99-ms", type=float, default=50.0)
+    parser.add_argument("--processes", type=int, default=1, help="webhook serve --processes")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    bodies = []
+    for path in sorted(DATA.glob("*.json")):
+        for action in ("/mutate?timeout=5s", "/validate?timeout=5s"):
+            bodies.append((action, path.read_bytes()))
+    certs = tempfile.mkdtemp(prefix="shmguard-webhook-bench-")
+    proc, port = start_server(certs, args.processes)
+    try:
+        cpu_before = tree_cpu(proc.pid)
+        client_before = process_cpu(os.getpid())
+        latencies, errors, wall = asyncio.run(load(port, f"{certs}/ca.crt", bodies, args.reviews, args.concurrency))
+        server_cpu = tree_cpu(proc.pid) - cpu_before
+        client_cpu = process_cpu(os.getpid()) - client_before
+        histogram = server_histogram(port, f"{certs}/ca.crt")
+    finally:
+        proc.terminate()
+        proc.wait(30)
+        shutil.rmtree(certs, ignore_errors=True)
+    total = len(latencies) + len(errors)
+    ms = [x * 1000 for x in latencies]
+    result = {
+        "reviews": total, "concurrency": args.concurrency, "processes": args.processes, "errors": len(errors), "error_kinds": sorted(set(errors))[:5],
+        "wall_s": round(wall, 2), "reviews_per_s": round(total / wall, 1),
+        "client_ms": {"p50": round(percentile(ms, 50), 2), "p95": round(percentile(ms, 95), 2),
+                      "p99": round(percentile(ms, 99), 2), "max": round(max(ms), 2)} if ms else {},
+        "server_within": {le: int(n) for le, n in histogram.items() if le in ("0.005", "0.01", "0.025", "0.05", "+Inf")},
+        "server_cpu_ms_per_review": round(server_cpu * 1000 / max(total, 1), 3),
+        "client_cpu_ms_per_review": round(client_cpu * 1000 / max(total, 1), 3),
+        "cpus": os.cpu_count(), "load_average_1m": os.getloadavg()[0],
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        c = result["client_ms"]
+        print(f"{total} reviews, {args.concurrency} concurrent, {args.processes} server processes, {len(errors)} errors, {result['reviews_per_s']}/s; "
+              f"client latency p50 {c.get('p50')} ms, p95 {c.get('p95')} ms, p99 {c.get('p99')} ms, max {c.get('max')} ms")
+        print(f"server: answered within 5/10/25/50 ms: "
+              + "/".join(str(result["server_within"].get(k)) for k in ("0.005", "0.01", "0.025", "0.05"))
+              + f" of {result['server_within'].get('+Inf')}; server CPU {result['server_cpu_ms_per_review']} ms per review "
+              f"(client {result['client_cpu_ms_per_review']}); "
+              f"load average {result['load_average_1m']:.1f} on {result['cpus']} CPUs")
+    return 0 if not errors and ms and percentile(ms, 99) < args.p99_ms else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
