@@ -254,9 +254,10 @@ def render_compose_command(image, name, cpus, memory, env, command, **options) -
 @cli.command()
 @job_options
 @click.option("-i", "--in-place", is_flag=True, help="Rewrite the files (atomically) instead of printing.")
-@click.option("--check", is_flag=True, help="Change nothing; list what would change and exit 1 if anything would.")
+@click.option("--check", is_flag=True, help="Change nothing; print a diff of what would change and exit 1 if anything would.")
+@click.option("--follow-symlinks", is_flag=True, help="With -i, patch the file a symlink points to (else a symlink is refused).")
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
-def patch(in_place, check, files, **options) -> int:
+def patch(in_place, check, follow_symlinks, files, **options) -> int:
     """Add or fix the /dev/shm emptyDir, its mount and the memory limits in every pod template of FILES (or stdin).
 
     Handles Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob and
@@ -269,7 +270,8 @@ def patch(in_place, check, files, **options) -> int:
         raise UsageError("-i and --check do not go together")
     if in_place and (not files or "-" in files):
         raise UsageError("-i needs files to rewrite, not stdin")
-    return run_patch(job_from_options(options), list(files), in_place=in_place, check=check)
+    return run_patch(job_from_options(options), list(files), in_place=in_place, check=check,
+                     follow_symlinks=follow_symlinks)
 
 
 @cli.command("measure")

@@ -33,8 +33,9 @@ def test_patch_in_place_then_check_is_clean(tmp_path, capsys):
     path = tmp_path / "job.yaml"
     path.write_text(MANIFEST)
     assert main(["patch", *JOB, "--check", str(path)]) == 1
-    out = capsys.readouterr().out
-    assert "Job/train" in out and "added dshm" in out
+    captured = capsys.readouterr()
+    assert "Job/train" in captured.err and "added dshm" in captured.err  # what changes, in words
+    assert f"--- {path}\n" in captured.out and "+      - name: dshm\n" in captured.out  # and as a unified diff
     assert path.read_text() == MANIFEST  # --check writes nothing
     assert main(["patch", *JOB, "-i", str(path)]) == 0
     docs = list(yaml.safe_load_all(path.read_text()))
