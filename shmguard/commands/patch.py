@@ -65,8 +65,11 @@ def patch_one(text: str, name: str, job) -> PatchedText:
 
 def patch(job, paths: list[str], in_place: bool, check: bool, follow_symlinks: bool = False, out=None,
           err=None) -> int:
-    out = out or sys.stdout
-    err = err or sys.stderr
+    with yamlio.no_gc():
+        return _patch(job, paths, in_place, check, follow_symlinks, out or sys.stdout, err or sys.stderr)
+
+
+def _patch(job, paths: list[str], in_place: bool, check: bool, follow_symlinks: bool, out, err) -> int:
     sources = paths or ["-"]
     results = []
     for path in sources:

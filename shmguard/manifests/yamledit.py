@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from shmguard.manifests import yamlio
+from shmguard.manifests.templates import where_of
 from shmguard.manifests.yamlio import ALIAS, MAPPING, SCALAR, SEQUENCE, Document, Node
 
 SET, ADD, APPEND, REMOVE = "set", "add", "append", "remove"
@@ -44,11 +45,11 @@ class Fallback:
     """A document (1-based) that was re-dumped whole instead of edited, and why."""
 
     document: int
+    where: str  # "document 2 (Deployment/web)"
     reason: str
 
     def __str__(self) -> str:
-        return (f"document {self.document}: re-written whole, its comments and formatting lost, "
-                f"because {self.reason}")
+        return f"{self.where}: re-written whole, its comments and formatting lost, because {self.reason}"
 
 
 @dataclass(frozen=True)
@@ -317,23 +318,22 @@ class _DocumentEditor:
         if not path:
             raise _Unsafe("the patch replaced the whole document")
         node, parent, key_node, flow = self.find(path)
-        where = _path_text(path)
         if node.kind != SCALAR:
-            raise _Unsafe(f"the patch replaced the {node.kind} at {where}")
+            raise _Unsafe(f"the patch replaced the {node.kind} at {_path_text(path)}")
         if node.style in ("|", ">") or node.tagged or node.anchor is not None:
-            raise _Unsafe(f"{where} is a block scalar, or has a tag or an anchor")
+            raise _Unsafe(f"{_path_text(path)} is a block scalar, or has a tag or an anchor")
         empty = node.start == node.end
         lead = " " if empty and self.text[node.start - 1:node.start] not in (" ", "\t") else ""
         if not isinstance(value, (dict, list)):
             self.edits.append((node.start, node.end, lead + render_scalar(value, node.style)))
             return
         if node.data is not None:
-            raise _Unsafe(f"the patch turned the scalar at {where} into a {type(value).__name__}")
+            raise _Unsafe(f"the patch turned the scalar at {_path_text(path)} into a {type(value).__name__}")
         if flow or not value:
             self.edits.append((node.start, node.end, lead + (render_flow(value) if flow else _inline(value))))
             return
         if parent is None or parent.kind != MAPPING or key_node is None:
-            raise _Unsafe(f"the null at {where} is not the value of a key in a block mapping")
+            raise _Unsafe(f"the null at {_path_text(path)} is not the value of a key in a block mapping")
         # `key:` or `key: null` gets its block below the key's line.
         if not empty:
             line_end = self.text.find("\n", node.end)
@@ -350,14 +350,13 @@ class _DocumentEditor:
 
     def add_key(self, path: tuple, key: Any, value: Any) -> None:
         node, _parent, _key, flow = self.find(path) if path else (self.root, None, None, self.root.flow)
-        where = _path_text(path)
         if node.kind != MAPPING:
-            raise _Unsafe(f"the patch added a key to {where}, which is not a mapping in the text")
+            raise _Unsafe(f"the patch added a key to {_path_text(path)}, which is not a mapping in the text")
         if not isinstance(key, str):
-            raise _Unsafe(f"the patch added a key that is not a string to {where}")
+            raise _Unsafe(f"the patch added a key that is not a string to {_path_text(path)}")
         if flow:
             entry = f"{render_scalar(key)}: {render_flow(value)}"
-            self._flow_insert(node, entry, "{", where)
+            self._flow_insert(node, entry, "{", path)
             return
         indent = self.column(node.value[0][0].start)
         head = f"{' ' * indent}{render_scalar(key)}:"
@@ -371,11 +370,10 @@ class _DocumentEditor:
 
     def append_item(self, path: tuple, value: Any) -> None:
         node, _parent, _key, flow = self.find(path)
-        where = _path_text(path)
         if node.kind != SEQUENCE:
-            raise _Unsafe(f"the patch appended to {where}, which is not a list in the text")
+            raise _Unsafe(f"the patch appended to {_path_text(path)}, which is not a list in the text")
         if flow:
-            self._flow_insert(node, render_flow(value), "[", where)
+            self._flow_insert(node, render_flow(value), "[", path)
             return
         dash = self.column(node.start)
         first = node.value[0]
@@ -388,7 +386,7 @@ class _DocumentEditor:
             lines = [" " * dash + "-" + " " * (offset - 1) + _inline(value)]
         self.lines_at(self.content_end(node), lines)
 
-    def _flow_insert(self, node: Node, entry: str, opener: str, where: str) -> None:
+    def _flow_insert(self, node: Node, entry: str, opener: str, path: tuple) -> None:
         if node.value:
             last = node.value[-1]
             end = max(last[0].end, last[1].end) if node.kind == MAPPING else last.end
@@ -396,7 +394,7 @@ class _DocumentEditor:
         elif self.text[node.start:node.start + 1] == opener:
             self.edits.append((node.start + 1, node.start + 1, entry))
         else:
-            raise _Unsafe(f"the flow collection at {where} could not be found in the text")
+            raise _Unsafe(f"the flow collection at {_path_text(path)} could not be found in the text")
 
 
 def _find_style(text: str, root: Node, budget: int = 5000) -> tuple[int | None, int | None]:
@@ -465,7 +463,8 @@ def edit_text(text: str, documents: list[Document], before: list, after: list) -
                 if start < end:
                     raise _Unsafe("two of its changes overlap in the text")
         except _Unsafe as exc:
-            fallbacks.append(Fallback(index + 1, str(exc)))
+            where = where_of(index, new) if isinstance(new, dict) else f"document {index + 1}"
+            fallbacks.append(Fallback(index + 1, where, str(exc)))
             doc_edits = [_redump(text, document, new, newline)]
         edits.extend(doc_edits)
     if not edits:
@@ -506,7 +505,7 @@ def _redump(text: str, document: Document, data: Any, newline: str) -> tuple[int
 def patch_text(text: str, source: str, mutate: Callable[[list], list[str]]) -> PatchedText:
     """Load text, let mutate change its documents in place (returning what it changed, in words), and edit
     the text to match: the one entry point for `shmguard patch` and anything else that patches YAML text."""
-    with yamlio._no_gc():
+    with yamlio.no_gc():
         documents = yamlio.compose(text, source)
         after = [document.data for document in documents]
         before = [yamlio.plain_copy(data) for data in after]

@@ -79,7 +79,7 @@ def _loader_class():
 
 
 @contextmanager
-def _no_gc() -> Iterator[None]:
+def no_gc() -> Iterator[None]:
     """Pause the cyclic garbage collector: building a million small objects otherwise triggers it thousands
     of times (the data built here has no cycles to collect)."""
     enabled = gc.isenabled()
@@ -115,7 +115,7 @@ def compose(text: str, source: str) -> list[Document]:
                             f"split the manifest")
     body = text[1:] if text.startswith("\ufeff") else text
     try:
-        with _no_gc():
+        with no_gc():
             documents = _compose(body, yaml)
     except _Refused as exc:
         raise ManifestError(f"{source}: {exc}{_where(body, exc.index)}") from None
@@ -270,7 +270,8 @@ def _compose(text: str, yaml) -> list[Document]:  # noqa: C901 - one loop over t
                 stack[-1][1].append(node)
             else:
                 root = node
-            _check_budget(nodes, expanded, input_nodes, event)
+            if expanded > MAX_DOCUMENT_NODES or input_nodes + nodes > MAX_INPUT_NODES:
+                _check_budget(nodes, expanded, input_nodes, event)
     finally:
         loader.dispose()
 
@@ -303,7 +304,15 @@ def _finish_mapping(node: Node, children: list) -> None:
     keys written in it, which override merged ones; a key written twice is refused, as kubectl does."""
     pairs = list(zip(children[0::2], children[1::2]))
     node.value = pairs
-    data: dict = {}
+    try:  # the common case: scalar keys, each once, no merge key
+        data = {key.data: value.data for key, value in pairs}
+        if len(data) == len(pairs) and _MERGE_KEY not in data:
+            node.data = data
+            node.size = 1 + sum(key.size + value.size for key, value in pairs)
+            return
+    except TypeError:
+        pass
+    data = {}
     size = 1
     for key, value in pairs:
         size += key.size + value.size
