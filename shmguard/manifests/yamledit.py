@@ -16,7 +16,6 @@ that one document fall back to being re-dumped whole; the result says which and 
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass
@@ -70,7 +69,11 @@ class PatchedText:
 
 
 def diff(before: Any, after: Any, path: tuple = ()) -> list[Op]:
-    """The operations that turn before into after (plain data), in document order."""
+    """The operations that turn before into after (plain data), in document order.
+
+    Equal subtrees are skipped with one ==, so values Python holds equal (1 and True, 1 and 1.0)
+    count as unchanged; a patch never turns one into the other.
+    """
     ops: list[Op] = []
     _diff(before, after, path, ops)
     return ops
@@ -142,19 +145,36 @@ def render_scalar(value: Any, style: str = "") -> str:
             return ".nan"
         if math.isinf(value):
             return ".inf" if value > 0 else "-.inf"
-        text = repr(value)
-        return text if "." in text and "e" not in text else json.dumps(str(value))  # keeps the value; quoted
+        text = repr(value).lower()
+        return text.replace("e", ".0e", 1) if "." not in text and "e" in text else text  # as PyYAML: 1.0e+20
     if not isinstance(value, str):
         raise _Unsafe(f"a new value of type {type(value).__name__} has no plain YAML form")
     if style == '"':
-        return json.dumps(value, ensure_ascii=False)
+        return _double_quoted(value)
     if style == "'" and "\n" not in value and value.isprintable():
         return "'" + value.replace("'", "''") + "'"
     if _PLAIN.match(value) and _reads_as_string(value):
         return value
     if "\n" not in value and value.isprintable():
         return "'" + value.replace("'", "''") + "'"
-    return json.dumps(value, ensure_ascii=False)
+    return _double_quoted(value)
+
+
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r", "\0": "\\0"}
+
+
+def _double_quoted(value: str) -> str:
+    """A double-quoted YAML scalar; characters YAML does not print are escaped (\\x, \\u, \\U)."""
+    out = []
+    for ch in value:
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif ch.isprintable() and ch != "\ufeff":
+            out.append(ch)
+        else:
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+    return '"' + "".join(out) + '"'
 
 
 def render_flow(value: Any) -> str:
@@ -170,6 +190,7 @@ def render_flow(value: Any) -> str:
 class _Style:
     step: int  # indentation of a mapping nested in a mapping
     sequence: int  # indentation of a block sequence under its key (0: `key:\n- item`)
+    item: int = 2  # where an item starts after its dash (2: `- name`, 4: `-   name`)
 
 
 def render_block(value: Any, indent: int, style: _Style) -> list[str]:
@@ -190,13 +211,14 @@ def render_block(value: Any, indent: int, style: _Style) -> list[str]:
             else:
                 lines.append(f"{head} {_inline(item)}")
     elif isinstance(value, list):
+        dash = "-" + " " * (style.item - 1)
         for item in value:
             if isinstance(item, (dict, list)) and item:
-                inner = render_block(item, indent + 2, style)
-                inner[0] = f"{pad}- {inner[0][indent + 2:]}"
+                inner = render_block(item, indent + style.item, style)
+                inner[0] = f"{pad}{dash}{inner[0][indent + style.item:]}"
                 lines.extend(inner)
             else:
-                lines.append(f"{pad}- {_inline(item)}")
+                lines.append(f"{pad}{dash}{_inline(item)}")
     else:
         lines.append(pad + render_scalar(value))
     return lines
@@ -256,10 +278,10 @@ class _DocumentEditor:
 
     def style(self) -> _Style:
         if self._style is None:
-            found = _find_style(self.text, self.root) if self.root is not None else (None, None)
+            found = _find_style(self.text, self.root) if self.root is not None else (None, None, None)
             fallback = self.file_style()
-            self._style = _Style(found[0] if found[0] is not None else fallback.step,
-                                 found[1] if found[1] is not None else fallback.sequence)
+            self._style = _Style(*(mine if mine is not None else theirs
+                                   for mine, theirs in zip(found, (fallback.step, fallback.sequence, fallback.item))))
         return self._style
 
     # -- finding nodes ----------------------------------------------------------------------------------
@@ -335,13 +357,10 @@ class _DocumentEditor:
         if parent is None or parent.kind != MAPPING or key_node is None:
             raise _Unsafe(f"the null at {_path_text(path)} is not the value of a key in a block mapping")
         # `key:` or `key: null` gets its block below the key's line.
-        if not empty:
-            line_end = self.text.find("\n", node.end)
-            rest = self.text[node.end:line_end if line_end >= 0 else len(self.text)]
+        if not empty:  # `key: null  # c` becomes `key:  # c`
             start = node.start
-            if not rest.strip():
-                while start > key_node.end and self.text[start - 1] in " \t":
-                    start -= 1
+            while start > key_node.end and self.text[start - 1] in " \t":
+                start -= 1
             self.edits.append((start, node.end, ""))
         indent = self.column(key_node.start)
         style = self.style()
@@ -377,7 +396,7 @@ class _DocumentEditor:
             return
         dash = self.column(node.start)
         first = node.value[0]
-        offset = first.start - node.start if self.text.find("\n", node.start, first.start) < 0 else 2
+        offset = first.start - node.start if self.text.find("\n", node.start, first.start) < 0 else self.style().item
         offset = max(offset, 2)
         if isinstance(value, (dict, list)) and value:
             lines = render_block(value, dash + offset, self.style())
@@ -397,15 +416,18 @@ class _DocumentEditor:
             raise _Unsafe(f"the flow collection at {_path_text(path)} could not be found in the text")
 
 
-def _find_style(text: str, root: Node, budget: int = 5000) -> tuple[int | None, int | None]:
-    """How this document indents: (a mapping under its key, a sequence under its key), None if not seen."""
-    step = sequence = None
+def _find_style(text: str, root: Node, budget: int = 5000) -> tuple[int | None, int | None, int | None]:
+    """How this document indents: (a mapping under its key, a sequence under its key, an item after its
+    dash), None where it has no example."""
+    step = sequence = item = None
     stack = [root]
-    while stack and budget and (step is None or sequence is None):
+    while stack and budget and (step is None or sequence is None or item is None):
         budget -= 1
         node = stack.pop()
         if node.kind == SEQUENCE:
             stack.extend(node.value)
+            if item is None and not node.flow and node.value and text.find("\n", node.start, node.value[0].start) < 0:
+                item = node.value[0].start - node.start
         if node.kind != MAPPING or node.flow:
             continue
         for key, value in node.value:
@@ -420,7 +442,7 @@ def _find_style(text: str, root: Node, budget: int = 5000) -> tuple[int | None, 
                 elif value.kind == SEQUENCE and sequence is None and col >= key_col:
                     sequence = col - key_col
                 stack.append(value)
-    return step, sequence
+    return step, sequence, item
 
 
 def edit_text(text: str, documents: list[Document], before: list, after: list) -> Edited:
@@ -436,13 +458,13 @@ def edit_text(text: str, documents: list[Document], before: list, after: list) -
 
     def file_style() -> _Style:
         if "style" not in cache:
-            step = sequence = None
+            seen: list[int | None] = [None, None, None]
             for document in documents:
-                if document.node is not None and (step is None or sequence is None):
+                if document.node is not None and None in seen:
                     found = _find_style(text, document.node)
-                    step = step if step is not None else found[0]
-                    sequence = sequence if sequence is not None else found[1]
-            cache["style"] = _Style(step or 2, sequence if sequence is not None else 0)
+                    seen = [mine if mine is not None else theirs for mine, theirs in zip(seen, found)]
+            step, sequence, item = seen
+            cache["style"] = _Style(step or 2, sequence if sequence is not None else 0, item or 2)
         return cache["style"]
 
     edits: list[tuple[int, int, str]] = []

@@ -1,0 +1,312 @@
+"""Minimal-diff YAML edits: golden manifests whose diff is only the patched lines, generated manifests
+whose edited text loads as exactly the patched documents, idempotence, and the per-document fall-back."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from shmguard.job import make_job
+from shmguard.manifests import yamlio
+from shmguard.manifests.podspec import patch_documents
+from shmguard.manifests.yamledit import ADD, APPEND, REMOVE, SET, Op, diff, edit_text, patch_text, render_scalar
+
+GOLDEN = Path(__file__).parent / "golden"
+JOB = make_job(workers="1", batch_size="1", sample_bytes="1k")
+BIG_JOB = make_job(workers="4", batch_size="64", sample_shape="3,224,224")
+
+
+def patch(text: str, job=JOB):
+    return patch_text(text, "test.yaml", lambda docs: patch_documents(docs, job))
+
+
+def read(path: Path) -> str:
+    return path.read_bytes().decode("utf-8")  # line ends as they are
+
+
+@pytest.mark.parametrize("name", sorted(p.name[:-len(".in.yaml")] for p in GOLDEN.glob("*.in.yaml")))
+def test_golden_manifests(name):
+    source = read(GOLDEN / f"{name}.in.yaml")
+    expected = read(GOLDEN / f"{name}.out.yaml")
+    result = patch(source)
+    assert result.text == expected
+    # The edited text is exactly the patched documents, and patching it again changes nothing.
+    patched = yamlio.load(source, "x")
+    patch_documents(patched, JOB)
+    assert yamlio.load(result.text, "x") == patched
+    again = patch(result.text)
+    assert again.text == result.text and not again.changes
+    if name.startswith("aliased"):
+        assert [f.document for f in result.fallbacks] == [1] and "anchored (&res)" in result.fallbacks[0].reason
+    else:
+        assert not result.fallbacks
+        # Only lines the patch had to change: every removed line is a scalar that was replaced.
+        removed = [line for line in difflib.ndiff(source.splitlines(), result.text.splitlines()) if line[:2] == "- "]
+        # (a flow collection is one line: it changes where it gets an item)
+        assert all(any(word in line for word in ("memory: ", "volumes: []", "resources: {}", "Master: {"))
+                   for line in removed), removed
+
+
+def test_documents_around_a_fallback_stay_byte_for_byte():
+    source = read(GOLDEN / "aliased-resources.in.yaml")
+    result = patch(source)
+    tail = source[source.index("---\n"):]
+    assert result.text.endswith(tail)
+    assert result.text.startswith(source[:source.index("apiVersion")])  # its leading comments stay too
+    assert "document 1 (Deployment/a)" in str(result.fallbacks[0])
+
+
+def test_unchanged_text_is_byte_identical():
+    text = ("# c\r\n---\r\nkind: ConfigMap\r\ndata: {a: '1'}   \r\n---\r\n# Source: x\r\n---\r\n\r\n"
+            "kind: Pod\r\nspec: {containers: [{name: c, volumeMounts: [{name: s, mountPath: /dev/shm}], "
+            "resources: {limits: {memory: 8Gi}}}], volumes: [{name: s, emptyDir: {medium: Memory, sizeLimit: 1Gi}}]}\r\n---")
+    result = patch(text)
+    assert result.text == text and not result.changes and not result.fallbacks
+
+
+@pytest.mark.parametrize("text", [
+    "# just a comment\n",
+    "---\n# Source: chart/templates/empty.yaml\n---\n# Source: chart/templates/other.yaml\n",
+    "kind: ConfigMap\ndata: {a: b}\n---\n",
+    "\n\n---\n\n...\n",
+    "",
+    "kind: ConfigMap  # no newline at the end",
+])
+def test_empty_and_comment_only_documents_pass_through(text):
+    result = patch(text)
+    assert result.text == text and not result.changes
+
+
+def test_comments_and_block_scalars_with_brackets_are_not_nesting():
+    text = ("# " + "[" * 501 + "\nkind: ConfigMap\ndata:\n  script: |\n    echo '[[[[[[[[' {{{{\n"
+            "    " + "[" * 600 + "\n")
+    assert patch(text).text == text
+
+
+def test_byte_order_mark_and_no_final_newline():
+    text = "\ufeffkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: c"
+    result = patch(text)
+    assert result.text.startswith("\ufeffkind: Pod\n") and not result.text.endswith("\n")
+    assert result.text.endswith("      sizeLimit: 64Mi")
+    doc = yaml.safe_load(result.text[1:])
+    assert doc["spec"]["volumes"][0]["name"] == "dshm"
+
+
+def test_indentation_follows_the_file():
+    four = ("kind: Deployment\nspec:\n    template:\n        spec:\n            containers:\n"
+            "                -   name: c\n                    image: x\n")
+    out = patch(four).text
+    assert ("                -   name: c\n                    image: x\n                    volumeMounts:\n"
+            "                        -   name: dshm\n                            mountPath: /dev/shm\n"
+            "                    resources:\n                        limits:\n") in out
+    assert "            volumes:\n                -   name: dshm\n                    emptyDir:\n" \
+           "                        medium: Memory\n" in out
+
+
+def test_a_change_through_a_merge_key_falls_back_and_the_rest_is_edited():
+    # The container's resources come from the merge source; the patch sets them on the container.
+    text = ("kind: Pod\nmetadata: {name: p}\nx-base: &base\n  name: c\n  resources: null\n"
+            "spec:\n  containers:\n  - <<: *base\n    image: x\n---\nkind: Pod  # second\nmetadata: {name: q}\n"
+            "spec:\n  containers:\n  - name: c\n")
+    result = patch(text)
+    assert [f.document for f in result.fallbacks] == [1] and "merge key" in result.fallbacks[0].reason
+    assert result.text.endswith("---\nkind: Pod  # second\nmetadata: {name: q}\nspec:\n  containers:\n  - name: c\n"
+                                "    volumeMounts:\n    - name: dshm\n      mountPath: /dev/shm\n    resources:\n"
+                                "      limits:\n        memory: 378Mi\n  volumes:\n  - name: dshm\n    emptyDir:\n"
+                                "      medium: Memory\n      sizeLimit: 64Mi\n")
+    docs = yamlio.load(result.text, "x")
+    assert docs[0]["spec"]["containers"][0]["resources"]["limits"]["memory"] == "378Mi"
+    assert docs[0]["x-base"] == {"name": "c", "resources": None}
+
+
+def test_a_merge_key_that_the_patch_does_not_touch_is_edited_in_place():
+    text = ("kind: Pod\nmetadata: {name: p}\nx-env: &env {name: A, value: '1'}\nspec:\n  containers:\n"
+            "  - name: c\n    env:\n    - <<: *env\n      value: '2'\n")
+    result = patch(text)
+    assert not result.fallbacks and result.text.startswith(text)
+
+
+def test_quoting_of_a_replaced_scalar_is_kept():
+    text = ("kind: Pod\nspec:\n  containers:\n  - name: c\n    resources:\n      limits: {memory: '1Mi'}\n"
+            "      requests: {memory: \"9Gi\"}\n    volumeMounts: [{name: s, mountPath: /dev/shm}]\n"
+            "  volumes: [{name: s, emptyDir: {medium: Memory}}]\n")
+    out = patch(text).text
+    assert "limits: {memory: '378Mi'}" in out and 'requests: {memory: "378Mi"}' in out
+    assert "emptyDir: {medium: Memory, sizeLimit: 64Mi}" in out
+
+
+def test_a_null_value_gets_a_block_below_its_key_keeping_its_comment():
+    text = "kind: Pod\nspec:\n  containers:\n  - name: c\n    resources: ~  # none yet\n    image: x\n"
+    out = patch(text).text
+    assert "    resources:  # none yet\n      limits:\n        memory: 378Mi\n    image: x\n" in out
+
+
+def test_diff_operations():
+    before = {"a": {"b": 1, "c": [1]}, "d": None, "e": "x"}
+    after = {"a": {"b": 2, "c": [1, {"k": "v"}], "n": {}}, "d": {"m": 1}}
+    assert diff(before, after) == [Op(SET, ("a", "b"), None, 2), Op(APPEND, ("a", "c"), None, {"k": "v"}),
+                                   Op(ADD, ("a",), "n", {}), Op(SET, ("d",), None, {"m": 1}), Op(REMOVE, ("e",))]
+    assert diff(before, before) == [] and diff([1, 2], [1]) == [Op(REMOVE, (1,))]
+    assert diff({"x": 1}, {"x": "1"}) == [Op(SET, ("x",), None, "1")]
+
+
+def test_a_removal_falls_back_for_that_document_only():
+    text = "kind: A\nx: 1  # c\n---\nkind: B\ny: [1, 2]  # d\n"
+    documents = yamlio.compose(text, "t")
+    before = [d.data for d in documents]
+    after = [{"kind": "A", "x": 2}, {"kind": "B"}]
+    edited = edit_text(text, documents, before, after)
+    assert edited.text == "kind: A\nx: 2  # c\n---\nkind: B\n"
+    assert [f.document for f in edited.fallbacks] == [2] and "removed y" in edited.fallbacks[0].reason
+
+
+@given(st.one_of(st.text(max_size=20), st.sampled_from(["yes", "No", "~", "null", "1e3", "0x1F", "1:20", "- a", "#",
+                                                        "a: b", "'q'", '"', "true", "2020-01-01", "", " x", "\t"])),
+       st.sampled_from(["", "'", '"']))
+def test_rendered_scalars_read_back_as_the_same_string(value, style):
+    assume_loadable = yaml.safe_load(f"k: {render_scalar(value, style)}\n")
+    assert assume_loadable == {"k": value}
+    assert yaml.safe_load(f"{{k: {render_scalar(value, style)}}}") == {"k": value}
+
+
+# --- generated manifests -----------------------------------------------------------------------------
+
+NAMES = st.sampled_from(["c", "trainer", "side-car", "x"])
+QUANTITIES = st.sampled_from(["1Mi", "64Mi", "512Mi", "4Gi", "100G", 1073741824])
+
+
+@st.composite
+def pod_specs(draw):
+    containers = []
+    for i in range(draw(st.integers(1, 3))):
+        container: dict = {"name": f"{draw(NAMES)}{i}", "image": "img:1"}
+        resources = draw(st.sampled_from(["none", "null", "empty", "limits", "both", "limits-null"]))
+        if resources == "null":
+            container["resources"] = None
+        elif resources == "empty":
+            container["resources"] = {}
+        elif resources == "limits":
+            container["resources"] = {"limits": {"memory": draw(QUANTITIES), "cpu": "1"}}
+        elif resources == "both":
+            container["resources"] = {"limits": {"memory": draw(QUANTITIES)}, "requests": {"memory": draw(QUANTITIES)}}
+        elif resources == "limits-null":
+            container["resources"] = {"limits": None}
+        if draw(st.booleans()):
+            container["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
+        containers.append(container)
+    spec: dict = {"containers": containers}
+    volumes = draw(st.sampled_from(["none", "empty", "data", "shm"]))
+    if volumes == "empty":
+        spec["volumes"] = []
+    elif volumes == "data":
+        spec["volumes"] = [{"name": "data", "emptyDir": {}}]
+    elif volumes == "shm":
+        spec["volumes"] = [{"name": "dshm", "emptyDir": {"sizeLimit": draw(QUANTITIES)}}]
+    return spec
+
+
+@st.composite
+def manifests(draw):
+    docs = []
+    for i in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(["Pod", "Deployment", "Job", "CronJob", "ConfigMap"]))
+        doc: dict = {"apiVersion": "v1", "kind": kind, "metadata": {"name": f"m{i}", "labels": {"app": "x"}}}
+        if kind == "Pod":
+            doc["spec"] = draw(pod_specs())
+        elif kind in ("Deployment", "Job"):
+            doc["spec"] = {"template": {"metadata": {"labels": {"app": "x"}}, "spec": draw(pod_specs())}}
+        elif kind == "CronJob":
+            doc["spec"] = {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": {"spec": draw(pod_specs())}}}}
+        else:
+            doc["data"] = {"k": "v"}
+        docs.append(doc)
+    return docs
+
+
+class Writer:
+    """Writes data as YAML in styles drawn by hypothesis: indentation, sequences indented or not, flow
+    collections, quoting, comments, blank lines, CRLF."""
+
+    def __init__(self, draw) -> None:
+        self.draw = draw
+        self.step = draw(st.sampled_from([2, 4]))
+        self.sequence = draw(st.sampled_from([0, self.step]))
+        self.newline = draw(st.sampled_from(["\n", "\r\n"]))
+
+    def scalar(self, value) -> str:
+        if value is None:
+            return self.draw(st.sampled_from(["null", "~", ""]))
+        if isinstance(value, str):
+            quote = self.draw(st.sampled_from(["", "'", '"']))
+            return render_scalar(value, quote)
+        return render_scalar(value)
+
+    def flow(self, value) -> str:
+        if isinstance(value, dict):
+            return "{" + ", ".join(f"{k}: {self.flow(v) if v is not None else 'null'}" for k, v in value.items()) + "}"
+        if isinstance(value, list):
+            return "[" + ", ".join(self.flow(v) for v in value) + "]"
+        return self.scalar(value) or "null"
+
+    def comment(self) -> str:
+        return self.draw(st.sampled_from(["", "", "  # note [x]"]))
+
+    def block(self, value, indent: int) -> list[str]:
+        pad = " " * indent
+        lines = []
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(item, (dict, list)) and item and not self.draw(st.integers(0, 4)) == 0:
+                    lines.append(f"{pad}{key}:{self.comment()}")
+                    lines.extend(self.block(item, indent + (self.step if isinstance(item, dict) else self.sequence)))
+                elif isinstance(item, (dict, list)):
+                    lines.append(f"{pad}{key}: {self.flow(item)}{self.comment()}")
+                else:
+                    lines.append(f"{pad}{key}: {self.scalar(item)}".rstrip() + self.comment())
+                if self.draw(st.integers(0, 9)) == 0:
+                    lines.append("")
+        else:
+            for item in value:
+                if isinstance(item, dict) and item:
+                    inner = self.block(item, indent + 2)
+                    inner[0] = pad + "- " + inner[0][indent + 2:]
+                    lines.extend(inner)
+                else:
+                    lines.append(f"{pad}- {self.flow(item)}")
+        return lines
+
+    def stream(self, docs) -> str:
+        parts = []
+        for i, doc in enumerate(docs):
+            head = "---" + self.newline if i or self.draw(st.booleans()) else ""
+            parts.append(head + self.draw(st.sampled_from(["", "# Source: x" + self.newline]))
+                         + self.newline.join(self.block(doc, 0)) + self.newline)
+        return "".join(parts)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data(), manifests(), st.sampled_from([JOB, BIG_JOB]))
+def test_edited_text_loads_as_exactly_the_patched_documents(data, docs, job):
+    text = Writer(data.draw).stream(docs)
+    assert yamlio.load(text, "x") == docs
+    expected = yamlio.plain_copy(docs)
+    changes = patch_documents(expected, job)
+    result = patch(text, job)
+    assert not result.fallbacks
+    assert yamlio.load(result.text, "x") == expected
+    assert list(result.changes) == changes
+    again = patch(result.text, job)
+    assert again.text == result.text and not again.changes
+    # Lines are only added, except the line of a replaced scalar or of a flow collection that grew:
+    # each operation changes at most one line that was there.
+    removed = [line for line in difflib.ndiff(text.splitlines(), result.text.splitlines()) if line[:2] == "- "]
+    assert len(removed) <= len(diff(docs, expected))
+    assert all(any(s in line for s in ("{", "[", "memory:", "medium:", "sizeLimit:", "resources:", "limits:"))
+               for line in removed), removed
+    if "\r\n" in text:
+        assert result.text.count("\n") == result.text.count("\r\n")
