@@ -290,12 +290,12 @@ def _root_or_none(root: Node | None) -> Node | None:
 def _check_budget(nodes: int, expanded: int, input_nodes: int, event) -> None:
     if expanded > MAX_DOCUMENT_NODES:
         if nodes > MAX_DOCUMENT_NODES:
-            raise _Refused(f"a document with more than {MAX_DOCUMENT_NODES:,} YAML nodes is not a manifest "
-                           f"shmguard patches; refused while parsing it", event.start_mark.index)
+            raise _Refused(f"more than {MAX_DOCUMENT_NODES:,} YAML nodes in one document, too many for a manifest; "
+                           f"stopped reading", event.start_mark.index)
         raise _Refused(f"its aliases expand to more than {MAX_DOCUMENT_NODES:,} nodes (an alias bomb?); refusing it",
                        event.start_mark.index)
     if input_nodes + nodes > MAX_INPUT_NODES:
-        raise _Refused(f"more than {MAX_INPUT_NODES:,} YAML nodes in one input; split the manifest",
+        raise _Refused(f"more than {MAX_INPUT_NODES:,} YAML nodes in one input; split the manifest (stopped reading)",
                        event.start_mark.index)
 
 
