@@ -11,7 +11,6 @@ prints a unified diff of what would change.
 
 from __future__ import annotations
 
-import difflib
 import os
 import sys
 
@@ -19,7 +18,7 @@ from shmguard.files import commit_staged, discard_staged, stage_atomic_bytes
 from shmguard.manifests import yamlio
 from shmguard.manifests.podspec import patch_documents
 from shmguard.manifests.templates import ManifestError
-from shmguard.manifests.yamledit import PatchedText, patch_text
+from shmguard.manifests.yamledit import PatchedText, patch_text, unified_diff
 
 
 def read_text(path: str, name: str) -> str:
@@ -87,8 +86,7 @@ def _patch(job, paths: list[str], in_place: bool, check: bool, follow_symlinks: 
                 print(f"{name}: {change}", file=err)
             total += len(patched.changes)
             if patched.text != text:
-                out.writelines(difflib.unified_diff(text.splitlines(keepends=True), patched.text.splitlines(keepends=True),
-                                                    fromfile=name, tofile=f"{name} (patched)"))
+                out.writelines(unified_diff(text, patched.edits, fromfile=name, tofile=f"{name} (patched)"))
         if total:
             print(f"shmguard patch: {total} changes needed", file=err)
             return 1

@@ -16,10 +16,12 @@ that one document fall back to being re-dumped whole; the result says which and 
 
 from __future__ import annotations
 
+import bisect
+import difflib
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from shmguard.manifests import yamlio
 from shmguard.manifests.templates import where_of
@@ -53,10 +55,12 @@ class Fallback:
 
 @dataclass(frozen=True)
 class Edited:
-    """The edited text and the documents that had to be re-dumped."""
+    """The edited text, the documents that had to be re-dumped, and the edits made: (start, end,
+    replacement) in the original text, sorted and not overlapping (for unified_diff)."""
 
     text: str
     fallbacks: tuple[Fallback, ...]
+    edits: tuple[tuple[int, int, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,7 @@ class PatchedText:
     text: str
     changes: tuple[str, ...]
     fallbacks: tuple[Fallback, ...]
+    edits: tuple[tuple[int, int, str], ...] = ()
 
 
 def diff(before: Any, after: Any, path: tuple = ()) -> list[Op]:
@@ -498,7 +503,7 @@ def edit_text(text: str, documents: list[Document], before: list, after: list) -
         pieces.append(replacement)
         at = end
     pieces.append(text[at:])
-    return Edited("".join(pieces), tuple(fallbacks))
+    return Edited("".join(pieces), tuple(fallbacks), tuple(edits))
 
 
 def _redump(text: str, document: Document, data: Any, newline: str) -> tuple[int, int, str]:
@@ -533,4 +538,96 @@ def patch_text(text: str, source: str, mutate: Callable[[list], list[str]]) -> P
         before = [yamlio.plain_copy(data) for data in after]
         changes = mutate(after)
         edited = edit_text(text, documents, before, after)
-    return PatchedText(edited.text, tuple(changes), edited.fallbacks)
+    return PatchedText(edited.text, tuple(changes), edited.fallbacks, edited.edits)
+
+
+def unified_diff(text: str, edits: tuple[tuple[int, int, str], ...] | list, fromfile: str, tofile: str,
+                 context: int = 3) -> Iterator[str]:
+    """The unified diff of text and text with edits applied, made from the edits themselves: linear in the
+    text, where difflib's matcher takes minutes on a manifest of 10,000 templates."""
+    if not edits:
+        return
+    starts = [0]
+    index = text.find("\n")
+    while index >= 0:
+        starts.append(index + 1)
+        index = text.find("\n", index + 1)
+    if starts[-1] == len(text) and len(starts) > 1:
+        starts.pop()  # no line after the final line end
+    lines = len(starts)
+
+    def line_of(offset: int) -> int:
+        return min(bisect.bisect_right(starts, offset) - 1, lines - 1) if text else 0
+
+    def line_start(number: int) -> int:
+        return starts[number] if number < lines else len(text)
+
+    # Each edit, widened to whole lines: (first old line, end old line, [edits]); merged where they touch.
+    blocks: list[list] = []
+    for start, end, replacement in edits:
+        first = line_of(start)
+        if start == end and start == line_start(first) and replacement.endswith("\n"):
+            last = first  # whole lines put before line `first`
+        else:
+            last = line_of(max(end - 1, start)) + 1
+        if blocks and first < blocks[-1][1] or (blocks and first == blocks[-1][1] and first == last == blocks[-1][0]):
+            blocks[-1][1] = max(blocks[-1][1], last)
+            blocks[-1][2].append((start, end, replacement))
+        else:
+            blocks.append([first, last, [(start, end, replacement)]])
+    # The old and new lines of each block, then hunks with `context` lines around them.
+    changes = []
+    for first, last, block_edits in blocks:
+        a, b = line_start(first), line_start(last)
+        pieces, at = [], a
+        for start, end, replacement in block_edits:
+            pieces.append(text[at:start])
+            pieces.append(replacement)
+            at = end
+        pieces.append(text[at:b])
+        old_lines, new_lines = text[a:b].splitlines(keepends=True), "".join(pieces).splitlines(keepends=True)
+        if old_lines and new_lines:  # a replaced stretch (a re-dumped document): the lines that differ in it
+            matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+            changes.extend((first + i1, first + i2, old_lines[i1:i2], new_lines[j1:j2])
+                           for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal")
+        else:
+            changes.append((first, last, old_lines, new_lines))
+    yield f"--- {fromfile}\n"
+    yield f"+++ {tofile}\n"
+    shift = 0  # new line number minus old line number before the current hunk
+    index = 0
+    while index < len(changes):
+        group = [changes[index]]
+        while index + 1 < len(changes) and changes[index + 1][0] - group[-1][1] <= 2 * context:
+            index += 1
+            group.append(changes[index])
+        index += 1
+        old_from = max(group[0][0] - context, 0)
+        old_to = min(group[-1][1] + context, lines)
+        new_from = old_from + shift
+        body: list[str] = []
+        at = old_from
+        added = 0
+        for first, last, old_lines, new_lines in group:
+            body.extend(" " + _line(text, starts, n, lines) for n in range(at, first))
+            body.extend("-" + line for line in old_lines)
+            body.extend("+" + line for line in new_lines)
+            added += len(new_lines) - len(old_lines)
+            at = last
+        body.extend(" " + _line(text, starts, n, lines) for n in range(at, old_to))
+        new_length = old_to - old_from + added
+        yield f"@@ -{_range(old_from, old_to - old_from)} +{_range(new_from, new_length)} @@\n"
+        for line in body:
+            yield line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
+        shift += added
+
+
+def _line(text: str, starts: list[int], number: int, lines: int) -> str:
+    return text[starts[number]:starts[number + 1] if number + 1 < lines else len(text)]
+
+
+def _range(start: int, length: int) -> str:
+    """A unified diff's line range: 1-based, the length left out when it is 1, the line before when empty."""
+    if length == 1:
+        return str(start + 1)
+    return f"{start + 1 if length else start},{length}"

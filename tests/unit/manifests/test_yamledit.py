@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from shmguard.job import make_job
 from shmguard.manifests import yamlio
 from shmguard.manifests.podspec import patch_documents
-from shmguard.manifests.yamledit import ADD, APPEND, REMOVE, SET, Op, diff, edit_text, patch_text, render_scalar
+from shmguard.manifests.yamledit import (ADD, APPEND, REMOVE, SET, Op, diff, edit_text, patch_text, render_scalar,
+                                         unified_diff)
 
 GOLDEN = Path(__file__).parent / "golden"
 JOB = make_job(workers="1", batch_size="1", sample_bytes="1k")
@@ -41,6 +42,9 @@ def test_golden_manifests(name):
     assert yamlio.load(result.text, "x") == patched
     again = patch(result.text)
     assert again.text == result.text and not again.changes
+    # The diff made from the edits is the one difflib makes from the two texts.
+    assert "".join(unified_diff(source, result.edits, "a", "b")) == "".join(
+        difflib.unified_diff(source.splitlines(keepends=True), result.text.splitlines(keepends=True), "a", "b"))
     if name.startswith("aliased"):
         assert [f.document for f in result.fallbacks] == [1] and "anchored (&res)" in result.fallbacks[0].reason
     else:
@@ -302,6 +306,7 @@ def test_edited_text_loads_as_exactly_the_patched_documents(data, docs, job):
     assert list(result.changes) == changes
     again = patch(result.text, job)
     assert again.text == result.text and not again.changes
+    assert apply_unified(text, "".join(unified_diff(text, result.edits, "a", "b"))) == result.text
     # Lines are only added, except the line of a replaced scalar or of a flow collection that grew:
     # each operation changes at most one line that was there.
     removed = [line for line in difflib.ndiff(text.splitlines(), result.text.splitlines()) if line[:2] == "- "]
@@ -310,3 +315,42 @@ def test_edited_text_loads_as_exactly_the_patched_documents(data, docs, job):
                for line in removed), removed
     if "\r\n" in text:
         assert result.text.count("\n") == result.text.count("\r\n")
+
+
+def apply_unified(text: str, patch_text: str) -> str:
+    """Apply a unified diff (as `patch` would), checking every context and removed line."""
+    import re
+
+    old = text.splitlines(keepends=True)
+    lines = patch_text.splitlines(keepends=True)[2:]
+    out: list[str] = []
+    at = 0
+    i = 0
+    while i < len(lines):
+        match = re.match(r"@@ -(\d+)(?:,(\d+))? \+\d+(?:,\d+)? @@", lines[i])
+        assert match, lines[i]
+        start = int(match.group(1)) - (0 if match.group(2) == "0" else 1)
+        out.extend(old[at:start])
+        at = start
+        i += 1
+        while i < len(lines) and not lines[i].startswith("@@"):
+            tag, line = lines[i][0], lines[i][1:]
+            if i + 1 < len(lines) and lines[i + 1].startswith("\\ No newline"):
+                line = line[:-1]
+                i += 1
+            if tag in " -":
+                assert old[at] == line, (old[at], line)
+                at += 1
+            if tag in " +":
+                out.append(line)
+            i += 1
+    return "".join(out + old[at:])
+
+
+def test_unified_diff_of_edits_at_the_end_without_a_final_newline():
+    text = "a: 1\nb: [x]"
+    edits = ((3, 4, "2"), (10, 10, ", y"))
+    made = "".join(unified_diff(text, edits, "f", "f"))
+    assert made == "--- f\n+++ f\n@@ -1,2 +1,2 @@\n-a: 1\n+a: 2\n-b: [x]\n\\ No newline at end of file\n+b: [x, y]\n" \
+                   "\\ No newline at end of file\n"
+    assert apply_unified(text, made) == "a: 2\nb: [x, y]"
