@@ -399,9 +399,12 @@ class _DocumentEditor:
         if flow:
             self._flow_insert(node, render_flow(value), "[", path)
             return
-        dash = self.column(node.start)
         first = node.value[0]
-        offset = first.start - node.start if self.text.find("\n", node.start, first.start) < 0 else self.style().item
+        at = self.text.rfind("-", node.start, first.start)  # the first dash (the node starts at its anchor or tag)
+        if at < 0:
+            raise _Unsafe(f"the list at {_path_text(path)} could not be found in the text")
+        dash = self.column(at)
+        offset = first.start - at if self.text.find("\n", at, first.start) < 0 else self.style().item
         offset = max(offset, 2)
         if isinstance(value, (dict, list)) and value:
             lines = render_block(value, dash + offset, self.style())

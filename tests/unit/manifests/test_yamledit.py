@@ -354,3 +354,13 @@ def test_unified_diff_of_edits_at_the_end_without_a_final_newline():
     assert made == "--- f\n+++ f\n@@ -1,2 +1,2 @@\n-a: 1\n+a: 2\n-b: [x]\n\\ No newline at end of file\n+b: [x, y]\n" \
                    "\\ No newline at end of file\n"
     assert apply_unified(text, made) == "a: 2\nb: [x, y]"
+
+
+def test_anchored_but_unaliased_collections_are_edited_in_place():
+    text = ("kind: Pod\nspec:\n  containers: &cs\n    - &c name: c\n      image: x\n"
+            "      resources: &r {limits: {memory: 1Mi}}\n  volumes: !!seq\n  - name: data\n")
+    result = patch(text)
+    assert not result.fallbacks
+    assert result.text.startswith("kind: Pod\nspec:\n  containers: &cs\n    - &c name: c\n      image: x\n"
+                                  "      resources: &r {limits: {memory: 378Mi}}\n      volumeMounts:\n")
+    assert "  volumes: !!seq\n  - name: data\n  - name: dshm\n    emptyDir:\n" in result.text
