@@ -290,8 +290,9 @@ class _DocumentEditor:
         return self._style
 
     # -- finding nodes ----------------------------------------------------------------------------------
-    def find(self, path: tuple) -> tuple[Node, Node | None, Node | None, bool]:
-        """(node, its parent collection, its key node, whether it is inside a flow collection)."""
+    def find(self, path: tuple, replacing: bool = False) -> tuple[Node, Node | None, Node | None, bool]:
+        """(node, its parent collection, its key node, whether it is inside a flow collection); with
+        replacing, the node may be an alias (replacing `*x` by a value leaves the anchor as it was)."""
         node = self.root
         assert node is not None
         parent = key_node = None
@@ -307,7 +308,8 @@ class _DocumentEditor:
                 key_node, node = None, node.value[step]
             else:
                 raise _Unsafe(f"{_path_text(path[:depth + 1])} is not where the patch expects it")
-        self._check_plain(node, path)
+        if not (replacing and node.kind == ALIAS):
+            self._check_plain(node, path)
         return node, parent, key_node, flow or node.flow
 
     @staticmethod
@@ -344,7 +346,10 @@ class _DocumentEditor:
     def set_value(self, path: tuple, value: Any) -> None:
         if not path:
             raise _Unsafe("the patch replaced the whole document")
-        node, parent, key_node, flow = self.find(path)
+        node, parent, key_node, flow = self.find(path, replacing=True)
+        if node.kind == ALIAS and not isinstance(value, (dict, list)):
+            self.edits.append((node.start, node.end, render_scalar(value)))
+            return
         if node.kind != SCALAR:
             raise _Unsafe(f"the patch replaced the {node.kind} at {_path_text(path)}")
         if node.style in ("|", ">") or node.tagged or node.anchor is not None:

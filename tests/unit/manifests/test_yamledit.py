@@ -364,3 +364,11 @@ def test_anchored_but_unaliased_collections_are_edited_in_place():
     assert result.text.startswith("kind: Pod\nspec:\n  containers: &cs\n    - &c name: c\n      image: x\n"
                                   "      resources: &r {limits: {memory: 378Mi}}\n      volumeMounts:\n")
     assert "  volumes: !!seq\n  - name: data\n  - name: dshm\n    emptyDir:\n" in result.text
+
+
+def test_a_scalar_alias_that_the_patch_replaces_is_replaced_and_its_anchor_stays():
+    text = ("kind: Pod\nx-mem: &mem 1Mi\nspec:\n  containers:\n  - name: c\n    resources:\n"
+            "      limits: {memory: *mem}  # shared\n")
+    result = patch(text)
+    assert not result.fallbacks
+    assert "x-mem: &mem 1Mi\n" in result.text and "      limits: {memory: 378Mi}  # shared\n" in result.text
