@@ -378,7 +378,7 @@ class _DocumentEditor:
         self.lines_at(node.end, render_block(value, indent, style))
 
     def add_key(self, path: tuple, key: Any, value: Any) -> None:
-        node, _parent, _key, flow = self.find(path) if path else (self.root, None, None, self.root.flow)
+        node, _parent, _key, flow = self.find(path)
         if node.kind != MAPPING:
             raise _Unsafe(f"the patch added a key to {_path_text(path)}, which is not a mapping in the text")
         if not isinstance(key, str):
@@ -584,7 +584,7 @@ def unified_diff(text: str, edits: tuple[tuple[int, int, str], ...] | list, from
         else:
             blocks.append([first, last, [(start, end, replacement)]])
     # The old and new lines of each block, then hunks with `context` lines around them.
-    changes = []
+    changes: list[tuple[int, int, list[str], list[str]]] = []
     for first, last, block_edits in blocks:
         a, b = line_start(first), line_start(last)
         pieces, at = [], a
