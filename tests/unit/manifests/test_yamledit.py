@@ -372,3 +372,30 @@ def test_a_scalar_alias_that_the_patch_replaces_is_replaced_and_its_anchor_stays
     result = patch(text)
     assert not result.fallbacks
     assert "x-mem: &mem 1Mi\n" in result.text and "      limits: {memory: 378Mi}  # shared\n" in result.text
+
+
+ALIAS_LAYOUTS = {
+    "shared-limits": "kind: Pod\nspec:\n  containers:\n  - name: a\n    resources: {limits: &l {memory: 1Mi}}\n"
+                     "  - name: b\n    resources: {limits: *l}\n",
+    "shared-container-list": "kind: Job\nx: &cs\n- {name: a}\nspec:\n  template:\n    spec:\n      containers: *cs\n",
+    "shared-volumes": "kind: Pod\nx: &v []\nspec:\n  volumes: *v\n  containers:\n  - name: a\n",
+    "merged-container": "kind: Pod\nx: &c {name: a, resources: {limits: {memory: 1Mi}}}\nspec:\n  containers:\n"
+                        "  - <<: *c\n    image: i\n  - <<: *c\n    name: b\n",
+    "merged-list": "kind: Pod\nx: &m {volumeMounts: []}\ny: &n {name: a}\nspec:\n  containers:\n  - <<: [*n, *m]\n",
+    "aliased-key": "kind: Pod\nk: &k containers\nspec:\n  *k : [{name: a}]\n",
+    "aliased-spec": "kind: Deployment\nx: &s {containers: [{name: a}]}\nspec:\n  template:\n    spec: *s\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(ALIAS_LAYOUTS))
+@pytest.mark.parametrize("job", [JOB, BIG_JOB], ids=["small", "big"])
+def test_aliases_and_merge_keys_end_as_the_patched_documents(name, job):
+    text = ALIAS_LAYOUTS[name] + "---\n# next\nkind: ConfigMap  # kept\n"
+    expected = yamlio.load(text, "x")
+    patch_documents(expected, job)
+    result = patch(text, job)
+    assert yamlio.load(result.text, "x") == expected
+    assert result.text.endswith("---\n# next\nkind: ConfigMap  # kept\n")
+    assert all(f.document == 1 for f in result.fallbacks)
+    again = patch(result.text, job)
+    assert again.text == result.text and not again.changes
