@@ -21,7 +21,7 @@ from shmguard.manifests.templates import ManifestError
 MAX_INPUT_BYTES = 64 * 1024 * 1024  # a manifest larger than this is refused before parsing
 # Kubernetes objects nest a few dozen levels (CRD schemas the most); the alias-free dumper
 # used for a document that cannot be edited in place recurses a few frames per level.
-MAX_NESTING = 100
+MAX_NESTING = 200
 MAX_DOCUMENT_NODES = 1_000_000  # nodes in one document, aliases expanded ("billion laughs", or just huge)
 MAX_INPUT_NODES = 3_000_000  # nodes in one input, all documents together (about 1 GB of memory)
 

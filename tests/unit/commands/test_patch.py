@@ -305,5 +305,7 @@ def test_check_prints_a_unified_diff_and_patching_twice_changes_nothing(tmp_path
     once = path.read_bytes()
     assert b"# the trainer\n" in once and once.startswith(text.encode())
     capsys.readouterr()
+    inode = path.stat().st_ino
     assert main(["patch", *P, "-i", str(path)]) == 0 and path.read_bytes() == once
+    assert path.stat().st_ino == inode  # nothing to change: the file is not even rewritten
     assert main(["patch", *P, "--check", str(path)]) == 0 and capsys.readouterr().out == ""

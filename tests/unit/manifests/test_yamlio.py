@@ -33,18 +33,27 @@ def test_alias_cycles_are_refused(text):
     "- " * 30_000 + "x",  # segfaulted libyaml's recursive composer
     "- " * 400 + "x",
     "a: " + "[" * 400 + "]" * 400 + "\n",  # passed the old pre-scan, crashed the dumper
-    "a: " + "{b: " * 150 + "}" * 150 + "\n",
-    "a:\n" + "".join(" " * (2 * i) + f"k{i}:\n" for i in range(1, 150)),
-], ids=["30000-dashes", "400-dashes", "400-brackets", "150-braces", "150-indents"])
+    "a: " + "{b: " * 250 + "}" * 250 + "\n",
+    "a:\n" + "".join(" " * (2 * i) + f"k{i}:\n" for i in range(1, 250)),
+], ids=["30000-dashes", "400-dashes", "400-brackets", "250-braces", "250-indents"])
 def test_deep_nesting_is_refused(text):
     assert f"nested too deeply to be a manifest (more than {yamlio.MAX_NESTING} levels)" in refused(text)
 
 
 def test_nesting_up_to_the_limit_loads_and_dumps():
+    from shmguard.job import make_job
+    from shmguard.manifests.podspec import patch_documents
+    from shmguard.manifests.yamledit import patch_text
+
     depth = yamlio.MAX_NESTING
-    text = "a: " + "[" * (depth - 1) + "x" + "]" * (depth - 1) + "\n"
-    (doc,) = yamlio.load(text, "x")
-    assert yaml.safe_load(yamlio.dump([doc])) == doc  # the fall-back dumper copes with the deepest document
+    for deep in ("[" * (depth - 1) + "x" + "]" * (depth - 1),
+                 "\n" + "".join(" " * (2 * i) + f"k{i}:\n" for i in range(1, depth - 1)) + "  z: 1"):
+        # The shared container list makes the document fall back to the dumper, at the deepest nesting.
+        text = f"kind: Pod\nx: &c [{{name: a}}]\ndeep: {deep}\nspec:\n  containers: *c\n"
+        result = patch_text(text, "x", lambda docs: patch_documents(docs, make_job(workers="1", batch_size="1",
+                                                                                 sample_bytes="1k")))
+        assert len(result.fallbacks) == 1
+        assert yaml.safe_load(result.text)["deep"] == yaml.safe_load(text)["deep"]
 
 
 def test_node_budget_acts_while_parsing(monkeypatch):
