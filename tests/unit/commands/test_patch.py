@@ -309,3 +309,44 @@ def test_check_prints_a_unified_diff_and_patching_twice_changes_nothing(tmp_path
     assert main(["patch", *P, "-i", str(path)]) == 0 and path.read_bytes() == once
     assert path.stat().st_ino == inode  # nothing to change: the file is not even rewritten
     assert main(["patch", *P, "--check", str(path)]) == 0 and capsys.readouterr().out == ""
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 64 KiB tmpfs of its own (root only; skipped where mounting is not permitted)."""
+    import subprocess
+
+    mount = tmp_path / "fs"
+    mount.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True)
+    if proc.returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+@pytest.mark.parametrize("trouble", ["full", "read-only"])
+def test_real_full_disk_and_read_only_filesystem(small_tmpfs, capsys, trouble):
+    import os
+    import subprocess
+
+    path = small_tmpfs / "job.yaml"
+    path.write_text(MANIFEST)
+    if trouble == "full":
+        with open(small_tmpfs / "filler", "wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"\0" * 4096)
+            except OSError:
+                pass
+        expected = os.strerror(28)
+    else:
+        subprocess.run(["mount", "-o", "remount,ro", str(small_tmpfs)], check=True)
+        expected = os.strerror(30)
+    assert main(["patch", *P, "-i", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines() == [f"shmguard: error: {path}: cannot write it ({expected}); "
+                                                 f"no file was changed"]
+    assert path.read_text() == MANIFEST and not [p for p in os.listdir(small_tmpfs) if p.endswith(".tmp")]
