@@ -347,11 +347,6 @@ def _finish_mapping(node: Node, children: list) -> None:
     node.size = size
 
 
-def load_documents(text: str, source: str) -> list[Document]:
-    """Like compose: the documents with their data, nodes and positions (for yamledit)."""
-    return compose(text, source)
-
-
 def load(text: str, source: str) -> list:
     """The plain data of every document (None for an empty one), loaded strictly and within the limits."""
     return [document.data for document in compose(text, source)]
