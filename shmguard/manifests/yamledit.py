@@ -24,22 +24,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from shmguard.manifests import yamlio
+from shmguard.manifests.delta import ADD, APPEND, REMOVE, SET, Op, diff
 from shmguard.manifests.templates import where_of
 from shmguard.manifests.yamlio import ALIAS, MAPPING, SCALAR, SEQUENCE, Document, Node
-
-SET, ADD, APPEND, REMOVE = "set", "add", "append", "remove"
-
-
-@dataclass(frozen=True)
-class Op:
-    """One difference: SET the value at path; ADD key to the mapping at path; APPEND value to the sequence
-    at path; REMOVE something at path (which the editor does not do in place)."""
-
-    kind: str
-    path: tuple
-    key: Any = None
-    value: Any = None
-
 
 @dataclass(frozen=True)
 class Fallback:
@@ -73,44 +60,12 @@ class PatchedText:
     edits: tuple[tuple[int, int, str], ...] = ()
 
 
-def diff(before: Any, after: Any, path: tuple = ()) -> list[Op]:
-    """The operations that turn before into after (plain data), in document order.
-
-    Equal subtrees are skipped with one ==, so values Python holds equal (1 and True, 1 and 1.0)
-    count as unchanged; a patch never turns one into the other.
-    """
-    ops: list[Op] = []
-    _diff(before, after, path, ops)
-    return ops
-
-
-def _diff(before: Any, after: Any, path: tuple, ops: list[Op]) -> None:
-    if before is after:
-        return
-    if isinstance(before, dict) and isinstance(after, dict):
-        if before == after:
-            return
-        for key, value in after.items():
-            if key in before:
-                _diff(before[key], value, path + (key,), ops)
-            else:
-                ops.append(Op(ADD, path, key, value))
-        ops.extend(Op(REMOVE, path + (key,)) for key in before if key not in after)
-    elif isinstance(before, list) and isinstance(after, list):
-        if before == after:
-            return
-        for index in range(min(len(before), len(after))):
-            _diff(before[index], after[index], path + (index,), ops)
-        ops.extend(Op(APPEND, path, None, value) for value in after[len(before):])
-        ops.extend(Op(REMOVE, path + (index,)) for index in range(len(after), len(before)))
-    elif type(before) is not type(after) or before != after:
-        if isinstance(before, float) and isinstance(after, float) and math.isnan(before) and math.isnan(after):
-            return
-        ops.append(Op(SET, path, None, after))
-
-
 class _Unsafe(Exception):
     """An edit that cannot be placed in the text safely; the document is re-dumped instead."""
+
+
+class _FromMerge(_Unsafe):
+    """The key is not written in the mapping: a merge key (<<) brought it in."""
 
 
 def _path_text(path: tuple) -> str:
@@ -329,7 +284,7 @@ class _DocumentEditor:
             if target.kind == SCALAR and target.data == key and isinstance(target.data, str):
                 return key_node, value_node
         if node.merged:
-            raise _Unsafe(f"{_path_text(path)} comes from a merge key (<<) source")
+            raise _FromMerge(f"{_path_text(path)} comes from a merge key (<<) source")
         raise _Unsafe(f"{_path_text(path)} was not found in the text")
 
     # -- operations --------------------------------------------------------------------------------------
@@ -346,7 +301,15 @@ class _DocumentEditor:
     def set_value(self, path: tuple, value: Any) -> None:
         if not path:
             raise _Unsafe("the patch replaced the whole document")
-        node, parent, key_node, flow = self.find(path, replacing=True)
+        try:
+            node, parent, key_node, flow = self.find(path, replacing=True)
+        except _FromMerge:
+            self.find(path[:-1])  # the mapping itself must be safe to edit
+            if not isinstance(path[-1], str):
+                raise
+            # A key written in the mapping overrides the merged one: the merge source stays as it is.
+            self.add_key(path[:-1], path[-1], value)
+            return
         if node.kind == ALIAS and not isinstance(value, (dict, list)):
             self.edits.append((node.start, node.end, render_scalar(value)))
             return

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from shmguard.job import make_job
 from shmguard.manifests import yamlio
 from shmguard.manifests.podspec import patch_documents
-from shmguard.manifests.yamledit import (ADD, APPEND, REMOVE, SET, Op, diff, edit_text, patch_text, render_scalar,
-                                         unified_diff)
+from shmguard.manifests.delta import ADD, APPEND, REMOVE, SET, Op, diff
+from shmguard.manifests.yamledit import edit_text, patch_text, render_scalar, unified_diff
 
 GOLDEN = Path(__file__).parent / "golden"
 JOB = make_job(workers="1", batch_size="1", sample_bytes="1k")
@@ -112,20 +112,31 @@ def test_indentation_follows_the_file():
            "                        medium: Memory\n" in out
 
 
-def test_a_change_through_a_merge_key_falls_back_and_the_rest_is_edited():
-    # The container's resources come from the merge source; the patch sets them on the container.
+def test_a_value_a_merge_key_brought_in_is_overridden_in_the_mapping():
+    # The container's resources come from the merge source; the patch sets them on the container, so a
+    # key written in the container overrides the merged one and the source stays as it was.
     text = ("kind: Pod\nmetadata: {name: p}\nx-base: &base\n  name: c\n  resources: null\n"
+            "spec:\n  containers:\n  - <<: *base\n    image: x\n")
+    result = patch(text)
+    assert not result.fallbacks
+    assert result.text.startswith(text)
+    assert result.text[len(text):].startswith("    resources:\n      limits:\n        memory: 378Mi\n"
+                                              "    volumeMounts:\n    - name: dshm\n      mountPath: /dev/shm\n")
+    docs = yamlio.load(result.text, "x")
+    assert docs[0]["spec"]["containers"][0]["resources"]["limits"]["memory"] == "378Mi"
+    assert docs[0]["x-base"] == {"name": "c", "resources": None}
+
+
+def test_a_change_inside_a_merge_source_falls_back_and_the_other_documents_are_edited():
+    text = ("kind: Pod\nmetadata: {name: p}\nx-base: &base\n  name: c\n  resources: {limits: {memory: 1Mi}}\n"
             "spec:\n  containers:\n  - <<: *base\n    image: x\n---\nkind: Pod  # second\nmetadata: {name: q}\n"
             "spec:\n  containers:\n  - name: c\n")
     result = patch(text)
-    assert [f.document for f in result.fallbacks] == [1] and "merge key" in result.fallbacks[0].reason
+    assert [f.document for f in result.fallbacks] == [1] and "anchored (&base)" in result.fallbacks[0].reason
     assert result.text.endswith("---\nkind: Pod  # second\nmetadata: {name: q}\nspec:\n  containers:\n  - name: c\n"
                                 "    volumeMounts:\n    - name: dshm\n      mountPath: /dev/shm\n    resources:\n"
                                 "      limits:\n        memory: 378Mi\n  volumes:\n  - name: dshm\n    emptyDir:\n"
                                 "      medium: Memory\n      sizeLimit: 64Mi\n")
-    docs = yamlio.load(result.text, "x")
-    assert docs[0]["spec"]["containers"][0]["resources"]["limits"]["memory"] == "378Mi"
-    assert docs[0]["x-base"] == {"name": "c", "resources": None}
 
 
 def test_a_merge_key_that_the_patch_does_not_touch_is_edited_in_place():
