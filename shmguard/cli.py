@@ -261,7 +261,8 @@ def patch(in_place, check, follow_symlinks, files, **options) -> int:
     """Add or fix the /dev/shm emptyDir, its mount and the memory limits in every pod template of FILES (or stdin).
 
     Handles Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob and
-    PyTorchJob; other documents pass through. Patching twice changes nothing.
+    PyTorchJob; other documents pass through. Only the lines that must change are
+    changed: comments, order, quoting and layout stay. Patching twice changes nothing.
     """
     from shmguard.commands.patch import patch as run_patch
     from shmguard.errors import UsageError

@@ -35,6 +35,9 @@ def read_text(path: str, name: str) -> str:
                 data = f.read(limit)
     except OSError as exc:
         raise ManifestError(f"{name}: cannot read: {exc.strerror}") from None
+    if len(data) >= limit:  # before decoding: the cut may split a character
+        raise ManifestError(f"{name}: more than the {yamlio.MAX_INPUT_BYTES // 2**20} MiB shmguard patch reads; "
+                            f"split the manifest")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -350,3 +350,14 @@ def test_real_full_disk_and_read_only_filesystem(small_tmpfs, capsys, trouble):
     assert captured.err.strip().splitlines() == [f"shmguard: error: {path}: cannot write it ({expected}); "
                                                  f"no file was changed"]
     assert path.read_text() == MANIFEST and not [p for p in os.listdir(small_tmpfs) if p.endswith(".tmp")]
+
+
+def test_too_large_input_is_refused_before_decoding(monkeypatch, tmp_path, capsys):
+    import shmguard.manifests.yamlio as yamlio
+
+    monkeypatch.setattr(yamlio, "MAX_INPUT_BYTES", 100)
+    path = tmp_path / "big.yaml"
+    path.write_bytes(b"kind: ConfigMap\ndata:\n  k: '" + "é".encode() * 60 + b"'\n")  # byte 101 is inside an é
+    assert main(["patch", *P, str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "split the manifest" in err and "UTF-8" not in err
