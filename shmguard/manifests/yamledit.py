@@ -202,6 +202,7 @@ class _DocumentEditor:
         self.file_style = file_style
         self._style: _Style | None = None
         self.edits: list[tuple[int, int, str]] = []
+        self._filled: set[int] = set()  # empty flow collections that got an entry
 
     # -- positions ---------------------------------------------------------------------------------------
     def column(self, index: int) -> int:
@@ -386,8 +387,10 @@ class _DocumentEditor:
             last = node.value[-1]
             end = max(last[0].end, last[1].end) if node.kind == MAPPING else last.end
             self.edits.append((end, end, ", " + entry))
-        elif self.text[node.start:node.start + 1] == opener:
-            self.edits.append((node.start + 1, node.start + 1, entry))
+        elif self.text[node.start:node.start + 1] == opener:  # empty: the first entry has no comma before it
+            first = id(node) not in self._filled
+            self._filled.add(id(node))
+            self.edits.append((node.start + 1, node.start + 1, entry if first else ", " + entry))
         else:
             raise _Unsafe(f"the flow collection at {_path_text(path)} could not be found in the text")
 

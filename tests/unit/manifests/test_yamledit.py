@@ -410,3 +410,60 @@ def test_aliases_and_merge_keys_end_as_the_patched_documents(name, job):
     assert all(f.document == 1 for f in result.fallbacks)
     again = patch(result.text, job)
     assert again.text == result.text and not again.changes
+
+
+NEW_VALUES = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-1000, 10**12), st.floats(allow_nan=False, width=32),
+              st.text(max_size=12)),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text("abc-_/.:", min_size=1, max_size=5),
+                                                                         inner, max_size=3)),
+    max_leaves=6)
+
+
+def collections_of(value, path=()):
+    """(path, dict or list) for every collection in value."""
+    if isinstance(value, (dict, list)):
+        yield path, value
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            yield from collections_of(item, path + (key,))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data(), manifests())
+def test_any_adds_sets_and_appends_end_as_the_changed_documents(data, docs):
+    """Not only shmguard's patch: any change of the kinds a patch makes, anywhere, is placed in the text."""
+    text = Writer(data.draw).stream(docs)
+    documents = yamlio.compose(text, "x")
+    before = [d.data for d in documents]
+    after = yamlio.plain_copy(before)
+    touched: set = set()
+    for _ in range(data.draw(st.integers(1, 6))):
+        index = data.draw(st.integers(0, len(after) - 1))
+        path, target = data.draw(st.sampled_from(list(collections_of(after[index]))))
+        new = data.draw(NEW_VALUES)
+        if isinstance(target, list):
+            if target and data.draw(st.booleans()):
+                position = data.draw(st.integers(0, len(target) - 1))
+                if not isinstance(target[position], (dict, list)):
+                    target[position] = new if not isinstance(new, (dict, list)) else str(new)
+            else:
+                target.append(new)
+        else:
+            key = data.draw(st.one_of(st.sampled_from(sorted(target) or ["k"]), st.text("xyz-", min_size=1, max_size=4)))
+            if (key in target and isinstance(target[key], (dict, list))) or (index, path, key) in touched:
+                continue
+            touched.add((index, path, key))
+            if key in target and target[key] is not None and isinstance(new, (dict, list)):
+                new = str(new)  # a scalar turned into a collection is re-dumped; keep to what a patch does
+            target[key] = new
+    edited = edit_text(text, documents, before, after)
+    assert yamlio.load(edited.text, "x") == after
+    assert not edited.fallbacks
+
+
+def test_two_entries_into_an_empty_flow_collection_get_a_comma_between():
+    text = "a: {}\nb: []\n"
+    documents = yamlio.compose(text, "x")
+    edited = edit_text(text, documents, [{"a": {}, "b": []}], [{"a": {"k": 1, "x": None}, "b": [1, {"y": "z"}]}])
+    assert edited.text == "a: {k: 1, x: null}\nb: [1, {y: z}]\n" and not edited.fallbacks
