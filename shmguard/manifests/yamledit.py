@@ -316,8 +316,16 @@ class _DocumentEditor:
             return
         if node.kind != SCALAR:
             raise _Unsafe(f"the patch replaced the {node.kind} at {_path_text(path)}")
-        if node.style in ("|", ">") or node.tagged or node.anchor is not None:
-            raise _Unsafe(f"{_path_text(path)} is a block scalar, or has a tag or an anchor")
+        if node.tagged or node.anchor is not None:
+            raise _Unsafe(f"{_path_text(path)} has a tag or an anchor")
+        if node.style in ("|", ">"):
+            if isinstance(value, (dict, list)):
+                raise _Unsafe(f"the patch turned the block scalar at {_path_text(path)} into a {type(value).__name__}")
+            # A block scalar's span runs to the start of the next line, blank lines included: keep those.
+            span = self.text[node.start:node.end]
+            end = node.start + len(span.rstrip())
+            self.edits.append((node.start, end, render_scalar(value)))
+            return
         empty = node.start == node.end
         lead = " " if empty and self.text[node.start - 1:node.start] not in (" ", "\t") else ""
         if not isinstance(value, (dict, list)):

@@ -234,11 +234,12 @@ def manifests(draw):
         if kind == "Pod":
             doc["spec"] = draw(pod_specs())
         elif kind in ("Deployment", "Job"):
-            doc["spec"] = {"template": {"metadata": {"labels": {"app": "x"}}, "spec": draw(pod_specs())}}
+            doc["spec"] = {"template": {"metadata": {"labels": {"app": "x"}, "annotations": {"note": "a [\nb {\n"}},
+                                        "spec": draw(pod_specs())}}
         elif kind == "CronJob":
             doc["spec"] = {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": {"spec": draw(pod_specs())}}}}
         else:
-            doc["data"] = {"k": "v"}
+            doc["data"] = {"k": "v", "script": "echo '[{'\n"}
         docs.append(doc)
     return docs
 
@@ -281,10 +282,17 @@ class Writer:
                     lines.extend(self.block(item, indent + (self.step if isinstance(item, dict) else self.sequence)))
                 elif isinstance(item, (dict, list)):
                     lines.append(f"{pad}{key}: {self.flow(item)}{self.comment()}")
+                elif isinstance(item, str) and item.endswith("\n"):  # a block scalar
+                    lines.append(f"{pad}{key}: |{self.comment()}")
+                    lines.extend(f"{pad}  {line}" for line in item.splitlines())
                 else:
                     lines.append(f"{pad}{key}: {self.scalar(item)}".rstrip() + self.comment())
-                if self.draw(st.integers(0, 9)) == 0:
+                extra = self.draw(st.integers(0, 12))
+                if extra == 0:
                     lines.append("")
+                elif extra == 1:
+                    lines.append(" " * self.draw(st.integers(0, indent)) + "# a comment line: [{")
+
         else:
             for item in value:
                 if isinstance(item, dict) and item:
@@ -467,3 +475,10 @@ def test_two_entries_into_an_empty_flow_collection_get_a_comma_between():
     documents = yamlio.compose(text, "x")
     edited = edit_text(text, documents, [{"a": {}, "b": []}], [{"a": {"k": 1, "x": None}, "b": [1, {"y": "z"}]}])
     assert edited.text == "a: {k: 1, x: null}\nb: [1, {y: z}]\n" and not edited.fallbacks
+
+
+def test_a_replaced_block_scalar_keeps_the_lines_after_it():
+    text = "a: |\n  one [\n  two {\n\n# c\nb: >-\n  x\n"
+    documents = yamlio.compose(text, "x")
+    edited = edit_text(text, documents, [{"a": "one [\ntwo {\n", "b": "x"}], [{"a": "new", "b": "it's"}])
+    assert edited.text == "a: new\n\n# c\nb: 'it''s'\n" and not edited.fallbacks
