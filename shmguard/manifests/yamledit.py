@@ -10,8 +10,9 @@ of the siblings, sequences indented under their key or not, flow style inside fl
 collections, the quoting of the scalar it replaces, the file's line ends.
 
 An edit that cannot be placed safely (through an alias, into an anchored node that an
-alias also uses, into what a merge key `<<` brought in, a block scalar, a removal) makes
-that one document fall back to being re-dumped whole; the result says which and why.
+alias or a merge key `<<` also uses, a value with an explicit tag, a removal) makes that
+one document fall back to being re-dumped whole; the result says which and why. A value
+that a merge key brought in is overridden by a key written in the merging mapping.
 """
 
 from __future__ import annotations
