@@ -380,7 +380,8 @@ def webhook_certs(directory, namespace, name, sans, days, force) -> int:
 @cli.command()
 @job_options
 @click.option("-i", "--in-place", is_flag=True, help="Rewrite the files (atomically) instead of printing.")
-@click.option("--check", is_flag=True, help="Change nothing; list what would change and exit 1 if anything would.")
+@click.option("--check", is_flag=True, help="Change nothing; print a diff of what would change and exit 1 if anything would.")
+@click.option("--follow-symlinks", is_flag=True, help="With -i, patch the file a symlink points to (else a symlink is refused).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stderr (every template, what changed or why not).")
 @click.option("--kind", "kinds", multiple=True, metavar="KIND", help="Only objects of this kind (`Job`, or with its group: `batch.volcano.sh/Job`); repeatable.")
 @click.option("--name", "names", multiple=True, metavar="PATTERN", help="Only objects whose name matches (shell pattern); repeatable.")
@@ -393,7 +394,7 @@ def webhook_certs(directory, namespace, name, sans, days, force) -> int:
 @click.option("--size-unsized", is_flag=True, help="Give an existing memory /dev/shm without sizeLimit the job's size (default: keep it unsized).")
 @click.option("--include-init", is_flag=True, help="Mount /dev/shm into init containers and sidecars too.")
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
-def patch(in_place, check, as_json, kinds, names, labels, namespaces, opt_in, container, memory, size_unsized,
+def patch(in_place, check, follow_symlinks, as_json, kinds, names, labels, namespaces, opt_in, container, memory, size_unsized,
           include_init, files, **options) -> int:
     """Add or fix the /dev/shm emptyDir, its mount and the memory limits in every pod template of FILES (or stdin).
 
@@ -403,7 +404,8 @@ def patch(in_place, check, as_json, kinds, names, labels, namespaces, opt_in, co
     Knative and `kind: List`, and of any other object by shape. By default every
     template is sized; shmguard.io/skip: "true" leaves one alone. shmguard.io/*
     annotations on an object or template override the job options. Never lowers a
-    limit or a request, never shrinks a /dev/shm. Patching twice changes nothing.
+    limit or a request, never shrinks a /dev/shm. Only the lines that must change are
+    changed: comments, order, quoting and layout stay. Patching twice changes nothing.
     """
     from shmguard.commands.patch import patch as run_patch
     from shmguard.errors import UsageError
@@ -419,7 +421,7 @@ def patch(in_place, check, as_json, kinds, names, labels, namespaces, opt_in, co
         memory=None if memory is None else asked_memory(memory, "--memory"), size_unsized=size_unsized,
         include_init=include_init)
     return run_patch(job_defaults_from_options(options), list(files), in_place=in_place, check=check,
-                     options=patch_options, as_json=as_json)
+                     follow_symlinks=follow_symlinks, options=patch_options, as_json=as_json)
 
 
 @cli.command("fn")
@@ -475,13 +477,14 @@ def explain_command(container, host, tail, shm_size, memory_limit, exit_code, oo
     """
     from shmguard.commands.explain import describe_sizes, explain
 
-    keys = ("workers", "batch_size", "sample_shape", "dtype", "sample_bytes", "prefetch_factor",
-            "procs_per_node", "gpus", "pin_memory", "sharing_strategy")
+    from shmguard.options import JOB_KEYS as keys
+
     if options.get("dataset"):
         job = job_from_options(options)
         flag_values = {"sample_bytes": str(job.sample_bytes), "workers": job.workers, "batch_size": job.batch_size,
                        "prefetch_factor": job.prefetch_factor, "procs_per_node": job.procs_per_node, "gpus": job.gpus,
-                       "pin_memory": job.pin_memory, "sharing_strategy": job.sharing_strategy}
+                       "pin_memory": job.pin_memory, "sharing_strategy": job.sharing_strategy,
+                       "batch_segments": job.batch_segments}
     else:
         if options.get("collate_fn"):
             from shmguard.errors import UsageError

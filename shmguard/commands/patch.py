@@ -2,74 +2,152 @@
 
 Reads every file (or stdin) completely and sizes all of them in memory first
 (shmguard.manifests.podspec.patch_documents); every template is reported, changed or
-left alone and why, on stderr (`--json`: one object). A bad document anywhere is
-reported with the others, then exit 2 and no file written. With -i each changed file
-is replaced atomically; --check only lists what would change.
+left alone and why, on stderr (`--json`: one object). A bad file or document is
+reported with the others, then exit 2 and no file written. The output differs from
+the input only in the lines the patch had to change (shmguard.manifests.yamledit).
+With -i every changed file is first written beside itself and only then renamed
+into place, keeping its mode and owner, so a read-only directory or a full disk
+fails before any file changes. --check changes nothing and prints a unified diff
+of what would change.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 
-from shmguard.files import write_atomic
+from shmguard.files import commit_staged, discard_staged, stage_atomic_bytes
 from shmguard.manifests import yamlio
-from shmguard.manifests.podspec import PatchOptions, patch_documents
+from shmguard.manifests.podspec import PatchOptions, PatchSummary, patch_documents
 from shmguard.manifests.templates import ManifestError
-from shmguard.manifests.yamlio import dump, load
+from shmguard.manifests.yamledit import PatchedText, patch_text, unified_diff
 
 
-def read(path: str) -> tuple[str, str]:
-    name = "stdin" if path == "-" else path
+def read_text(path: str, name: str) -> str:
+    """The file (or stdin) as text, line ends as they are; at most the loader's limit (+1, to tell it was exceeded)."""
+    limit = yamlio.MAX_INPUT_BYTES + 1
     try:
-        # Never more than the limit (+1, to tell that it was exceeded) in memory, however big the input.
         if path == "-":
-            return name, sys.stdin.read(yamlio.MAX_INPUT_BYTES + 1)
-        with open(path, encoding="utf-8") as f:
-            return name, f.read(yamlio.MAX_INPUT_BYTES + 1)
+            stream = getattr(sys.stdin, "buffer", None)
+            if stream is None:  # a text stream put in place of stdin
+                return sys.stdin.read(limit)
+            data = stream.read(limit)
+        else:
+            with open(path, "rb") as f:
+                data = f.read(limit)
     except OSError as exc:
         raise ManifestError(f"{name}: cannot read: {exc.strerror}") from None
+    if len(data) >= limit:  # before decoding: the cut may split a character
+        raise ManifestError(f"{name}: more than the {yamlio.MAX_INPUT_BYTES // 2**20} MiB shmguard patch reads; "
+                            f"split the manifest")
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ManifestError(f"{name}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
-def patch(defaults, paths: list[str], in_place: bool, check: bool, out=None, err=None,
-          options: PatchOptions | None = None, as_json: bool = False) -> int:
-    out = out or sys.stdout
-    err = err or sys.stderr
-    results = []  # (path, name, docs, summary or None, file error or None)
+def target_of(path: str, follow_symlinks: bool) -> str:
+    """The file -i rewrites: path itself; a symlink only with follow_symlinks (then the file it points to)."""
+    if not os.path.islink(path):
+        return path
+    if not follow_symlinks:
+        raise ManifestError(f"{path}: is a symbolic link (to {os.readlink(path)}); -i would replace the link by a "
+                            f"file: give --follow-symlinks to patch the file it points to")
+    return os.path.realpath(path)
+
+
+def patch_one(text: str, name: str, defaults, options: PatchOptions | None = None) -> tuple[PatchedText, PatchSummary]:
+    """The patched text of one input and what was done to each template (pure: no I/O)."""
+    summaries: list[PatchSummary] = []
+
+    def mutate(docs: list) -> list[str]:
+        summaries.append(patch_documents(docs, defaults, options))
+        return list(summaries[-1].changes)
+
+    patched = patch_text(text, name, mutate)
+    return patched, summaries[-1]
+
+
+def patch(defaults, paths: list[str], in_place: bool, check: bool, follow_symlinks: bool = False, out=None,
+          err=None, options: PatchOptions | None = None, as_json: bool = False) -> int:
+    with yamlio.no_gc():
+        return _patch(defaults, paths, in_place, check, follow_symlinks, out or sys.stdout, err or sys.stderr,
+                      options, as_json)
+
+
+def _patch(defaults, paths, in_place, check, follow_symlinks, out, err, options, as_json) -> int:
+    results = []  # (target, name, text, patched, summary, error)
     for path in paths or ["-"]:
+        name = "stdin" if path == "-" else path
         try:
-            name, text = read(path)
-            docs = load(text, name)
-        except ManifestError as exc:
-            results.append((path, "stdin" if path == "-" else path, None, None, str(exc)))
+            target = target_of(path, follow_symlinks) if in_place and path != "-" else path
+            text = read_text(target, name)
+            patched, summary = patch_one(text, name, defaults, options)
+        except ManifestError as exc:  # this file is reported; the others still are
+            message = str(exc)
+            results.append((path, name, None, None, None, message if message.startswith(name) else f"{name}: {message}"))
             continue
-        results.append((path, name, docs, patch_documents(docs, defaults, options), None))
+        results.append((target, name, text, patched, summary, None))
     failed = any(error or summary.errors for *_, summary, error in results)
     changes = sum(len(summary.changes) for *_, summary, error in results if summary)
-    if as_json:
-        report = {"files": [{"file": name, "error": error, **(summary.to_json() if summary else {})}
-                            for _p, name, _d, summary, error in results],
-                  "changes": changes, "errors": failed}
-        print(json.dumps(report, indent=2), file=err)
-    else:
-        for _path, name, _docs, summary, error in results:
+    def report() -> None:
+        """Every template, changed or left alone and why (and each document that fell back to a re-dump)."""
+        for _target, name, _text, patched, _summary, _error in results:
+            for fallback in patched.fallbacks if patched else ():
+                print(f"{name}: {fallback}", file=err)
+        if as_json:
+            from shmguard.jsonout import stamp
+
+            data = {"files": [{"file": name, "error": error, **(summary.to_json() if summary else {})}
+                              for _t, name, _x, _p, summary, error in results],
+                    "changes": changes, "errors": failed}
+            print(json.dumps(stamp(data), indent=2), file=err)
+            return
+        for _target, name, _text, _patched, summary, error in results:
             for line in [error] if error else summary.lines():
                 print(line if error else f"{name}: {line}", file=err)
+
     if failed:
-        print("shmguard patch: errors above; nothing written", file=err)
+        report()
+        if len(results) > 1 or not results[0][-1]:  # one unreadable input says all in its one line
+            print("shmguard patch: errors above; nothing written", file=err)
         return 2
     if check:
-        for _path, name, _docs, summary, _error in results:
-            for line in summary.changes:
-                print(f"{name}: {line}", file=out)
+        report()
+        for _target, name, text, patched, _summary, _error in results:
+            if patched.text != text:
+                out.writelines(unified_diff(text, patched.edits, fromfile=name, tofile=f"{name} (patched)"))
         print(f"shmguard patch: {changes} changes needed" if changes else "shmguard patch: nothing to change", file=err)
         return 1 if changes else 0
-    for path, _name, docs, summary, _error in results:
-        if in_place and path != "-":
-            if summary.changes:
-                write_atomic(path, dump(docs))
-        else:
-            out.write(dump(docs))
+    if in_place:  # written (or refused, in one line) before any change is reported as made
+        write_all([(target, name, patched.text) for target, name, text, patched, _s, _e in results
+                   if target != "-" and patched.text != text])
+    report()
+    for target, _name, _text, patched, _summary, _error in results:
+        if not in_place or target == "-":
+            out.write(patched.text)
     return 0
+
+
+def write_all(files: list[tuple[str, str, str]]) -> None:
+    """Replace every (path, name, text) or none: all are written beside their file first, then renamed."""
+    staged: list[tuple[str, str]] = []
+    try:
+        for path, name, text in files:
+            try:
+                staged.append((stage_atomic_bytes(path, text.encode("utf-8")), path))
+            except OSError as exc:
+                raise ManifestError(f"{name}: cannot write it ({exc.strerror or exc}); no file was changed") from None
+    except BaseException:
+        for tmp, _path in staged:
+            discard_staged(tmp)
+        raise
+    for index, (tmp, path) in enumerate(staged):
+        try:
+            commit_staged(tmp, path)
+        except OSError as exc:
+            for later, _path in staged[index:]:
+                discard_staged(later)
+            raise ManifestError(f"{path}: cannot replace it ({exc.strerror or exc}); "
+                                f"{index} of {len(staged)} files were already patched") from None

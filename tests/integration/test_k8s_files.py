@@ -47,7 +47,8 @@ def test_demo_overlay_has_the_models_shm_and_is_valid(tmp_path, capsys):
     base = tmp_path / "base.yaml"
     base.write_text(yaml.safe_dump_all(kustomize("k8s/base")))
     assert main(["patch", *job_args, "--check", str(base)]) == 1  # the base alone lacks the shm
-    assert "added dshm" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "added dshm" in captured.err and "+      - name: dshm\n" in captured.out  # in words, and as a diff
 
 
 def compose(project: str, file: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:

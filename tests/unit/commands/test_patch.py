@@ -33,8 +33,9 @@ def test_patch_in_place_then_check_is_clean(tmp_path, capsys):
     path = tmp_path / "job.yaml"
     path.write_text(MANIFEST)
     assert main(["patch", *JOB, "--check", str(path)]) == 1
-    out = capsys.readouterr().out
-    assert "Job/train" in out and "added dshm" in out
+    captured = capsys.readouterr()
+    assert "Job/train" in captured.err and "added dshm" in captured.err  # what changes, in words
+    assert f"--- {path}\n" in captured.out and "+      - name: dshm\n" in captured.out  # and as a unified diff
     assert path.read_text() == MANIFEST  # --check writes nothing
     assert main(["patch", *JOB, "-i", str(path)]) == 0
     docs = list(yaml.safe_load_all(path.read_text()))
@@ -169,3 +170,197 @@ def test_a_100_mb_document_is_refused_in_bounded_memory(tmp_path, capsys):
     grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
     assert "split the manifest" in capsys.readouterr().err
     assert grown_kib < 400 * 1024  # the 64 MiB read limit (as str), not the 100 MiB file and a parse of it
+
+
+# --- issue #18 on the YAML path: each of these failed on the loader before the event composer ----------
+
+P = ["--workers", "1", "--batch-size", "1", "--sample-bytes", "1k"]
+
+
+def run_cli(args: list[str], stdin: bytes, timeout: float = 60):
+    """The CLI in its own process (a segfault or a hang must not take pytest with it)."""
+    import os
+    import subprocess
+    import sys
+
+    root = str(__import__("pathlib").Path(__file__).resolve().parents[3])
+    env = dict(os.environ, PYTHONPATH=root)
+    return subprocess.run([sys.executable, "-m", "shmguard", *args], input=stdin, capture_output=True,
+                          timeout=timeout, env=env)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("kind: ConfigMap\nx: &a [*a]\n", "a cycle"),  # hung, growing memory
+    ("kind: ConfigMap\nx: &a {y: *a}\n", "a cycle"),
+    ("- " * 30_000 + "x\n", "nested too deeply"),  # segfault (exit 139)
+    ("- " * 2_000 + "x\n", "nested too deeply"),  # RecursionError (exit 70)
+    ("kind: ConfigMap\nx: " + "[" * 400 + "]" * 400 + "\n", "nested too deeply"),  # crashed in the dumper
+], ids=["list-cycle", "map-cycle", "30000-dashes", "2000-dashes", "400-brackets"])
+def test_hostile_input_is_one_line_and_exit_2(text, message):
+    proc = run_cli(["patch", *P], text.encode())
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and message in err and len(err.strip().splitlines()) == 1 and not proc.stdout
+
+
+def test_a_huge_document_is_refused_while_parsing(monkeypatch, capsys):
+    import shmguard.manifests.yamlio as yamlio
+
+    monkeypatch.setattr(yamlio, "MAX_DOCUMENT_NODES", 10_000)
+    # 30,000 items and then a syntax error: refused for its size before the parser gets there.
+    monkeypatch.setattr("sys.stdin", io.StringIO("kind: ConfigMap\nitems:\n" + "- x\n" * 30_000 + "x: [\n"))
+    assert main(["patch", *P]) == 2
+    err = capsys.readouterr().err
+    assert "more than 10,000 YAML nodes in one document" in err and "alias" not in err
+
+
+def test_merge_keys_are_accepted(capsys, monkeypatch):
+    text = ("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: m}\nspec:\n  template:\n    spec:\n      containers:\n"
+            "      - &c {name: a, image: x}\n      - <<: *c\n        name: b\n")
+    monkeypatch.setattr("sys.stdin", io.StringIO(text))
+    assert main(["patch", *P]) == 0
+    doc = yaml.safe_load(capsys.readouterr().out)
+    assert [c["name"] for c in doc["spec"]["template"]["spec"]["containers"]] == ["a", "b"]
+
+
+@pytest.mark.parametrize("text", [
+    "# " + "[" * 501 + "\nkind: ConfigMap\ndata: {a: b}\n",
+    "kind: ConfigMap\ndata:\n  s: |\n    " + "[" * 600 + "{\n",
+    "---\n# Source: chart/templates/empty.yaml\n---\n# only a comment\n",
+    "kind: ConfigMap\ndata: {a: b}\n---\n",
+], ids=["brackets-in-comment", "brackets-in-block-scalar", "helm-stubs", "trailing-separator"])
+def test_text_the_patch_does_not_touch_passes_byte_for_byte(capsys, monkeypatch, text):
+    monkeypatch.setattr("sys.stdin", io.StringIO(text))
+    assert main(["patch", *P]) == 0
+    assert capsys.readouterr().out == text
+
+
+def test_in_place_keeps_mode_and_owner(tmp_path):
+    import os
+
+    for mode in (0o644, 0o444, 0o640):
+        path = tmp_path / f"m{mode:o}.yaml"
+        path.write_text(MANIFEST)
+        os.chmod(path, mode)
+        owner = (1234, 2345) if os.geteuid() == 0 else (os.getuid(), os.getgid())
+        os.chown(path, *owner)
+        assert main(["patch", *P, "-i", str(path)]) == 0
+        st = os.stat(path)
+        assert (st.st_mode & 0o7777, st.st_uid, st.st_gid) == (mode, *owner)
+        assert "dshm" in path.read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m444.yaml", "m640.yaml", "m644.yaml"]
+
+
+def test_in_place_refuses_a_symlink_unless_told(tmp_path, capsys):
+    import os
+
+    target = tmp_path / "real.yaml"
+    target.write_text(MANIFEST)
+    link = tmp_path / "link.yaml"
+    link.symlink_to(target.name)
+    assert main(["patch", *P, "-i", str(link)]) == 2
+    err = capsys.readouterr().err
+    assert "symbolic link" in err and "--follow-symlinks" in err and len(err.strip().splitlines()) == 1
+    assert link.is_symlink() and target.read_text() == MANIFEST
+    assert main(["patch", *P, "-i", "--follow-symlinks", str(link)]) == 0
+    assert link.is_symlink() and os.readlink(link) == "real.yaml" and "dshm" in target.read_text()
+
+
+@pytest.mark.parametrize("where, error", [("mkstemp", 30), ("fsync", 28), ("mkstemp", 13)])  # EROFS, ENOSPC, EACCES
+def test_unwritable_directory_or_full_disk_fails_before_any_change_is_reported(tmp_path, capsys, monkeypatch,
+                                                                               where, error):
+    import os
+    import tempfile
+
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first.write_text(MANIFEST)
+    second.write_text(MANIFEST.replace("train", "other"))
+    calls = []
+
+    def failing(real):
+        def call(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 2:  # the second file: the first is already staged
+                raise OSError(error, os.strerror(error))
+            return real(*args, **kwargs)
+        return call
+
+    if where == "mkstemp":
+        monkeypatch.setattr(tempfile, "mkstemp", failing(tempfile.mkstemp))
+    else:
+        monkeypatch.setattr(os, "fsync", failing(os.fsync))
+    assert main(["patch", *P, "-i", str(first), str(second)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines() == [f"shmguard: error: {second}: cannot write it ({os.strerror(error)}); "
+                                                 f"no file was changed"]
+    assert not captured.out
+    assert first.read_text() == MANIFEST and sorted(p.name for p in tmp_path.iterdir()) == ["a.yaml", "b.yaml"]
+
+
+def test_check_prints_a_unified_diff_and_patching_twice_changes_nothing(tmp_path, capsys):
+    path = tmp_path / "m.yaml"
+    text = MANIFEST.replace("      - name: trainer", "      # the trainer\n      - name: trainer")
+    path.write_text(text)
+    assert main(["patch", *P, "--check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith(f"--- {path}\n+++ {path} (patched)\n@@ ")
+    assert all(line[0] in " +@" for line in out.splitlines()[2:])  # only additions: nothing of the file is lost
+    assert main(["patch", *P, "-i", str(path)]) == 0
+    once = path.read_bytes()
+    assert b"# the trainer\n" in once and once.startswith(text.encode())
+    capsys.readouterr()
+    inode = path.stat().st_ino
+    assert main(["patch", *P, "-i", str(path)]) == 0 and path.read_bytes() == once
+    assert path.stat().st_ino == inode  # nothing to change: the file is not even rewritten
+    assert main(["patch", *P, "--check", str(path)]) == 0 and capsys.readouterr().out == ""
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 64 KiB tmpfs of its own (root only; skipped where mounting is not permitted)."""
+    import subprocess
+
+    mount = tmp_path / "fs"
+    mount.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True)
+    if proc.returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+@pytest.mark.parametrize("trouble", ["full", "read-only"])
+def test_real_full_disk_and_read_only_filesystem(small_tmpfs, capsys, trouble):
+    import os
+    import subprocess
+
+    path = small_tmpfs / "job.yaml"
+    path.write_text(MANIFEST)
+    if trouble == "full":
+        with open(small_tmpfs / "filler", "wb", buffering=0) as f:
+            try:
+                while True:
+                    f.write(b"\0" * 4096)
+            except OSError:
+                pass
+        expected = os.strerror(28)
+    else:
+        subprocess.run(["mount", "-o", "remount,ro", str(small_tmpfs)], check=True)
+        expected = os.strerror(30)
+    assert main(["patch", *P, "-i", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip().splitlines() == [f"shmguard: error: {path}: cannot write it ({expected}); "
+                                                 f"no file was changed"]
+    assert path.read_text() == MANIFEST and not [p for p in os.listdir(small_tmpfs) if p.endswith(".tmp")]
+
+
+def test_too_large_input_is_refused_before_decoding(monkeypatch, tmp_path, capsys):
+    import shmguard.manifests.yamlio as yamlio
+
+    monkeypatch.setattr(yamlio, "MAX_INPUT_BYTES", 100)
+    path = tmp_path / "big.yaml"
+    path.write_bytes(b"kind: ConfigMap\ndata:\n  k: '" + "é".encode() * 60 + b"'\n")  # byte 101 is inside an é
+    assert main(["patch", *P, str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "split the manifest" in err and "UTF-8" not in err
