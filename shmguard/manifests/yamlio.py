@@ -243,8 +243,11 @@ def _compose(text: str, yaml) -> list[Document]:  # noqa: C901 - one loop over t
                     raise _Refused(f"the alias *{event.anchor} refers to a collection it is inside of "
                                    f"(a cycle; a manifest cannot have one)", event.start_mark.index)
                 target.aliased = True
+                # Each use of an anchor gets its own copy: a patch that changes one container must not change
+                # another that shares its volumeMounts through an alias, unseen (#18 item 22). The copy is
+                # bounded by the expansion budget below.
                 node = Node(ALIAS, event.start_mark.index, event.end_mark.index, "", False, None, False, target,
-                            target.data)
+                            plain_copy(target.data))
                 node.size = target.size
                 nodes += 1
                 expanded += target.size

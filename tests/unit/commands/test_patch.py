@@ -364,3 +364,18 @@ def test_too_large_input_is_refused_before_decoding(monkeypatch, tmp_path, capsy
     assert main(["patch", *P, str(path)]) == 2
     err = capsys.readouterr().err
     assert "split the manifest" in err and "UTF-8" not in err
+
+
+def test_mounts_shared_through_an_anchor_with_an_init_container_are_not_changed_for_it(tmp_path, capsys):
+    """#18 item 22: the init container shares the trainer's volumeMounts through an alias; only the trainer
+    gets /dev/shm, and the document that must be re-written says so."""
+    path = tmp_path / "anchor.yaml"
+    path.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  initContainers:\n  - name: init\n"
+                    "    image: x\n    volumeMounts: &mounts\n    - {name: data, mountPath: /data}\n  containers:\n"
+                    "  - name: train\n    image: x\n    volumeMounts: *mounts\n  volumes:\n  - {name: data, emptyDir: {}}\n")
+    assert main(["patch", *P, str(path)]) == 0
+    out, err = capsys.readouterr()
+    doc = yaml.safe_load(out)
+    assert [m["mountPath"] for m in doc["spec"]["initContainers"][0]["volumeMounts"]] == ["/data"]
+    assert [m["mountPath"] for m in doc["spec"]["containers"][0]["volumeMounts"]] == ["/data", "/dev/shm"]
+    assert "goes through the alias *mounts" in err and "added dshm at /dev/shm (for train)" in err
