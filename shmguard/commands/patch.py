@@ -110,7 +110,7 @@ def _patch(defaults, paths, in_place, check, follow_symlinks, out, err, options,
 
     if failed:
         report()
-        if len(results) > 1 or not results[0][-1]:  # one unreadable input says all in its one line
+        if not as_json and (len(results) > 1 or not results[0][-1]):  # one unreadable input says all in its line
             print("shmguard patch: errors above; nothing written", file=err)
         return 2
     if check:
@@ -118,7 +118,9 @@ def _patch(defaults, paths, in_place, check, follow_symlinks, out, err, options,
         for _target, name, text, patched, _summary, _error in results:
             if patched.text != text:
                 out.writelines(unified_diff(text, patched.edits, fromfile=name, tofile=f"{name} (patched)"))
-        print(f"shmguard patch: {changes} changes needed" if changes else "shmguard patch: nothing to change", file=err)
+        if not as_json:  # with --json, stderr carries exactly the one object
+            print(f"shmguard patch: {changes} changes needed" if changes else "shmguard patch: nothing to change",
+                  file=err)
         return 1 if changes else 0
     if in_place:  # written (or refused, in one line) before any change is reported as made
         write_all([(target, name, patched.text) for target, name, text, patched, _s, _e in results

@@ -62,3 +62,68 @@ def test_annotations_give_a_job_none_or_a_usage_error(annotations):
         assert str(exc) and "\n" not in str(exc)
         return
     assert job is None or job.batch_size >= 1
+
+
+RUN_FLAGS = ["--cpus", "--memory", "--shm-size", "--engine-wait", "--gpus", "-e", "-v", "--mount", "--device",
+             "--user", "--network", "--label", "--pull", "--entrypoint", "-w"]
+RENDER_FLAGS = ["--cpus", "--memory", "--name", "--namespace", "--replicas", "--image", "-e"]
+PATCH_FLAGS = ["--kind", "--name", "-l", "-n", "--container", "--memory"]
+EXPLAIN_FLAGS = ["--shm-size", "--memory-limit", "--exit-code", "--tail", "--platform"]
+JOB = ["--workers", "1", "--batch-size", "1", "--sample-bytes", "1k"]
+
+
+def one_line_or_done(capsys, argv, codes):
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code in codes, (argv, code, err)
+    assert "Traceback" not in err and "internal error" not in err, (argv, err)
+    if code == 2:
+        assert len([line for line in err.strip().splitlines() if line.startswith(("shmguard", "Error", "Usage",
+                                                                                   "Try"))]) >= 1, err
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.sampled_from(RUN_FLAGS), values), max_size=4))
+def test_run_dry_run_options_never_crash(capsys, monkeypatch, options):
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")  # a dry run needs no engine
+    argv = ["run", "--dry-run", *JOB]
+    for flag, value in options:
+        argv += [flag, value]
+    one_line_or_done(capsys, [*argv, "img:1", "--", "true"], (0, 2, 125))  # 125: a plan that cannot work
+
+
+@SETTINGS
+@given(st.sampled_from(["k8s", "compose"]), st.lists(st.tuples(st.sampled_from(RENDER_FLAGS), values), max_size=4))
+def test_render_options_never_crash(capsys, target, options):
+    argv = ["render", target, *JOB, "--image", "demo:1"]
+    for flag, value in options:
+        if target == "compose" and flag in ("--namespace", "--replicas"):
+            continue
+        argv += [flag, value]
+    one_line_or_done(capsys, argv, (0, 2))
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.sampled_from(PATCH_FLAGS), values), max_size=4))
+def test_patch_options_never_crash(capsys, monkeypatch, tmp_path_factory, options):
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n"
+                                                 "spec: {containers: [{name: c, image: x}]}\n"))
+    argv = ["patch", *JOB, "--check"]
+    for flag, value in options:
+        argv += [flag, value]
+    one_line_or_done(capsys, argv, (0, 1, 2))
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.sampled_from(EXPLAIN_FLAGS), values), max_size=4))
+def test_explain_log_options_never_crash(capsys, monkeypatch, options):
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("RuntimeError: unable to allocate shared memory(shm) for file "
+                                                 "</torch_1_2_3>: No space left on device (28)\n"))
+    argv = ["explain", *JOB]
+    for flag, value in options:
+        argv += [flag, value]
+    one_line_or_done(capsys, argv, (0, 1, 2))

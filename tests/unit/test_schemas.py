@@ -109,20 +109,23 @@ def test_explain(capsys, monkeypatch, fixture):
     assert code == (1 if data["blames_shared_memory"] else 0)
 
 
-def test_patch_summary_shape():
-    """patch --json is another branch's (its summary: files, templates, changes); this is its shape as written there."""
-    data = stamp({"files": [
-        {"file": "job.yaml", "error": None, "counts": {"changed": 1, "unchanged": 0, "skipped": 1, "error": 0},
-         "templates": [
-             {"template": "Job/train", "document": 1, "path": "spec.template", "status": "changed", "reason": "",
-              "changes": [{"path": "spec.template.spec.volumes[dshm]", "before": None,
-                           "after": "emptyDir {medium: Memory, sizeLimit: 369Mi}", "why": "the job needs 369Mi"}],
-              "notes": [], "needs": {"shm": "369Mi", "memory": "854Mi"}},
-             {"template": "Service/web", "document": 2, "path": "", "status": "skipped", "reason": "no pod template",
-              "changes": [], "notes": [], "needs": {}}]},
-        {"file": "broken.yaml", "error": "broken.yaml: not valid YAML at line 3, column 1: ..."}],
-        "changes": 1, "errors": True})
+def test_patch(capsys, tmp_path):
+    """The real `patch --json` summary (on stderr): a file with a template to size and one that cannot be read."""
+    good = tmp_path / "job.yaml"
+    good.write_text("apiVersion: batch/v1\nkind: Job\nmetadata: {name: train}\nspec:\n  template:\n    spec:\n"
+                    "      containers: [{name: t, image: x, resources: {limits: {memory: 1Gi}}}]\n---\n"
+                    "apiVersion: v1\nkind: Service\nmetadata: {name: web}\n")
+    bad = tmp_path / "broken.yaml"
+    bad.write_text("a: [\n")
+    args = ["patch", "--workers", "1", "--batch-size", "1", "--sample-bytes", "1k", "--json", "--check"]
+    assert main([*args, str(good)]) == 1
+    data = json.loads(capsys.readouterr().err)
     validate("patch", data)
+    assert data["changes"] > 0 and data["files"][0]["templates"][0]["status"] == "changed"
+    assert main([*args, str(good), str(bad)]) == 2
+    data = json.loads(capsys.readouterr().err)  # with --json, stderr is exactly the one object
+    validate("patch", data)
+    assert data["errors"] and data["files"][1]["error"]
     data["files"][0]["templates"][0]["status"] = "patched"
     with pytest.raises(jsonschema.ValidationError):
         validate("patch", data)
