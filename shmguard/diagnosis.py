@@ -37,7 +37,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from shmguard import sizing
+from shmguard import model, sizing
 from shmguard.units import docker_size, format_size, k8s_quantity
 
 SHARED_MEMORY = "shared-memory"
@@ -268,7 +268,11 @@ def shm_advice(ev: Evidence, what: str) -> tuple[str, int | None]:
                 f"something else fills /dev/shm too (stale segments of earlier runs, NCCL, other processes), or the "
                 f"batches are larger than described. Run shmguard check in the container and shmguard measure on "
                 f"the dataset."), needed
-    return f"{shm_spelling(needed, ev.platform)}: the job needs {format_size(needed)} at its peak.", needed
+    peak = model.shm_bytes(ev.job)
+    why = (f"the job needs {format_size(needed)} at its peak" if needed > sizing.SHM_FLOOR
+           else f"the job needs {format_size(peak)} at its peak; shmguard never gives less than Docker's "
+                f"{format_size(sizing.SHM_FLOOR)}")
+    return f"{shm_spelling(needed, ev.platform)}: {why}.", needed
 
 
 def memory_advice(ev: Evidence) -> tuple[str | None, int | None]:

@@ -5,6 +5,7 @@ depend on how fast (or how loaded) the machine is."""
 from __future__ import annotations
 
 import json
+import re
 
 
 def test_tune_measures_the_speedup_and_recommends_by_its_rule(run_container, demo_image):
@@ -37,7 +38,8 @@ def test_tune_measures_the_speedup_and_recommends_by_its_rule(run_container, dem
 def test_steps_that_do_not_fit_are_skipped(run_container, demo_image):
     result = run_container(
         demo_image,
-        ["shmguard", "tune", "--dataset", "train:make_dataset", "--batch-size", "64", "--workers", "0,1,8", "--batches", "3"],
+        ["shmguard", "tune", "--progress", "--dataset", "train:make_dataset", "--batch-size", "64", "--workers", "0,1,8",
+         "--batches", "3"],
         working_dir="/app", shm_size="200m", environment={"SHMGUARD_STEPS": "30"})
     assert result.exit_code == 0, result.logs[-3000:]
     assert "num_workers=8 prefetch_factor=2: needs" in result.logs and "is free" in result.logs
@@ -56,7 +58,7 @@ def test_run_tune_uses_the_recommendation(demo_image):
          "--json", demo_image, "--", "python", "/app/train.py", "--steps", "10"],
         capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "shmguard: tune: num_workers=1" in proc.stderr  # the sweep ran in the image, 0..2 for 2 CPUs
+    assert re.search(r"tune: \[\d+/3\] num_workers=1 ", proc.stderr)  # the sweep ran in the image: 0, 1, 2
     tuned = int(proc.stderr.split("shmguard: tuned: num_workers=")[1].split()[0])
     assert tuned == 2  # the default sweep on 2 CPUs is 0, 1, 2; one worker (and 0) about half as fast
     assert f"demo: workers={tuned} batch_size=16" in proc.stderr  # the job got it (its output: stderr under --json)
