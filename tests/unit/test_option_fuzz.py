@@ -127,3 +127,49 @@ def test_explain_log_options_never_crash(capsys, monkeypatch, options):
     for flag, value in options:
         argv += [flag, value]
     one_line_or_done(capsys, argv, (0, 1, 2))
+
+
+FN_KEYS = ["workers", "batch-size", "sample-shape", "sample-bytes", "prefetch-factor", "kind", "name", "selector",
+           "namespace", "opt-in", "container", "memory", "size-unsized", "include-init", "unknown"]
+
+
+@SETTINGS
+@given(st.dictionaries(st.sampled_from(FN_KEYS), values, max_size=6))
+def test_fn_function_config_never_crashes(capsys, monkeypatch, config):
+    """`shmguard fn`'s options are its functionConfig's data."""
+    import io
+
+    import yaml
+
+    resource_list = {"apiVersion": "config.kubernetes.io/v1", "kind": "ResourceList",
+                     "functionConfig": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "f"},
+                                        "data": config},
+                     "items": [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                                "spec": {"containers": [{"name": "c", "image": "x"}]}}]}
+    monkeypatch.setattr("sys.stdin", io.StringIO(yaml.safe_dump(resource_list)))
+    one_line_or_done(capsys, ["fn"], (0, 1, 2))
+
+
+MEASURE_FLAGS = ["--batch-size", "--samples", "--seed", "--sharing-strategy"]
+TUNE_FLAGS = ["--batch-size", "--workers", "--prefetch-factors", "--batches"]
+
+
+@settings(max_examples=40, derandomize=True, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(["measure", "tune"]), st.lists(st.tuples(st.sampled_from(MEASURE_FLAGS + TUNE_FLAGS), values),
+                                                       min_size=1, max_size=3))
+def test_measure_and_tune_options_never_crash(capsys, command, options):
+    """Bad values are refused before the dataset is loaded; good ones run a tiny dataset."""
+    import pytest
+
+    pytest.importorskip("torch")
+    allowed = MEASURE_FLAGS if command == "measure" else TUNE_FLAGS
+    argv = [command, "--dataset", "tests.data.measure_datasets:fixed", "--batch-size", "2"]
+    if command == "tune":
+        argv += ["--workers", "0", "--batches", "1"]
+    for flag, value in options:
+        if flag in allowed:
+            argv += [flag, value]
+    if command == "tune" and any(f == "--workers" for f, _ in options):
+        return  # a real sweep of workers is the integration tests' to run
+    one_line_or_done(capsys, argv, (0, 1, 2))
