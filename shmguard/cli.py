@@ -454,7 +454,7 @@ def fn_command() -> int:
 @job_options
 @click.option("--host", metavar="URL", help="The Docker API to ask (default: DOCKER_HOST, else the local socket); "
                                             "Podman's socket works too, e.g. unix:///run/podman/podman.sock.")
-@click.option("--tail", type=click.IntRange(min=1), default=2000, show_default=True, help="Log lines of the container to read.")
+@click.option("--tail", type=click.IntRange(min=1, max=1_000_000), default=2000, show_default=True, help="Log lines of the container to read.")
 @click.option("--shm-size", "shm_size", metavar="SIZE", help="A log on stdin: the /dev/shm the container had (64m, 64Mi).")
 @click.option("--memory-limit", "memory_limit", metavar="SIZE", help="A log on stdin: the container's memory limit.")
 @click.option("--exit-code", "exit_code", type=int, help="A log on stdin: the container's exit code.")
@@ -503,8 +503,8 @@ def explain_command(container, host, tail, shm_size, memory_limit, exit_code, oo
 @click.option("--dataset", required=True, metavar="MODULE:CALLABLE", help="A callable returning your Dataset or IterableDataset.")
 @click.option("--batch-size", required=True, envvar="SHMGUARD_BATCH_SIZE", metavar="B", help="Samples per batch.")
 @click.option("--collate-fn", "collate_fn", metavar="MODULE:CALLABLE", help="Your DataLoader's collate_fn (default: default_collate).")
-@click.option("--samples", type=click.IntRange(min=1), default=32, show_default=True, help="Samples to read (random, seeded).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for the sample order.")
+@click.option("--samples", type=click.IntRange(min=1, max=100_000), default=32, show_default=True, help="Samples to read (random, seeded).")
+@click.option("--seed", type=click.IntRange(min=0, max=2**63 - 1), default=0, show_default=True, help="Seed for the sample order.")
 @click.option("--sharing-strategy", "sharing_strategy", type=click.Choice(["file_descriptor", "file_system"]),
               default="file_descriptor", show_default=True, envvar="SHMGUARD_SHARING_STRATEGY",
               help="torch.multiprocessing sharing strategy (file_system adds a 64-byte header to every segment).")
@@ -544,7 +544,7 @@ def measure_command(dataset, batch_size, collate_fn, samples, seed, sharing_stra
 @click.option("--collate-fn", "collate_fn", metavar="MODULE:CALLABLE", help="Your DataLoader's collate_fn.")
 @click.option("--workers", "workers", metavar="LIST", help="num_workers to try, e.g. 0,2,4,8 (default: 0, 1, 2, 4, … up to the CPUs).")
 @click.option("--prefetch-factors", metavar="LIST", help="prefetch factors to try (default: 2).")
-@click.option("--batches", type=click.IntRange(min=1), default=20, show_default=True, help="Batches timed per step.")
+@click.option("--batches", type=click.IntRange(min=1, max=100_000), default=20, show_default=True, help="Batches timed per step.")
 @click.option("--plot", "plot", metavar="FILE.png", help="Also write a bar chart of the throughput as a PNG.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--progress/--no-progress", "show_progress", default=None,

@@ -10,7 +10,6 @@ that name the option. Standard library only: `shmguard health` imports this.
 
 import os
 
-from shmguard import nccl
 from shmguard.errors import UsageError
 from shmguard.record import Record
 from shmguard.units import parse_size
@@ -220,12 +219,39 @@ def make_job(
         sharing_strategy=strategy,
         sample_shape=shape,
         dtype=dtype_name,
-        nccl_transport=nccl.parse_transport(nccl_transport),
-        nccl_env=nccl.validate_env(nccl_env or ()),
+        nccl_transport=parse_transport(nccl_transport),
+        nccl_env=nccl_pairs(nccl_env),
         batch_segments=segments,
         collate=collate_name,
         tensors_per_sample=parse_count("tensors_per_sample", 1 if tensors_per_sample is None else tensors_per_sample, 1),
     )
+
+
+def parse_transport(value) -> str:
+    """--nccl-transport: shm (the default, the most /dev/shm) or p2p; the module loads only for another value."""
+    if value is None or str(value).strip().lower() in ("", "shm"):
+        return "shm"
+    from shmguard import nccl
+
+    return nccl.parse_transport(value)
+
+
+def nccl_pairs(values) -> tuple:
+    """The NCCL_* values that change NCCL's /dev/shm, checked (shmguard.nccl); none: the module is not loaded."""
+    if not values:
+        return ()
+    from shmguard import nccl
+
+    return nccl.validate_env(values)
+
+
+def nccl_environ(environ) -> tuple:
+    """The footprint-changing NCCL_* variables of an environment (shmguard.nccl.env_of), when it has any."""
+    if not environ or not any(name.startswith("NCCL_") for name in environ):
+        return ()
+    from shmguard import nccl
+
+    return nccl.env_of(environ)
 
 
 def env_values(environ=None) -> dict[str, str]:
@@ -241,7 +267,7 @@ def job_from_env(environ=None) -> Job | None:
     if "workers" not in values and "batch_size" not in values:
         return None
     try:
-        return make_job(**values, nccl_env=nccl.env_of(environ))
+        return make_job(**values, nccl_env=nccl_environ(environ))
     except UsageError as exc:
         # Name the variables the values came from, not the flags of other commands.
         message = str(exc)

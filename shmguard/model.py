@@ -29,7 +29,7 @@ The memory the job needs is that shared memory (tmpfs pages are charged to the
 container's memory cgroup) plus the processes' own memory. Standard library only.
 """
 
-from shmguard import nccl, segments
+from shmguard import segments
 from shmguard.units import MIB
 
 PAGE = segments.PAGE
@@ -93,9 +93,19 @@ def batches_in_flight(job) -> int:
 def shm_bytes(job) -> int:
     """The /dev/shm the job needs at its peak, for all training processes in the container (NCCL's included)."""
     if job.workers == 0:
-        return nccl.shm_bytes(job)
+        return nccl_bytes(job)
     return job.procs_per_node * (batches_in_flight(job) * batch_segment_bytes(job) + loader_shm_bytes(job)
-                                 + HEADROOM_PAGES * PAGE) + nccl.shm_bytes(job)
+                                 + HEADROOM_PAGES * PAGE) + nccl_bytes(job)
+
+
+def nccl_bytes(job) -> int:
+    """NCCL's own /dev/shm (shmguard.nccl): only with two or more local GPU ranks, so the healthcheck of a
+    single-GPU or CPU job never loads that module."""
+    if min(job.procs_per_node, job.gpus) < 2:
+        return 0
+    from shmguard import nccl
+
+    return nccl.shm_bytes(job)
 
 
 def loader_shm_bytes(job) -> int:

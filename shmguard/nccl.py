@@ -46,8 +46,6 @@ On nodes where cuMem host memory works, the figure is an upper bound.
 Standard library only: `shmguard health` imports the model, which imports this.
 """
 
-from __future__ import annotations
-
 from shmguard.errors import UsageError
 from shmguard.segments import round_up  # tmpfs holds whole pages
 

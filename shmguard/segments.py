@@ -20,8 +20,6 @@ needs no torch import: it is given real batches by `measure` and the Python API.
 `shm_of` is the page arithmetic. Standard library only.
 """
 
-from __future__ import annotations
-
 PAGE = 4096
 # What a segment costs beyond its tensor's bytes, by sharing strategy (measured, see above).
 HEADER = {"file_descriptor": 0, "file_system": 64}

@@ -8,8 +8,6 @@ until someone deletes it. Other segments (`psm_*` from multiprocessing,
 `sem.*`, ...) are listed with their size; their owner cannot be told from the name.
 """
 
-from __future__ import annotations
-
 import os
 
 from shmguard.probe.mountinfo import Mount, mount_at
