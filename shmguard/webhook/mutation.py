@@ -14,6 +14,7 @@ import json
 from shmguard.manifests import podspec
 from shmguard.manifests.annotations import CONTAINER, resolve_job, skipped
 from shmguard.manifests.templates import ManifestError
+from shmguard.manifests.yamlio import plain_copy
 
 
 def annotations_of(pod: dict) -> dict:
@@ -49,15 +50,7 @@ def json_copy(value):
     try:
         return json.loads(json.dumps(value))
     except (TypeError, ValueError):  # not JSON (a YAML date, a float NaN): copy it node by node
-        return _copy(value)
-
-
-def _copy(value):
-    if isinstance(value, dict):
-        return {key: _copy(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_copy(item) for item in value]
-    return value
+        return plain_copy(value)
 
 
 def size_pod(pod: dict, defaults: dict) -> tuple[dict, list[str]]:
