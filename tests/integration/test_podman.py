@@ -60,12 +60,13 @@ def shmguard(podman, *args, timeout=600):
 
 
 def test_shmguard_run_sizes_the_same_job_on_podman(podman, client):
+    name = f"shmguard-podman-{SESSION}"
     proc = shmguard(podman, "run", "--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224",
-                    DEMO_IMAGE, "--", *JOB)
+                    "--name", name, DEMO_IMAGE, "--", *JOB)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "demo: completed 20 steps" in proc.stdout + proc.stderr
     assert "shmguard: peak /dev/shm" in proc.stderr
-    assert not client.containers.list(all=True, filters={"label": "org.shmguard.run"})
+    assert not client.containers.list(all=True, filters={"name": name})  # removed (--rm is the default)
 
 
 def test_shmguard_run_explains_a_too_small_shm_on_podman(podman):

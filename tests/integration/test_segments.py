@@ -1,5 +1,5 @@
 """A collate that keeps per-sample tensors in lists, on the real engine: every tensor is its own page-rounded
-segment in /dev/shm. Sized by shmguard (told --collate list) the job completes; at 0.9x of the peak it
+segment in /dev/shm. Sized by shmguard (told --collate list) the job completes; at half its measured peak it
 really reached, it dies and shmguard's explanation names the size the model gives."""
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from shmguard.units import docker_size, format_size
 # 128 samples of 256 bytes a batch: 32 KiB of payload, but 128 segments of a page each (512 KiB) in /dev/shm;
 # 18 batches in flight hold 2304 segments (the open files that takes stay under the engine's limit here, 20000).
 JOB = ["--workers", "2", "--batch-size", "128", "--prefetch-factor", "8", "--sample-shape", "1,8,8"]
-TRAIN = ["python", "/app/train.py", *JOB, "--collate", "list", "--steps", "60", "--step-time", "0.05",
+# A slow trainer (a sleep per step): the workers fill every prefetch slot however loaded the machine is, so the
+# peak is near the model's in every run (it still varies with scheduling: see below).
+TRAIN = ["python", "/app/train.py", *JOB, "--collate", "list", "--steps", "40", "--step-time", "0.25",
          "--timeout", "20", "--watch-shm", "--json"]
 
 
@@ -62,7 +64,10 @@ def test_list_collate_fits_shmguards_size_and_dies_below_its_peak(demo_image, na
     assert true_peak > 3 * model.shm_bytes(stacked), true_peak  # what a page per tensor does: a stacked estimate dies
     assert report["peak_shm_bytes"] >= 0.9 * true_peak and not report["peak_shm_lower_bound"], (report, demo)
 
-    too_small = int(0.9 * true_peak)
+    # Half the peak, not 0.9x: the same job's peak varied from 5.1 to 8 MiB between runs on a loaded machine (how
+    # many batches are in flight at once depends on scheduling), so 0.9x of one run's peak did not always fail the
+    # next. Half of it fails every time, and the explanation must still name the model's size.
+    too_small = int(0.5 * true_peak)
     proc = shmguard("run", *JOB, "--collate", "list", "--shm-size", str(too_small), "--name", names(), demo_image,
                     "--", *TRAIN)
     assert proc.returncode != 0, proc.stderr[-3000:]
