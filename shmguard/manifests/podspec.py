@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from shmguard import model, sizing
+from shmguard import sizing
 from shmguard.errors import UsageError
 from shmguard.manifests import annotations as ann
 from shmguard.manifests.templates import (ManifestError, PodTemplate, find_templates, group_of, label_of, listing,
