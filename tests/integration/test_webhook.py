@@ -70,6 +70,16 @@ class Running:
         headers = kwargs.pop("headers", {"Content-Type": "application/json"})
         return self.session.post(self.url + path, data=data, headers=headers, timeout=30, **kwargs)
 
+    def wait_for_event(self, event: str, timeout: float = 30.0) -> None:
+        """Until the server has logged `event` (ready flags change before their log line is written)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            lines = [line for line in list(self.log_lines)[1:] if line.startswith("{")]
+            if any(json.loads(line).get("event") == event for line in lines):
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"the server did not log {event!r} within {timeout:.0f} s")
+
     def stop(self) -> tuple[int, list[dict]]:
         self.session.close()
         if self.proc.poll() is None:
@@ -224,6 +234,8 @@ def test_process_stops_gracefully_on_sigterm_finishing_what_it_was_asked(certs):
     running = Running(certs, "--drain-seconds", "5")  # ample time for the two requests below
     assert running.session.get(running.url + "/readyz", timeout=10).status_code == 200
     running.proc.send_signal(signal.SIGTERM)
+    # The signal is handled asynchronously: wait (bounded) for the server to say it began shutting down.
+    running.wait_for_event("shutdown")
     # While draining: still served, but not ready.
     assert running.session.get(running.url + "/readyz", timeout=10).status_code == 503
     assert running.post("/mutate", load("pod-annotations")).status_code == 200
