@@ -28,7 +28,11 @@ from shmguard.units import MIB, format_size
 
 SHM_FLOOR = 64 * MIB  # Docker's default /dev/shm: never ask for less
 FD_BASE = 256  # the interpreter, torch's libraries, pipes to the workers
-FDS_PER_SEGMENT = 2  # a descriptor in the worker and one in the trainer
+# Under file_descriptor, a segment in flight holds one descriptor: the worker's duplicate
+# waiting for the trainer to fetch it (multiprocessing's resource sharer), then the
+# trainer's own once mapped. The batch a worker is still sending holds a second one,
+# the worker's original. Measured (benchmarks/fd_count.py, BENCHMARKS.md section 7):
+# at most 1 per segment plus a few dozen, never 2.
 NOFILE_COMMON_SOFT = 1024  # the lowest common default soft limit
 
 PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
@@ -70,10 +74,12 @@ def memory_shortfall(job, limit: int, flag: str, unit) -> str:
 
 
 def fds_needed(job) -> int:
-    """Open files the job needs: a base, plus two per shared segment in flight under file_descriptor."""
+    """Open files the job needs: a base, plus under file_descriptor one per shared segment in flight
+    and a second one for each worker's batch being sent."""
     if job.sharing_strategy != "file_descriptor" or job.workers == 0:
         return FD_BASE
-    return FD_BASE + job.procs_per_node * model.batches_in_flight(job) * FDS_PER_SEGMENT * model.segments_per_batch(job)
+    held = model.batches_in_flight(job) + job.workers
+    return FD_BASE + job.procs_per_node * held * model.segments_per_batch(job)
 
 
 def nofile_limit(job) -> int | None:
