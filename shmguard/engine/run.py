@@ -37,8 +37,12 @@ STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 @contextmanager
 def stop_signals_interrupt():
     """SIGTERM and SIGHUP (the terminal closing) raise KeyboardInterrupt, as Ctrl-C does, while inside: every
-    container `run` makes (the tuning one, the healthcheck probe, the job's) is stopped and removed on them."""
+    container `run` makes (the tuning one, the healthcheck probe, the job's) is stopped and removed on them.
+
+    A signal ignored when shmguard started stays ignored: `nohup shmguard run …` must outlive its terminal
+    (as Python leaves SIGINT ignored for a command started in the background)."""
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: handler for sig, handler in previous.items() if handler != signal.SIG_IGN}
 
     def terminate(signum, frame):
         raise KeyboardInterrupt

@@ -241,3 +241,19 @@ def test_a_failed_pull_is_one_line(monkeypatch, capsys):
     assert main(["run", *P, "--no-healthcheck", "--pull", "always", "x:1"]) == 125
     err = capsys.readouterr().err
     assert "pulling x:1 failed: manifest unknown" in err and "Traceback" not in err
+
+
+def test_a_stop_signal_ignored_at_start_stays_ignored():
+    """`nohup shmguard run …`: SIGHUP was ignored when it started, so closing the terminal must not stop the job."""
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGHUP, signal.SIGTERM)}
+    try:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        with run_mod.stop_signals_interrupt():
+            assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_IGN, signal.SIG_DFL, before[signal.SIGTERM])
+            os.kill(os.getpid(), signal.SIGHUP)  # ignored: nothing raised
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) == before[signal.SIGTERM]
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
