@@ -9,19 +9,11 @@ test ends, pass or fail.
 from __future__ import annotations
 
 import os
-import signal
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import pytest
-
-# Several tests press Ctrl-C on a `shmguard run` they started (SIGINT to it). A test run started in the
-# background by a script (`pytest &`) inherits SIGINT ignored, its children too, and a program started with
-# SIGINT ignored keeps ignoring it, as it should (Python does not install its KeyboardInterrupt handler then):
-# those tests would hang. Catching it here again gives the children the default, as under a terminal.
-if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
-    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 DEMO_IMAGE = os.environ.get("SHMGUARD_DEMO_IMAGE", "shmguard-demo:latest")
 TEST_LABEL = "org.shmguard.test"
