@@ -1,70 +1,245 @@
-"""A minimal immutable record type, because `shmguard health` cannot afford `dataclasses`.
+"""Records: shmguard's one way to declare plain data. Every record in shmguard is a Record.
 
-`import dataclasses` pulls in inspect, re, enum and ast: about 17 ms in the demo
-container, where a bare `python -c pass` costs about as much. The healthcheck
-runs every few seconds in every training container and must stay within 1.2x
-of that, so the data types it touches (mounts, cgroup limits, the job, probe
-results) are Records: fields declared in __slots__, keyword construction with
-defaults, equality, repr and as_dict, and no assignment after construction.
+    class Step(Record):
+        workers: int
+        prefetch_factor: int = 2
+        notes: list[str] = field(default_factory=list)
+
+    class Output(Record, frozen=False):  # filled in as it goes
+        copied: int = 0
+
+A Record is declared as a dataclass is (annotated fields in order, defaults, a
+`field(default_factory=...)` for mutable ones, fields inherited from a parent
+record) and gives what shmguard used from dataclasses: construction by position
+or keyword in field order, immutability unless `frozen=False`, `replace()`,
+`as_dict()`, equality, a hash for frozen records, repr, and generated
+`__slots__`. A class that defines its own `__init__`, property or method keeps
+it; `__init__` then calls `super().__init__(...)`.
+
+Why not dataclasses: `shmguard health` runs every few seconds in every training
+container and must stay within 1.2x of a bare `python -c pass`, and
+`import dataclasses` pulls in inspect, re, enum and ast: about 17 ms in the
+demo container, where the bare interpreter costs about 10 ms. So this module
+imports nothing at all (not typing either), and the rest of shmguard uses it
+too, so that data reads the same everywhere and a record can move onto the
+health path without being rewritten. Type checkers see it as a dataclass
+through PEP 681's `dataclass_transform`, declared only for them.
+
+Annotations are only read as names (they are strings under
+`from __future__ import annotations`); a `ClassVar[...]` annotation is a class
+attribute, not a field.
 """
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (see above); type checkers read it so
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Callable
+
+    from typing_extensions import Self, dataclass_transform
+else:
+    def dataclass_transform(**_options):
+        return lambda cls: cls
 
 
-
-class Record:
-    __slots__: tuple[str, ...] = ()
-    _defaults: dict = {}
-
-    if TYPE_CHECKING:  # fields are declared in __slots__, which type checkers do not read: let them through
-        def __getattr__(self, name: str) -> "Any": ...
-
-    def __init__(self, **fields) -> None:
-        cls = type(self)
-        setter = object.__setattr__
-        defaults = cls._defaults
-        given = 0
-        for name in cls.__slots__:
-            if name in fields:
-                setter(self, name, fields[name])
-                given += 1
-            elif name in defaults:
-                setter(self, name, defaults[name])
-            else:
-                raise TypeError(f"{cls.__name__} needs {name!r}")
-        if given != len(fields):
-            unknown = sorted(set(fields) - set(cls.__slots__))
-            raise TypeError(f"{cls.__name__} has no field {unknown[0]!r}")
-
-    def __setattr__(self, name: str, value) -> None:
-        raise AttributeError(f"{type(self).__name__} is immutable")
-
-    def replace(self, **changes):
-        """A copy with some fields changed."""
-        return type(self)(**{**self.as_dict(shallow=True), **changes})
-
-    def as_dict(self, shallow: bool = False) -> dict:
-        out = {}
-        for name in type(self).__slots__:
-            value = getattr(self, name)
-            if not shallow:
-                value = _plain(value)
-            out[name] = value
-        return out
-
-    def __eq__(self, other) -> bool:
-        return type(other) is type(self) and all(
-            getattr(self, n) == getattr(other, n) for n in type(self).__slots__
-        )
-
-    def __hash__(self) -> int:
-        return hash(tuple(_hashable(getattr(self, n)) for n in type(self).__slots__))
+class _Missing:
+    __slots__ = ()
 
     def __repr__(self) -> str:
-        inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in type(self).__slots__)
+        return "MISSING"
+
+
+MISSING = _Missing()
+
+
+class _Field:
+    __slots__ = ("default", "default_factory")
+
+    def __init__(self, default, default_factory) -> None:
+        self.default, self.default_factory = default, default_factory
+
+
+def field(*, default: "Any" = MISSING, default_factory: "Callable[[], Any] | Any" = MISSING) -> "Any":
+    """A field's default (`field(default=())`) or, for a mutable one, the factory that makes a fresh one
+    for every record (`field(default_factory=list)`), as dataclasses.field."""
+    if default is not MISSING and default_factory is not MISSING:
+        raise TypeError("field() takes a default or a default_factory, not both")
+    if default is MISSING and default_factory is MISSING:
+        raise TypeError("field() needs a default or a default_factory")
+    return _Field(default, default_factory)
+
+
+def _annotations(namespace: dict) -> dict:
+    """The class body's annotations, in order. Python 3.14 makes them on demand (PEP 649) unless the module
+    has `from __future__ import annotations`; then they are evaluated here (annotationlib.Format.VALUE)."""
+    annotations = namespace.get("__annotations__")
+    if annotations is None:
+        annotate = namespace.get("__annotate__") or namespace.get("__annotate_func__")
+        annotations = annotate(1) if callable(annotate) else None
+    return annotations or {}
+
+
+def _is_classvar(head: str) -> bool:
+    """Whether an annotation's head (before `[`) names typing.ClassVar: `ClassVar`, `typing.ClassVar`."""
+    return head.strip().rsplit(".", 1)[-1] == "ClassVar"
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(field,))
+class RecordType(type):
+    """Makes each Record subclass: reads its fields from the annotations and generates `__slots__`."""
+
+    if TYPE_CHECKING:  # what __new__ sets on every record class
+        __record_fields__: tuple[str, ...]
+        __record_defaults__: dict[str, Any]
+        __record_factories__: dict[str, Callable[[], Any]]
+        __record_frozen__: bool
+
+    def __new__(mcls, name: str, bases: tuple, namespace: dict, frozen: "bool | None" = None):
+        if "__slots__" in namespace:
+            raise TypeError(f"{name}: declare a record's fields as annotations, not __slots__")
+        fields: list[str] = []
+        defaults: dict = {}
+        factories: dict = {}
+        parent_frozen = None
+        for parent in bases:
+            if isinstance(parent, RecordType):
+                fields += [f for f in parent.__record_fields__ if f not in fields]
+                defaults.update(parent.__record_defaults__)
+                factories.update(parent.__record_factories__)
+                if parent.__record_fields__ and parent_frozen is None:
+                    parent_frozen = parent.__record_frozen__
+        if frozen is None:
+            frozen = True if parent_frozen is None else parent_frozen
+        elif parent_frozen is not None and frozen != parent_frozen:
+            raise TypeError(f"{name}: a {'frozen' if frozen else 'mutable'} record cannot extend a "
+                            f"{'frozen' if parent_frozen else 'mutable'} one")
+        own = []
+        for f, annotation in _annotations(namespace).items():
+            if type(annotation) is str:
+                if "ClassVar" in annotation and _is_classvar(annotation.split("[", 1)[0]):
+                    continue
+            elif type(annotation) is not type and _is_classvar(repr(annotation).split("[", 1)[0]):
+                continue  # evaluated annotations: a module without `from __future__ import annotations`
+            if f in namespace:
+                value = namespace.pop(f)
+                if f in factories:
+                    del factories[f]
+                if type(value) is _Field:
+                    if value.default_factory is not MISSING:
+                        factories[f] = value.default_factory
+                        defaults.pop(f, None)
+                    else:
+                        defaults[f] = value.default
+                elif type(value) in (list, dict, set):
+                    raise TypeError(f"{name}.{f}: a mutable default would be shared by every record: "
+                                    f"use field(default_factory=...)")
+                else:
+                    defaults[f] = value
+            if f not in fields:
+                fields.append(f)
+                own.append(f)
+        if defaults or factories:
+            seen_default = None
+            for f in fields:
+                if f in defaults or f in factories:
+                    seen_default = f
+                elif seen_default is not None:
+                    raise TypeError(f"{name}: field {f!r} without a default follows {seen_default!r}, "
+                                    f"which has one")
+        namespace["__slots__"] = tuple(own)
+        namespace["__match_args__"] = namespace["__record_fields__"] = tuple(fields)
+        namespace["__record_defaults__"] = defaults
+        namespace["__record_factories__"] = factories
+        namespace["__record_frozen__"] = frozen
+        if not frozen:
+            namespace.setdefault("__setattr__", object.__setattr__)
+            namespace.setdefault("__delattr__", object.__delattr__)
+            namespace.setdefault("__hash__", None)  # mutable and compared by value: unhashable, as dataclasses
+        return super().__new__(mcls, name, bases, namespace)
+
+    def __init__(cls, name: str, bases: tuple, namespace: dict, frozen: "bool | None" = None) -> None:
+        super().__init__(name, bases, namespace)
+
+
+class Record(metaclass=RecordType):
+    """Plain data: see the module's docstring."""
+
+    def __init__(self, *args: "Any", **kwargs: "Any") -> None:
+        cls = type(self)
+        names = cls.__record_fields__
+        setter = object.__setattr__
+        if len(args) > len(names):
+            raise TypeError(f"{cls.__name__} takes {len(names)} fields, {len(args)} were given")
+        for name, value in zip(names, args):
+            setter(self, name, value)
+        defaults = cls.__record_defaults__
+        for name in names[len(args):]:
+            if name in kwargs:
+                setter(self, name, kwargs.pop(name))
+            elif name in defaults:
+                setter(self, name, defaults[name])
+            elif name in cls.__record_factories__:
+                setter(self, name, cls.__record_factories__[name]())
+            else:
+                raise TypeError(f"{cls.__name__} needs {name!r}")
+        if kwargs:
+            name = sorted(kwargs)[0]
+            if name in names:
+                raise TypeError(f"{cls.__name__} got {name!r} twice, by position and by keyword")
+            raise TypeError(f"{cls.__name__} has no field {name!r}")
+
+    def __setattr__(self, name: str, value: "Any") -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable: use replace({name}=...)")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def replace(self, **changes: "Any") -> "Self":
+        """A copy with some fields changed (dataclasses.replace)."""
+        cls = type(self)
+        values = {name: getattr(self, name) for name in cls.__record_fields__}
+        for name in changes:
+            if name not in values:
+                raise TypeError(f"{cls.__name__} has no field {name!r}")
+        values.update(changes)
+        return cls(**values)
+
+    def as_dict(self, shallow: bool = False) -> "dict[str, Any]":
+        """The fields by name; unless shallow, records inside become dicts and tuples lists (for JSON)."""
+        if shallow:
+            return {name: getattr(self, name) for name in type(self).__record_fields__}
+        return {name: _plain(getattr(self, name)) for name in type(self).__record_fields__}
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, n) == getattr(other, n) for n in type(self).__record_fields__)
+
+    def __hash__(self) -> int:
+        return hash(tuple(_hashable(getattr(self, n)) for n in type(self).__record_fields__))
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in type(self).__record_fields__)
         return f"{type(self).__name__}({inner})"
+
+    def __copy__(self) -> "Self":
+        return self.replace()
+
+    def __reduce__(self):
+        return (_rebuild, (type(self), tuple(getattr(self, n) for n in type(self).__record_fields__)))
+
+
+def _rebuild(cls, values: tuple):
+    return cls(*values)
+
+
+def fields(record_or_class: "Any") -> "tuple[str, ...]":
+    """The field names of a record (or record class), in order (dataclasses.fields, names only)."""
+    cls = record_or_class if isinstance(record_or_class, RecordType) else type(record_or_class)
+    return cls.__record_fields__
+
+
+def is_record(value: object) -> bool:
+    """Whether value is a record instance (dataclasses.is_dataclass, for instances)."""
+    return isinstance(value, Record)
 
 
 def _plain(value):
