@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, Iterator
 
 from shmguard.manifests.templates import ManifestError
+from shmguard.record import Record
 
 MAX_INPUT_BYTES = 64 * 1024 * 1024  # a manifest larger than this is refused before parsing
 # Kubernetes objects nest a few dozen levels (CRD schemas the most); the alias-free dumper
@@ -62,9 +62,9 @@ class Node:
         self.merged = False  # a mapping with a merge key (<<)
 
 
-@dataclass
-class Document:
-    """A document of a YAML stream: its plain data, its root node (None when empty) and its span in the text."""
+class Document(Record, frozen=False):
+    """A document of a YAML stream: its plain data, its root node (None when empty) and its span in the text.
+    Mutable: the span is shifted past a byte-order mark the parser did not count (_shift)."""
 
     data: Any
     node: Node | None
