@@ -82,6 +82,14 @@ def _is_classvar(head: str) -> bool:
     return head.strip().rsplit(".", 1)[-1] == "ClassVar"
 
 
+def _frozen_setattr(self, name: str, value: "Any") -> None:
+    raise AttributeError(f"{type(self).__name__} is immutable: use replace({name}=...)")
+
+
+def _frozen_delattr(self, name: str) -> None:
+    raise AttributeError(f"{type(self).__name__} is immutable")
+
+
 @dataclass_transform(frozen_default=True, field_specifiers=(field,))
 class RecordType(type):
     """Makes each Record subclass: reads its fields from the annotations and generates `__slots__`."""
@@ -149,10 +157,17 @@ class RecordType(type):
         namespace["__record_defaults__"] = defaults
         namespace["__record_factories__"] = factories
         namespace["__record_frozen__"] = frozen
-        if not frozen:
-            namespace.setdefault("__setattr__", object.__setattr__)
-            namespace.setdefault("__delattr__", object.__delattr__)
+        if frozen:
+            # Only frozen classes get a __setattr__ (not Record itself: mutable ones inherit from it), and
+            # once: one in a class's dict, even object's, sends every assignment through a slower lookup.
+            if parent_frozen is None and bases:
+                namespace.setdefault("__setattr__", _frozen_setattr)
+                namespace.setdefault("__delattr__", _frozen_delattr)
+        else:
             namespace.setdefault("__hash__", None)  # mutable and compared by value: unhashable, as dataclasses
+            if any(getattr(base, "__setattr__", None) is _frozen_setattr for base in bases):  # a field-less base
+                namespace.setdefault("__setattr__", object.__setattr__)
+                namespace.setdefault("__delattr__", object.__delattr__)
         return super().__new__(mcls, name, bases, namespace)
 
     def __init__(cls, name: str, bases: tuple, namespace: dict, frozen: "bool | None" = None) -> None:
@@ -185,12 +200,6 @@ class Record(metaclass=RecordType):
             if name in names:
                 raise TypeError(f"{cls.__name__} got {name!r} twice, by position and by keyword")
             raise TypeError(f"{cls.__name__} has no field {name!r}")
-
-    def __setattr__(self, name: str, value: "Any") -> None:
-        raise AttributeError(f"{type(self).__name__} is immutable: use replace({name}=...)")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"{type(self).__name__} is immutable")
 
     def replace(self, **changes: "Any") -> "Self":
         """A copy with some fields changed (dataclasses.replace)."""

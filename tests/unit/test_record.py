@@ -241,6 +241,21 @@ def test_frozen_and_mutable_do_not_mix_in_inheritance():
     assert m.extra == 1
 
 
+def test_a_mutable_record_under_a_fieldless_frozen_base():
+    class Base(Record):
+        def describe(self) -> str:
+            return repr(self)
+
+    class Filled(Base, frozen=False):
+        n: int = 0
+
+    f = Filled()
+    f.n = 2
+    assert f.describe() == "Filled(n=2)"
+    with pytest.raises(AttributeError):
+        Base().x = 1
+
+
 def test_own_methods_and_properties_and_init():
     d = Derived(10, 4)
     assert d.used == 6 and d.half() == Derived(5, 4)
