@@ -118,7 +118,8 @@ class Diagnosis(Record):
         """One paragraph: what happened, then the fix."""
         return self.summary + (f" Fix: {self.fix}" if self.fix else "")
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, shallow: bool = False) -> dict[str, Any]:
+        """The JSON form, with the schema's names (shallow or not: it holds no record)."""
         return {"verdict": self.verdict, "cause": self.cause, "summary": self.summary, "fix": self.fix,
                 "evidence": list(self.evidence), "shm_needed_bytes": self.shm_needed,
                 "memory_needed_bytes": self.memory_needed}

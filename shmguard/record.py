@@ -13,8 +13,22 @@ A Record is declared as a dataclass is (annotated fields in order, defaults, a
 record) and gives what shmguard used from dataclasses: construction by position
 or keyword in field order, immutability unless `frozen=False`, `replace()`,
 `as_dict()`, equality, a hash for frozen records, repr, and generated
-`__slots__`. A class that defines its own `__init__`, property or method keeps
-it; `__init__` then calls `super().__init__(...)`.
+`__slots__`; `fields()` and `is_record()` stand for dataclasses.fields and
+is_dataclass. A class that defines its own `__init__`, property or method keeps
+it; `__init__` then calls `super().__init__(...)`. As with dataclasses, a field
+without a default cannot follow one with a default, and a frozen record cannot
+extend a mutable one (nor the reverse); unlike them, a list, dict or set default
+is refused outright (use a factory), and the hash of a frozen record accepts
+lists and dicts inside it.
+
+Mutable (`frozen=False`) only for a record that is filled in or adjusted after
+it is made (podspec's TemplateResult, templates' PodTemplate, yamlio's
+Document, ...); a record whose lists change in place but whose fields are never
+reassigned stays frozen. Two classes with state are deliberately not records,
+because they are not plain data: probe.Root (the filesystem the probes read,
+replaced by fakes in tests) and yamlio.Node (one per YAML node on the patch
+path, where a Record's constructor would cost about a second per 10,000
+Deployments; nodes compare by identity). Each says so in its docstring.
 
 Why not dataclasses: `shmguard health` runs every few seconds in every training
 container and must stay within 1.2x of a bare `python -c pass`, and

@@ -34,13 +34,13 @@ class Level(Record):
     """One directory on the walk from the process's cgroup to the mount root."""
 
     path: str
-    version: int  # 1 or 2
+    version: str
 
 
 class Limit(Record):
     """A limit found on the walk: value (None = no limit), where it came from, and problems met."""
 
-    value: int | float | None = None
+    value: int | float | None = None  # bytes (memory), CPUs (the CPU quota); None: no limit
     source: str | None = None
     errors: tuple = ()
 
@@ -261,9 +261,9 @@ def read_proc_cgroup(root) -> tuple[list[CgroupEntry], str | None]:
 
 class MemoryInfo(Record):
     host: int | None  # bytes of RAM on the host (/proc/meminfo)
-    limit: int | None
+    limit: int | float | None  # as Limit.value
     limit_source: str | None
-    usage: int | None
+    usage: int | float | None
     errors: tuple
 
 

@@ -21,8 +21,8 @@ from shmguard.record import Record
 
 class GpuInfo(Record):
     cuda_visible: list[str] | None
-    nvidia_visible: str | None
-    device_nodes: list[str]
+    nvidia_visible: str | list[str] | None  # None: unset; "all", "none", "void" or the listed ids
+    device_nodes: list[int]
     proc_gpus: list[str]
     nvml_count: int | None
     visible: int
