@@ -5,17 +5,17 @@
         prefetch_factor: int = 2
         notes: list[str] = field(default_factory=list)
 
-    class Output(Record, frozen=False):  # filled in as it goes
-        copied: int = 0
+    class TemplateResult(Record, frozen=False):  # filled in as the sizer goes
+        status: str = ""
 
 A Record is declared as a dataclass is (annotated fields in order, defaults, a
 `field(default_factory=...)` for mutable ones, fields inherited from a parent
 record) and gives what shmguard used from dataclasses: construction by position
 or keyword in field order, immutability unless `frozen=False`, `replace()`,
-`as_dict()`, equality, a hash for frozen records, repr, and generated
-`__slots__`; `fields()` and `is_record()` stand for dataclasses.fields and
-is_dataclass. A class that defines its own `__init__`, property or method keeps
-it; `__init__` then calls `super().__init__(...)`. As with dataclasses, a field
+`as_dict()`, equality, a hash for frozen records, repr, pickling, and generated
+`__slots__`; `fields()` stands for dataclasses.fields (names only). A class
+that defines its own `__init__`, property or method keeps it; its `__init__`
+calls `super().__init__(...)`. As with dataclasses, a field
 without a default cannot follow one with a default, and a frozen record cannot
 extend a mutable one (nor the reverse); unlike them, a list, dict or set default
 is refused outright (use a factory), and the hash of a frozen record accepts
@@ -54,14 +54,7 @@ else:
         return lambda cls: cls
 
 
-class _Missing:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "MISSING"
-
-
-MISSING = _Missing()
+MISSING = object()  # no default given
 
 
 class _Field:
@@ -243,9 +236,6 @@ class Record(metaclass=RecordType):
         inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in type(self).__record_fields__)
         return f"{type(self).__name__}({inner})"
 
-    def __copy__(self) -> "Self":
-        return self.replace()
-
     def __reduce__(self):
         return (_rebuild, (type(self), tuple(getattr(self, n) for n in type(self).__record_fields__)))
 
@@ -258,11 +248,6 @@ def fields(record_or_class: "Any") -> "tuple[str, ...]":
     """The field names of a record (or record class), in order (dataclasses.fields, names only)."""
     cls = record_or_class if isinstance(record_or_class, RecordType) else type(record_or_class)
     return cls.__record_fields__
-
-
-def is_record(value: object) -> bool:
-    """Whether value is a record instance (dataclasses.is_dataclass, for instances)."""
-    return isinstance(value, Record)
 
 
 def _plain(value):

@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import pytest
 
-from shmguard.record import Record, field, fields, is_record
+from shmguard.record import Record, field, fields
 
 
 class Point(Record):
@@ -267,10 +267,6 @@ def test_own_methods_and_properties_and_init():
             super().__init__(path or "/")
 
     assert Rooted().path == "/" and Rooted("/x").path == "/x"
-
-
-def test_is_record():
-    assert is_record(Point(1, 2)) and not is_record(Point) and not is_record((1, 2))
 
 
 def test_copy_and_pickle_keep_the_record():
