@@ -84,9 +84,18 @@ def _annotations(namespace: dict) -> dict:
     return annotations or {}
 
 
-def _is_classvar(head: str) -> bool:
-    """Whether an annotation's head (before `[`) names typing.ClassVar: `ClassVar`, `typing.ClassVar`."""
-    return head.strip().rsplit(".", 1)[-1] == "ClassVar"
+def _is_classvar(annotation) -> bool:
+    """Whether an annotation is typing.ClassVar[...] (`ClassVar[int]`, `typing.ClassVar[int]`): a class
+    attribute, not a field. An evaluated one (a module without `from __future__ import annotations`) is
+    looked at only when generic: typing.ClassVar[int] has an __origin__, int and `int | None` have none."""
+    if type(annotation) is not str:
+        origin = getattr(annotation, "__origin__", None)
+        if origin is None:
+            return False
+        annotation = repr(origin)
+    elif "ClassVar" not in annotation:
+        return False
+    return annotation.split("[", 1)[0].strip().rsplit(".", 1)[-1] == "ClassVar"
 
 
 def _frozen_setattr(self, name: str, value: "Any") -> None:
@@ -115,40 +124,40 @@ class RecordType(type):
         factories: dict = {}
         parent_frozen = None
         for parent in bases:
-            if isinstance(parent, RecordType):
+            if isinstance(parent, RecordType) and parent.__record_fields__:
                 fields += [f for f in parent.__record_fields__ if f not in fields]
                 defaults.update(parent.__record_defaults__)
                 factories.update(parent.__record_factories__)
-                if parent.__record_fields__ and parent_frozen is None:
+                if parent_frozen is None:
                     parent_frozen = parent.__record_frozen__
         if frozen is None:
             frozen = True if parent_frozen is None else parent_frozen
         elif parent_frozen is not None and frozen != parent_frozen:
             raise TypeError(f"{name}: a {'frozen' if frozen else 'mutable'} record cannot extend a "
                             f"{'frozen' if parent_frozen else 'mutable'} one")
+        known = set(fields)
         own = []
         for f, annotation in _annotations(namespace).items():
-            if type(annotation) is str:
-                if "ClassVar" in annotation and _is_classvar(annotation.split("[", 1)[0]):
-                    continue
-            elif type(annotation) is not type and _is_classvar(repr(annotation).split("[", 1)[0]):
-                continue  # evaluated annotations: a module without `from __future__ import annotations`
+            if (type(annotation) is not str or "ClassVar" in annotation) and _is_classvar(annotation):
+                continue
             if f in namespace:
                 value = namespace.pop(f)
-                if f in factories:
-                    del factories[f]
                 if type(value) is _Field:
                     if value.default_factory is not MISSING:
                         factories[f] = value.default_factory
                         defaults.pop(f, None)
                     else:
                         defaults[f] = value.default
+                        factories.pop(f, None)
                 elif type(value) in (list, dict, set):
                     raise TypeError(f"{name}.{f}: a mutable default would be shared by every record: "
                                     f"use field(default_factory=...)")
                 else:
                     defaults[f] = value
-            if f not in fields:
+                    if factories:
+                        factories.pop(f, None)
+            if f not in known:
+                known.add(f)
                 fields.append(f)
                 own.append(f)
         if defaults or factories:

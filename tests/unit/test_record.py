@@ -289,12 +289,15 @@ def test_match_by_position():
 def test_records_without_future_annotations(tmp_path):
     """A module without `from __future__ import annotations` (evaluated annotations) declares records too."""
     namespace: dict = {}
-    exec("from shmguard.record import Record\n"
+    exec("from typing import ClassVar\n"
+         "from shmguard.record import Record\n"
          "class Plain(Record):\n"
+         "    LIMIT: ClassVar[int] = 3\n"
          "    a: int\n"
          "    b: 'int | None' = None\n"
          "    c: tuple = ()\n", namespace)
     assert fields(namespace["Plain"]) == ("a", "b", "c")
+    assert namespace["Plain"].LIMIT == 3
 
 
 ROOT = Path(__file__).resolve().parents[2]
