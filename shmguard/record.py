@@ -184,10 +184,7 @@ class RecordType(type):
             if any(getattr(base, "__setattr__", None) is _frozen_setattr for base in bases):  # a field-less base
                 namespace.setdefault("__setattr__", object.__setattr__)
                 namespace.setdefault("__delattr__", object.__delattr__)
-        return super().__new__(mcls, name, bases, namespace)
-
-    def __init__(cls, name: str, bases: tuple, namespace: dict, frozen: "bool | None" = None) -> None:
-        super().__init__(name, bases, namespace)
+        return type.__new__(mcls, name, bases, namespace)  # type.__init__ lets the frozen keyword pass
 
 
 class Record(metaclass=RecordType):
