@@ -46,7 +46,7 @@ def pyyaml_redump(text: str, job) -> str:
 
 
 def shmguard_edit(text: str, job) -> str:
-    return patch_text(text, "bench", lambda docs: patch_documents(docs, job)).text
+    return patch_text(text, "bench", lambda docs: list(patch_documents(docs, job).changes)).text
 
 
 def ruamel_roundtrip(text: str, job) -> str:

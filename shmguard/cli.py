@@ -111,7 +111,6 @@ def run(image, command, healthcheck, engine_wait, dry_run, tune_first, as_json, 
     and did not come back.
     """
     import os
-    from dataclasses import replace
 
     from shmguard.engine import flags
     from shmguard.engine.plan import RunOptions, parse_env
@@ -142,7 +141,7 @@ def run(image, command, healthcheck, engine_wait, dry_run, tune_first, as_json, 
             from shmguard.job import parse_count
 
             batch_size = parse_count("batch_size", options["batch_size"], 1)
-            tuned = tune_in_container(replace(opts, command=()), options.pop("dataset"), batch_size,
+            tuned = tune_in_container(opts.replace(command=()), options.pop("dataset"), batch_size,
                                       options.pop("collate_fn", None))
             recommended = tuned["recommended"]["workers"]
             click.echo(f"shmguard: tuned: num_workers={recommended} "

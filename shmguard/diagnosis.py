@@ -34,10 +34,10 @@ Verdicts, and the exit code `explain` gives each:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from shmguard import model, sizing
+from shmguard.record import Record, field
 from shmguard.units import docker_size, format_size, k8s_quantity
 
 SHARED_MEMORY = "shared-memory"
@@ -84,8 +84,7 @@ NCCL_CUDA_FAILURE = re.compile(r"NCCL WARN Cuda failure '(?P<error>[^']+)'")
 COMMAND_NOT_FOUND = re.compile(r"exec .* failed: No such file or directory|executable file not found")
 
 
-@dataclass(frozen=True)
-class Evidence:
+class Evidence(Record):
     """What is known about one container's end. None: not known (never "zero")."""
 
     exit_code: int | None = None
@@ -102,8 +101,7 @@ class Evidence:
     notes: tuple[str, ...] = ()  # what could not be used (e.g. a job description that does not validate)
 
 
-@dataclass(frozen=True)
-class Diagnosis:
+class Diagnosis(Record):
     verdict: str
     cause: str  # a stable id: shm-enospc, worker-bus-error, sigbus, nccl-shm, oom-shm, oom, disk-full, …
     summary: str  # what happened, in a sentence or two
@@ -120,14 +118,14 @@ class Diagnosis:
         """One paragraph: what happened, then the fix."""
         return self.summary + (f" Fix: {self.fix}" if self.fix else "")
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, shallow: bool = False) -> dict[str, Any]:
+        """The JSON form, with the schema's names (shallow or not: it holds no record)."""
         return {"verdict": self.verdict, "cause": self.cause, "summary": self.summary, "fix": self.fix,
                 "evidence": list(self.evidence), "shm_needed_bytes": self.shm_needed,
                 "memory_needed_bytes": self.memory_needed}
 
 
-@dataclass(frozen=True)
-class Signal:
+class Signal(Record):
     """One thing the evidence shows: its kind, the log line (or fact) and parsed details."""
 
     kind: str

@@ -49,18 +49,25 @@ ENV_VARS = {
 class Job(Record):
     """The DataLoader job, per training process; procs_per_node processes each run one."""
 
-    __slots__ = ("workers", "batch_size", "sample_bytes", "prefetch_factor", "procs_per_node",
-                 "gpus", "pin_memory", "sharing_strategy", "sample_shape", "dtype", "batch_segments",
-                 "nccl_transport", "nccl_env", "collate", "tensors_per_sample")
-    _defaults = {"prefetch_factor": 2, "procs_per_node": 1, "gpus": 0, "pin_memory": False,
-                 "sharing_strategy": "file_descriptor", "sample_shape": None, "dtype": None,
-                 "collate": "default", "tensors_per_sample": 1,
-                 # The byte sizes of the tensors of one (the largest) collated batch, when measured
-                 # (shmguard.segments); None: default_collate's one stacked tensor plus labels.
-                 "batch_segments": None,
-                 # How the GPUs on the node talk (shmguard.nccl): shm (assumed) or p2p; and the NCCL_* variables
-                 # the processes see that change NCCL's /dev/shm, as sorted (name, value) pairs.
-                 "nccl_transport": "shm", "nccl_env": ()}
+    workers: int
+    batch_size: int
+    sample_bytes: int
+    prefetch_factor: int = 2
+    procs_per_node: int = 1
+    gpus: int = 0
+    pin_memory: bool = False
+    sharing_strategy: str = "file_descriptor"
+    sample_shape: tuple | None = None
+    dtype: str | None = None
+    # The byte sizes of the tensors of one (the largest) collated batch, when measured
+    # (shmguard.segments); None: default_collate's one stacked tensor plus labels.
+    batch_segments: tuple | None = None
+    # How the GPUs on the node talk (shmguard.nccl): shm (assumed) or p2p; and the NCCL_* variables
+    # the processes see that change NCCL's /dev/shm, as sorted (name, value) pairs.
+    nccl_transport: str = "shm"
+    nccl_env: tuple = ()
+    collate: str = "default"
+    tensors_per_sample: int = 1
 
     @property
     def batch_bytes(self) -> int:

@@ -18,20 +18,17 @@ from itertools import islice
 from typing import Any
 
 from shmguard.errors import UsageError
+from shmguard.record import Record
 
 
-class Settings:
+class Settings(Record):
     """The DataLoader arguments that decide its shared-memory footprint."""
 
-    __slots__ = ("workers", "batch_size", "prefetch_factor", "pin_memory", "sharing_strategy")
-
-    def __init__(self, workers: int, batch_size: int | None, prefetch_factor: int | None, pin_memory: bool,
-                 sharing_strategy: str) -> None:
-        self.workers = workers
-        self.batch_size = batch_size
-        self.prefetch_factor = prefetch_factor
-        self.pin_memory = pin_memory
-        self.sharing_strategy = sharing_strategy
+    workers: int
+    batch_size: int | None
+    prefetch_factor: int | None
+    pin_memory: bool
+    sharing_strategy: str
 
 
 def settings_of(loader: Any) -> Settings:

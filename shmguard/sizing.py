@@ -24,6 +24,7 @@ units.k8s_quantity, units.compose_size). Standard library only: `health` imports
 from __future__ import annotations
 
 from shmguard import model
+from shmguard.record import Record
 from shmguard.units import MIB, format_size
 
 SHM_FLOOR = 64 * MIB  # Docker's default /dev/shm: never ask for less
@@ -142,16 +143,12 @@ PROC_ENV = ("LOCAL_WORLD_SIZE", "WORLD_SIZE")  # torchrun sets both; LOCAL_ is t
 LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 
 
-class ProcsPerNode:
+class ProcsPerNode(Record):
     """The inferred count, where it came from (for the plan), and disagreements between the sources."""
 
-    __slots__ = ("value", "source", "warnings")
-
-    def __init__(self, value: int, source: str, warnings: tuple = ()) -> None:
-        self.value, self.source, self.warnings = value, source, tuple(warnings)
-
-    def __repr__(self) -> str:
-        return f"ProcsPerNode({self.value}, {self.source!r}, {self.warnings!r})"
+    value: int
+    source: str
+    warnings: tuple[str, ...] = ()
 
     def messages(self, given: bool) -> list[str]:
         """The lines to show: where the count came from (when inferred, not the default) and each disagreement."""

@@ -8,6 +8,7 @@ read) is a WARN that says so. Finding ids are stable: scripts may key on them.
 from __future__ import annotations
 
 from shmguard import model, nccl, sizing
+from shmguard.job import Job
 from shmguard.probe.cpu import workers_for
 from shmguard.probe.shm import DOCKER_DEFAULT_SHM, printable
 from shmguard.record import Record
@@ -18,12 +19,20 @@ _RANK = {PASS: 0, WARN: 1, FAIL: 2}
 
 
 class Finding(Record):
-    __slots__ = ("id", "status", "message", "found", "needed", "fix")
-    _defaults = {"found": None, "needed": None, "fix": None}
+    id: str
+    status: str
+    message: str
+    found: str | None = None
+    needed: str | None = None
+    fix: str | None = None
 
 
 class Report(Record):
-    __slots__ = ("verdict", "job", "required", "recommended", "findings")
+    verdict: str
+    job: Job
+    required: dict  # shm_bytes, memory_bytes
+    recommended: dict  # workers, shm_size, memory (Docker sizes)
+    findings: list[Finding]
 
 
 def shm_fix(needed: int) -> str:

@@ -18,11 +18,11 @@ import math
 import os
 import sys
 import traceback
-from dataclasses import dataclass, field
 from typing import Any
 
 from shmguard import segments
 from shmguard.errors import ShmguardError, UsageError
+from shmguard.record import Record, field
 from shmguard.units import format_size
 
 
@@ -32,16 +32,14 @@ class UserCodeError(ShmguardError):
     exit_code = 2
 
 
-@dataclass(frozen=True)
-class TensorInfo:
+class TensorInfo(Record):
     path: str
     dtype: str
     shape: tuple[int, ...]
     bytes: int
 
 
-@dataclass(frozen=True)
-class Measurement:
+class Measurement(Record):
     dataset: str
     batch_size: int
     samples: int

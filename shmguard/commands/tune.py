@@ -16,7 +16,6 @@ import struct
 import time
 import warnings
 import zlib
-from dataclasses import dataclass
 
 from shmguard import model, segments, sizing
 from shmguard.commands.measure import Measurement, UserCodeError, load_dataset, measure_dataset, user_traceback
@@ -24,13 +23,13 @@ from shmguard.errors import UsageError
 from shmguard.job import make_job
 from shmguard.engine.peak import PeakSampler, ProcessPeakSampler
 from shmguard.probe import Root
+from shmguard.record import Record
 from shmguard.units import docker_size, format_size
 
 KNEE_TOLERANCE = 0.05
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(Record):
     workers: int
     prefetch_factor: int
     predicted_shm: int
@@ -40,8 +39,7 @@ class Step:
     skipped: str | None = None
 
 
-@dataclass(frozen=True)
-class TuneResult:
+class TuneResult(Record):
     measurement: Measurement
     steps: tuple[Step, ...]
     recommended: Step | None

@@ -21,10 +21,10 @@ import csv
 import math
 import os
 import re
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from shmguard.errors import UsageError
+from shmguard.record import Record
 from shmguard.units import MIB, docker_size, parse_size
 
 MAX_BYTES = 2**63 - 1  # the engine's sizes are int64
@@ -73,8 +73,7 @@ def parse_engine_wait(text: str) -> float:
     return parse_number("--engine-wait", text, 0)
 
 
-@dataclass(frozen=True)
-class GpuRequest:
+class GpuRequest(Record):
     """A --gpus value as the docker CLI reads it (cli/opts/gpus.go)."""
 
     count: int | None = None  # -1: all
@@ -371,8 +370,7 @@ def shm_text(n: int) -> str:
 SDK = Callable[[Any, dict], dict]
 
 
-@dataclass(frozen=True)
-class Row:
+class Row(Record):
     """One option: its name (the RunOptions field, the click parameter), its docker flag, parse, text, SDK."""
 
     key: str

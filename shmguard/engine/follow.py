@@ -17,10 +17,10 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 from shmguard.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED, ShmguardError
+from shmguard.record import Record, field
 
 POLL = 0.5  # seconds between attempts to reach a lost engine
 TAIL_CHUNKS = 50  # output chunks kept for the post-mortem (shared-memory death, OOM)
@@ -67,9 +67,9 @@ def lost_engine(doing: str, exc: BaseException, container_name: str | None = Non
     return EngineLost(f"the Docker engine stopped answering while {doing} ({type(exc).__name__}); {advice}")
 
 
-@dataclass
-class Output:
-    """Where the container's output goes, how much of each stream was copied, and its tail."""
+class Output(Record):
+    """Where the container's output goes, how much of each stream was copied, and its tail (the counters,
+    tail and closed flags change in place, under the lock; the fields themselves are never reassigned)."""
 
     out: Any
     err: Any
@@ -138,8 +138,7 @@ class Output:
         return b"".join(self.tail)[-limit:].decode("utf-8", "replace")
 
 
-@dataclass
-class Ending:
+class Ending(Record):
     exit_code: int
     note: str | None = None  # how an engine loss was ridden out, for the report
 

@@ -13,13 +13,13 @@ the engine side (create, start, follow, remove) is engine/run.py.
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 from shmguard import model, nccl, sizing
 from shmguard.diagnosis import NO_FAILURE, Diagnosis, Evidence, diagnose
 from shmguard.engine import flags, secrets
 from shmguard.errors import EXIT_RUN_FAILED, ShmguardError, UsageError
+from shmguard.record import Record, field
 from shmguard.units import docker_size, format_size
 
 
@@ -34,8 +34,7 @@ class RunError(ShmguardError):
     exit_code = EXIT_RUN_FAILED
 
 
-@dataclass(frozen=True)
-class RunOptions:
+class RunOptions(Record):
     """What the user asked `run` for; every field but image, command, healthcheck and engine_wait is a row of
     shmguard.engine.flags (same name), parsed there."""
 
@@ -67,8 +66,7 @@ class RunOptions:
     engine_wait: float = ENGINE_WAIT  # seconds to wait for an engine lost mid-run
 
 
-@dataclass(frozen=True)
-class RunPlan:
+class RunPlan(Record):
     options: RunOptions
     job: Any
     shm_bytes: int  # what the container gets
@@ -118,7 +116,7 @@ def normalized(options: RunOptions) -> RunOptions:
     volumes = tuple(flags.parse_volume(v) for v in options.volumes)
     if volumes != options.volumes:
         changes["volumes"] = volumes
-    return replace(options, **changes) if changes else options
+    return options.replace(**changes) if changes else options
 
 
 def job_conflicts(job_env: dict[str, str], user_env: dict[str, str]) -> None:

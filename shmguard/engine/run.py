@@ -17,7 +17,6 @@ import os
 import signal
 import sys
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from shmguard.diagnosis import Diagnosis
@@ -28,6 +27,7 @@ from shmguard.engine.interactive import attach_stream, pump_stdin, raw_terminal
 from shmguard.engine.peak import PeakSampler, ProcessPeakSampler
 from shmguard.engine.plan import (RunError, RunOptions, RunPlan, create_kwargs, describe, docker_cli, post_mortem,
                                make_plan, redact, resource_kwargs, user_environment)
+from shmguard.record import Record
 from shmguard.units import format_size
 
 STOP_TIMEOUT = 10  # seconds between SIGTERM and SIGKILL on Ctrl-C
@@ -209,8 +209,7 @@ def image_has_shmguard(client, image) -> bool:
     return found
 
 
-@dataclass
-class RunResult:
+class RunResult(Record):
     exit_code: int
     container_id: str | None
     name: str | None

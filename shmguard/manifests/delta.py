@@ -10,14 +10,14 @@ answer).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
+
+from shmguard.record import Record
 
 SET, ADD, APPEND, REMOVE = "set", "add", "append", "remove"
 
 
-@dataclass(frozen=True)
-class Op:
+class Op(Record):
     """One difference: SET the value at path; ADD key to the mapping at path; APPEND value to the sequence
     at path; REMOVE something at path (which the editor does not do in place)."""
 

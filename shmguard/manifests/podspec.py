@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from shmguard import sizing
@@ -39,6 +38,7 @@ from shmguard.manifests import annotations as ann
 from shmguard.manifests.templates import (ManifestError, PodTemplate, find_templates, group_of, label_of, listing,
                                           mapping, memory_of, trainjob_runtime, where_of)
 from shmguard.manifests.yamlio import plain_copy
+from shmguard.record import Record, field
 from shmguard.units import k8s_quantity, parse_quantity, parse_size
 
 SHM_PATH = "/dev/shm"
@@ -54,8 +54,7 @@ NPROC = re.compile(r"--nproc[_-]per[_-]node(?:=|\s+)(\S+)")
 CHANGED, UNCHANGED, SKIPPED, ERROR = "changed", "unchanged", "skipped", "error"
 
 
-@dataclass(frozen=True)
-class PatchOptions:
+class PatchOptions(Record):
     """Which templates to touch and how. The default: every pod template of every object."""
 
     kinds: tuple[str, ...] = ()  # `Kind` or `group/Kind` (`batch.volcano.sh/Job`); empty: all
@@ -69,8 +68,7 @@ class PatchOptions:
     include_init: bool = False  # mount /dev/shm into init containers and sidecars too
 
 
-@dataclass
-class Change:
+class Change(Record, frozen=False):  # mutable: a TrainJob's changes are moved to resourcesPerNode after sizing
     path: str
     before: str | None
     after: str | None
@@ -82,9 +80,9 @@ class Change:
         return f"{self.path}: {self.before} -> {self.after} ({self.why})"
 
 
-@dataclass
-class TemplateResult:
-    """What happened to one pod template: changed, unchanged (with notes), skipped (why) or error (why)."""
+class TemplateResult(Record, frozen=False):
+    """What happened to one pod template: changed, unchanged (with notes), skipped (why) or error (why).
+    Mutable: the sizer fills it in as it goes (status, reason, needs, notes)."""
 
     name: str
     document: int  # 1-based
@@ -116,12 +114,11 @@ class TemplateResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"template": self.name, "document": self.document, "path": self.path, "status": self.status,
-                "reason": self.reason, "changes": [vars(c) for c in self.changes], "notes": list(self.notes),
+                "reason": self.reason, "changes": [c.as_dict() for c in self.changes], "notes": list(self.notes),
                 "needs": dict(self.needs)}
 
 
-@dataclass
-class PatchSummary:
+class PatchSummary(Record):
     results: list[TemplateResult] = field(default_factory=list)
 
     @property

@@ -23,10 +23,10 @@ Pure functions on plain dicts (what the YAML loader gives); no I/O.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from shmguard.errors import UsageError
+from shmguard.record import Record, field
 from shmguard.units import parse_quantity
 
 
@@ -34,9 +34,9 @@ class ManifestError(UsageError):
     """A manifest that cannot be patched: the message names the document and the path."""
 
 
-@dataclass
-class PodTemplate:
-    """One pod template (or PodSpec-like object) found in a document, with references into it."""
+class PodTemplate(Record, frozen=False):
+    """One pod template (or PodSpec-like object) found in a document, with references into it.
+    Mutable: a template found inside a List gets the item's prefix on its paths."""
 
     doc_index: int  # 0-based document in the stream
     obj: dict  # the object that holds it (for selectors and its annotations)

@@ -21,16 +21,15 @@ import bisect
 import difflib
 import math
 import re
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from shmguard.manifests import yamlio
 from shmguard.manifests.delta import ADD, APPEND, REMOVE, SET, Op, diff
 from shmguard.manifests.templates import where_of
 from shmguard.manifests.yamlio import ALIAS, MAPPING, SCALAR, SEQUENCE, Document, Node
+from shmguard.record import Record
 
-@dataclass(frozen=True)
-class Fallback:
+class Fallback(Record):
     """A document (1-based) that was re-dumped whole instead of edited, and why."""
 
     document: int
@@ -41,8 +40,7 @@ class Fallback:
         return f"{self.where}: re-written whole, its comments and formatting lost, because {self.reason}"
 
 
-@dataclass(frozen=True)
-class Edited:
+class Edited(Record):
     """The edited text, the documents that had to be re-dumped, and the edits made: (start, end,
     replacement) in the original text, sorted and not overlapping (for unified_diff)."""
 
@@ -51,8 +49,7 @@ class Edited:
     edits: tuple[tuple[int, int, str], ...] = ()
 
 
-@dataclass(frozen=True)
-class PatchedText:
+class PatchedText(Record):
     """What patch_text made: the new text, the patch's own words for each change, and the fallbacks."""
 
     text: str
@@ -147,8 +144,7 @@ def render_flow(value: Any) -> str:
     return render_scalar(value)
 
 
-@dataclass(frozen=True)
-class _Style:
+class _Style(Record):
     step: int  # indentation of a mapping nested in a mapping
     sequence: int  # indentation of a block sequence under its key (0: `key:\n- item`)
     item: int = 2  # where an item starts after its dash (2: `- name`, 4: `-   name`)

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, Iterator
 
 from shmguard.manifests.templates import ManifestError
+from shmguard.record import Record
 
 MAX_INPUT_BYTES = 64 * 1024 * 1024  # a manifest larger than this is refused before parsing
 # Kubernetes objects nest a few dozen levels (CRD schemas the most); the alias-free dumper
@@ -40,6 +40,11 @@ class Node:
     kind is SCALAR, MAPPING, SEQUENCE or ALIAS; value is the scalar text, the list of
     (key node, value node) pairs as written (merge keys included), the list of item nodes,
     or the anchored node an alias refers to. data is the plain value built from it.
+
+    Not a Record (shmguard.record), on purpose: the composer makes one per YAML node (about 420,000 for
+    benchmarks/patch_scaling.py's 10,000 Deployments), and a Record's generic constructor costs about
+    3.9 us against this one's 0.8 us, about a second more on that patch; nodes are also compared by
+    identity (an alias is the same node), not by value.
     """
 
     __slots__ = ("kind", "start", "end", "style", "flow", "anchor", "tagged", "value", "data", "size", "open",
@@ -62,9 +67,9 @@ class Node:
         self.merged = False  # a mapping with a merge key (<<)
 
 
-@dataclass
-class Document:
-    """A document of a YAML stream: its plain data, its root node (None when empty) and its span in the text."""
+class Document(Record, frozen=False):
+    """A document of a YAML stream: its plain data, its root node (None when empty) and its span in the text.
+    Mutable: the span is shifted past a byte-order mark the parser did not count (_shift)."""
 
     data: Any
     node: Node | None

@@ -17,9 +17,11 @@ MAX_READ = 4 * 1024 * 1024
 
 
 class Root:
-    """A directory standing for `/`: real by default, a fixture tree in tests."""
+    """A directory standing for `/`: real by default, a fixture tree in tests.
 
-    __slots__ = ("path",)
+    Not a Record (shmguard.record): it is the filesystem the probes read, an object with behaviour that
+    tests replace with fakes carrying their own state (tests/unit/conftest.py FakeRoot), not data.
+    """
 
     def __init__(self, path: str | None = None) -> None:
         self.path = path or os.environ.get("SHMGUARD_ROOT") or "/"

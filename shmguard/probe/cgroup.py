@@ -25,20 +25,24 @@ V1_UNLIMITED_FLOOR = 1 << 62
 class CgroupEntry(Record):
     """One line of /proc/self/cgroup: `hierarchy-id:controller,list:/path`."""
 
-    __slots__ = ("hierarchy", "controllers", "path")
+    hierarchy: int
+    controllers: tuple
+    path: str
 
 
 class Level(Record):
     """One directory on the walk from the process's cgroup to the mount root."""
 
-    __slots__ = ("path", "version")
+    path: str
+    version: str
 
 
 class Limit(Record):
     """A limit found on the walk: value (None = no limit), where it came from, and problems met."""
 
-    __slots__ = ("value", "source", "errors")
-    _defaults = {"value": None, "source": None, "errors": ()}
+    value: int | float | None = None  # bytes (memory), CPUs (the CPU quota); None: no limit
+    source: str | None = None
+    errors: tuple = ()
 
 
 def parse_proc_cgroup(text: str) -> list[CgroupEntry]:
@@ -256,7 +260,11 @@ def read_proc_cgroup(root) -> tuple[list[CgroupEntry], str | None]:
 # that touches them (moby #47967), so the job's shared memory must fit under this limit too.
 
 class MemoryInfo(Record):
-    __slots__ = ("host", "limit", "limit_source", "usage", "errors")
+    host: int | None  # bytes of RAM on the host (/proc/meminfo)
+    limit: int | float | None  # as Limit.value
+    limit_source: str | None
+    usage: int | float | None
+    errors: tuple
 
 
 def parse_meminfo_total(text: str) -> int | None:

@@ -14,7 +14,12 @@ from shmguard.record import Record
 
 
 class CpuInfo(Record):
-    __slots__ = ("host", "affinity", "quota", "quota_source", "effective", "errors")
+    host: int | None
+    affinity: int | None
+    quota: float | None
+    quota_source: str | None
+    effective: float | None
+    errors: tuple
 
 
 MAX_CPU = 1 << 16  # above any kernel's NR_CPUS: a CPU number past it is garbage, not a machine

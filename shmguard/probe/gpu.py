@@ -20,7 +20,13 @@ from shmguard.record import Record
 
 
 class GpuInfo(Record):
-    __slots__ = ("cuda_visible", "nvidia_visible", "device_nodes", "proc_gpus", "nvml_count", "visible", "notes")
+    cuda_visible: list[str] | None
+    nvidia_visible: str | list[str] | None  # None: unset; "all", "none", "void" or the listed ids
+    device_nodes: list[int]
+    proc_gpus: list[str]
+    nvml_count: int | None
+    visible: int
+    notes: tuple
 
 
 def parse_cuda_visible_devices(value: str | None) -> list[str] | None:

@@ -9,7 +9,14 @@ from shmguard.record import Record
 
 
 class Mount(Record):
-    __slots__ = ("mount_id", "parent_id", "root", "mount_point", "options", "fstype", "source", "super_options")
+    mount_id: int
+    parent_id: int
+    root: str
+    mount_point: str
+    options: str
+    fstype: str
+    source: str
+    super_options: str
 
 
 def unescape(field: str) -> str:

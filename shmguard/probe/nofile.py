@@ -9,7 +9,9 @@ from shmguard.record import Record
 
 
 class NofileInfo(Record):
-    __slots__ = ("soft", "hard", "errors")
+    soft: int | None  # None: unlimited or unknown
+    hard: int | None
+    errors: tuple
 
 
 def parse_limits(text: str) -> tuple[int | None, int | None]:

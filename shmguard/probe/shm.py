@@ -18,12 +18,18 @@ DOCKER_DEFAULT_SHM = 64 * 1024 * 1024
 
 
 class Segment(Record):
-    __slots__ = ("name", "bytes", "pid", "stale")
+    name: str
+    bytes: int
+    pid: int | None
+    stale: bool
 
 
 class ShmInfo(Record):
-    __slots__ = ("total", "free", "fstype", "segments", "errors")
-    _defaults = {"total": None, "free": None, "fstype": None, "segments": (), "errors": ()}
+    total: int | None = None
+    free: int | None = None
+    fstype: str | None = None
+    segments: tuple = ()
+    errors: tuple = ()
 
     @property
     def used(self) -> int | None:

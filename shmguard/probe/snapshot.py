@@ -14,7 +14,13 @@ from shmguard.record import Record
 
 
 class Snapshot(Record):
-    __slots__ = ("root", "shm", "memory", "cpu", "gpu", "nofile", "errors")
+    root: str
+    shm: ShmInfo
+    memory: MemoryInfo
+    cpu: CpuInfo
+    gpu: GpuInfo
+    nofile: NofileInfo
+    errors: tuple
 
 
 def take_snapshot(root: Root | None = None, environ=None, nvml=None, use_nvml: bool = True) -> Snapshot:

@@ -32,7 +32,7 @@ from shmguard import verdict
 from shmguard.errors import UsageError
 from shmguard.probe.cgroup import MemoryInfo
 from shmguard.probe.shm import DOCKER_DEFAULT_SHM, ShmInfo
-from shmguard.record import Record
+from shmguard.record import Record, field
 from shmguard.units import parse_quantity
 from shmguard.webhook.jsondiff import make_patch
 from shmguard.webhook.mutation import job_of_pod, main_container, size_pod
@@ -52,14 +52,18 @@ PATCHED, FITS, NO_JOB, SKIPPED, IGNORED, ALLOWED, DENIED, WARNED, ERROR = (
 class Config(Record):
     """How the webhook decides: job defaults (option name -> value), validate mode, what to do with a bad Pod."""
 
-    __slots__ = ("defaults", "mode", "on_error")
-    _defaults = {"defaults": {}, "mode": "deny", "on_error": "allow"}
+    defaults: dict = field(default_factory=dict)
+    mode: str = "deny"
+    on_error: str = "allow"
 
 
 class Outcome(Record):
     """A decision: the AdmissionReview to send, the decision's name, what changed or was found, and why."""
 
-    __slots__ = ("response", "decision", "uid", "details")
+    response: dict
+    decision: str
+    uid: str
+    details: list
 
 
 class BadReview(ValueError):

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import os
 import uuid
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import pytest
+
+from shmguard.record import Record
 
 DEMO_IMAGE = os.environ.get("SHMGUARD_DEMO_IMAGE", "shmguard-demo:latest")
 TEST_LABEL = "org.shmguard.test"
@@ -31,8 +32,7 @@ def unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-@dataclass(frozen=True)
-class RunResult:
+class RunResult(Record):
     exit_code: int
     logs: str
     attrs: dict[str, Any]  # `docker inspect` of the container after it stopped

@@ -156,8 +156,7 @@ def test_replayed_output_is_copied_once_however_it_is_chunked(data, cuts, draw):
         return [c for c in out if c]
 
     copied_before = draw.draw(st.integers(min_value=0, max_value=len(data)))
-    output = Output(io.StringIO(), io.StringIO())
-    output.out = io.TextIOWrapper(io.BytesIO(), encoding="latin-1")  # bytes in, bytes out
+    output = Output(io.TextIOWrapper(io.BytesIO(), encoding="latin-1"), io.StringIO())  # bytes in, bytes out
     for chunk in chunks(data[:copied_before]):  # what the first attach delivered before the engine died
         output.write(0, chunk)
     skip = list(output.copied)

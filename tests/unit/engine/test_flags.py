@@ -3,11 +3,11 @@ docker run line agrees with the SDK arguments, and every parser refuses bad inpu
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 
 import pytest
 
+from shmguard import record
 from shmguard.engine import flags
 from shmguard.engine.flags import GpuRequest
 from shmguard.engine.plan import RunOptions, create_kwargs, docker_cli, make_plan
@@ -47,7 +47,7 @@ def comparable(kwargs):
 
 def test_every_row_has_a_sample_and_a_runoptions_field_or_is_computed(env_file):
     assert set(sample_values(env_file)) == set(flags.BY_KEY)
-    fields = {f.name for f in dataclasses.fields(RunOptions)}
+    fields = set(record.fields(RunOptions))
     computed = {"nofile", "healthcheck"}  # set by shmguard from the job and the image
     assert {row.key for row in flags.ROWS if row.option} <= fields
     assert set(flags.BY_KEY) - fields <= computed
