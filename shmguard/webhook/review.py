@@ -30,11 +30,11 @@ import json
 
 from shmguard import verdict
 from shmguard.errors import UsageError
+from shmguard.manifests.delta import diff, json_patch
 from shmguard.probe.cgroup import MemoryInfo
 from shmguard.probe.shm import DOCKER_DEFAULT_SHM, ShmInfo
 from shmguard.record import Record
 from shmguard.units import parse_quantity
-from shmguard.webhook.jsondiff import make_patch
 from shmguard.webhook.mutation import job_of_pod, main_container, size_pod
 
 API_VERSION = "admission.k8s.io/v1"
@@ -124,7 +124,7 @@ def _mutate(uid: str, pod: dict, config: Config) -> Outcome:
     sized, changes = size_pod(pod, config.defaults)
     if not changes:
         return _allow(uid, FITS, [])
-    operations = make_patch(pod, sized)
+    operations = json_patch(diff(pod, sized))  # the same difference `shmguard patch` edits YAML with
     patch = base64.b64encode(json.dumps(operations, separators=(",", ":")).encode()).decode("ascii")
     response = {"uid": uid, "allowed": True, "patchType": "JSONPatch", "patch": patch}
     return Outcome(response=_wrap(response), decision=PATCHED, uid=uid, details=changes)
