@@ -24,7 +24,7 @@ HTTP/1.1 keep-alive as the apiserver uses it.
 
 from __future__ import annotations
 
-import json
+import gc
 import os
 import selectors
 import signal
@@ -37,6 +37,7 @@ from http import HTTPStatus
 from typing import Callable, TextIO
 from urllib.parse import urlsplit
 
+from shmguard.webhook import jsonio
 from shmguard.webhook.metrics import Metrics
 from shmguard.webhook.review import BadReview, Config, decide, error_outcome, parse_review
 
@@ -61,7 +62,7 @@ class JsonLog:
         now = time.time()
         record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z",
                   "level": level, "event": event, "pid": os.getpid(), **fields}
-        line = json.dumps(record, separators=(",", ":"), default=str) + "\n"
+        line = jsonio.dumps(record, default=str, ascii_only=True).decode("ascii") + "\n"
         with self.lock:
             try:
                 self.stream.write(line)
@@ -145,7 +146,14 @@ def parse_head(buffer: bytearray) -> tuple[Request, int] | None:
     The limits of http.server: lines of at most 64 KiB (414 for the request line, 431 for a
     header), at most 100 headers (431). HttpError for what is not HTTP/1.x.
     """
-    lines: list[str] = []
+    ends = [i for i in (buffer.find(b"\n\r\n"), buffer.find(b"\n\n")) if i >= 0]
+    if ends and min(ends) < MAX_LINE:  # the whole head is here (the usual case): split it at once
+        end = min(ends)
+        lines = [line[:-1] if line.endswith("\r") else line for line in buffer[:end].decode("iso-8859-1").split("\n")]
+        if len(lines) > MAX_HEADERS + 1:
+            raise HttpError(431, "too many headers")
+        return _request(lines), end + (3 if buffer[end + 1:end + 2] == b"\r" else 2)
+    lines = []
     position = 0
     while True:
         end = buffer.find(b"\n", position, position + MAX_LINE)
@@ -160,6 +168,11 @@ def parse_head(buffer: bytearray) -> tuple[Request, int] | None:
         if len(lines) > MAX_HEADERS:
             raise HttpError(431, "too many headers")
         lines.append(line)
+    return _request(lines), position
+
+
+def _request(lines: list[str]) -> Request:
+    """The request line and header lines of a head, checked."""
     words = lines[0].split()
     if len(words) != 3:
         raise HttpError(400, f"bad request line {lines[0][:100]!r}")
@@ -176,7 +189,7 @@ def parse_head(buffer: bytearray) -> tuple[Request, int] | None:
         if key in ("content-length", "transfer-encoding") and key in headers and headers[key] != value:
             raise HttpError(400, f"two different {name} headers")  # request smuggling
         headers[key] = value
-    return Request(command, path, version, headers), position
+    return Request(command, path, version, headers)
 
 
 # What a connection is doing: its TLS handshake, reading a request head, reading a body, reading and dropping
@@ -407,6 +420,8 @@ class WebhookServer:
                 conn.inbox += chunk
                 if len(conn.inbox) > self.max_body + MAX_LINE * (MAX_HEADERS + 1):
                     break  # enough for any request that can be accepted; the rest waits in the socket
+            if len(chunk) < 65536 and not conn.sock.pending():
+                break  # all of it: what the kernel still holds wakes the selector again (level-triggered)
         if conn.state != DRAIN:
             self._answer(conn)
         if conn.outbox and not self._flush(conn):
@@ -532,7 +547,7 @@ class WebhookServer:
             outcome = error_outcome(admission_review["request"]["uid"], f"internal error: {type(exc).__name__}: {exc}",
                                     config)
             self.log("review-bug", level="error", uid=outcome.uid, error=f"{type(exc).__name__}: {exc}")
-        data = json.dumps(outcome.response, separators=(",", ":")).encode()
+        data = jsonio.dumps(outcome.response)
         seconds = time.perf_counter() - conn.started
         self.metrics.observe(action, outcome.decision, seconds)
         request = admission_review["request"]
@@ -559,8 +574,8 @@ class WebhookServer:
     def _reject(self, conn: Connection, code: int, message: str, close: bool = False) -> bool:
         """An HTTP error as the API conventions give it (a Status object); False, for _head."""
         self.metrics.bad_requests.labels(str(code)).inc()
-        body = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
-                           "message": message}).encode() + b"\n"
+        body = jsonio.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
+                             "message": message}) + b"\n"
         self._send(conn, code, body, "application/json", close=close)
         return False
 
@@ -645,6 +660,10 @@ def serve(config: Config, port: int, cert: str, key: str, host: str = "0.0.0.0",
         children.append(pid)
     if on_ready:
         on_ready(server)
+    # What start-up made (click, prometheus_client, the sizing modules) lives as long as the process: out of the
+    # collector's sight, so that its full collections walk only what reviews allocate.
+    gc.collect()
+    gc.freeze()
     try:
         server.serve_forever(poll_interval=0.2)
     finally:
