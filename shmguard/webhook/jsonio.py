@@ -2,18 +2,18 @@
 
 Reading the AdmissionReview, copying its Pod and writing the answer and the log line
 are a third of a review's CPU with the json module; orjson does them several times
-faster (BENCHMARKS.md section 8). What orjson refuses or reads otherwise (NaN and
-Infinity, integers beyond 64 bits, which it would read as floats, lone surrogates,
-bodies that are not UTF-8, keys that are not strings) goes to the json module, so what
-is accepted, and what it reads as, stays the json module's. One difference on the way
-out: orjson writes a NaN or an infinite float as null (the json module writes NaN and
-Infinity, which are not JSON); the webhook's answers and log lines carry no such float.
+faster (BENCHMARKS.md section 8). What orjson refuses (NaN and Infinity, lone
+surrogates, bodies that are not UTF-8, keys that are not strings) goes to the json
+module, so what is accepted stays the json module's. Two differences: orjson reads an
+integer beyond 64 bits as a float (the apiserver never sends one: it has decoded the
+Pod into int32 and int64 fields before it asks), and writes a NaN or an infinite float
+as null (the json module writes NaN and Infinity, which are not JSON; the webhook's
+answers and log lines carry no such float).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Callable
 
 try:
@@ -21,14 +21,10 @@ try:
 except ImportError:  # the webhook extra brings it; without it, the json module does all
     orjson = None
 
-# 19 digits in a row: perhaps an integer beyond 64 bits (or just a long string of digits), which orjson would read
-# as a float; such a body is read by the json module.
-LONG_NUMBER = re.compile(rb"\d{19}")
-
 
 def loads(data: bytes | str) -> Any:
     """The JSON document in data; ValueError (or RecursionError) when it is not JSON, as json.loads."""
-    if orjson is not None and not LONG_NUMBER.search(data.encode() if isinstance(data, str) else data):
+    if orjson is not None:
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError:
