@@ -328,28 +328,30 @@ class WebhookServer:
             self.accepting = False
 
     def _accept(self) -> None:
-        while len(self.connections) < self.max_connections:
-            try:
-                sock, address = self.socket.accept()
-            except (BlockingIOError, InterruptedError):
-                return  # none left (or another process took it)
-            except OSError as exc:  # out of file descriptors and the like: logged, the others are served
-                self.log("accept-error", level="error", error=f"{type(exc).__name__}: {exc}")
-                return
-            try:
-                sock.setblocking(False)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                tls = self.certs.current().wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
-            except (OSError, ValueError):
-                sock.close()
-                continue
-            conn = Connection(tls, address, time.monotonic() + self.io_timeout)
-            self.connections[tls.fileno()] = conn
-            self.metrics.connections.inc()
-            self.selector.register(tls, selectors.EVENT_READ, conn)
-            conn.events = selectors.EVENT_READ
-            self._service(conn, selectors.EVENT_READ)
-        self._accept_off()  # at the cap: new connections wait in the listen backlog
+        """One connection per wake-up: with --processes, the process that is least busy wakes first and takes the
+        next one, so that a burst of new connections is shared out rather than taken all by one process."""
+        try:
+            sock, address = self.socket.accept()
+        except (BlockingIOError, InterruptedError):
+            return  # another process took it
+        except OSError as exc:  # out of file descriptors and the like: logged, the others are served
+            self.log("accept-error", level="error", error=f"{type(exc).__name__}: {exc}")
+            return
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            tls = self.certs.current().wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        except (OSError, ValueError):
+            sock.close()
+            return
+        conn = Connection(tls, address, time.monotonic() + self.io_timeout)
+        self.connections[tls.fileno()] = conn
+        self.metrics.connections.inc()
+        self.selector.register(tls, selectors.EVENT_READ, conn)
+        conn.events = selectors.EVENT_READ
+        if len(self.connections) >= self.max_connections:
+            self._accept_off()  # at the cap: new connections wait in the listen backlog
+        self._service(conn, selectors.EVENT_READ)
 
     def _close(self, conn: Connection) -> None:
         fd = conn.sock.fileno()
