@@ -51,17 +51,25 @@ DRAIN_SECONDS = 2.0
 REASONS = {status.value: status.phrase for status in HTTPStatus}
 
 
+_PID = [os.getpid()]  # getpid is a system call; the log line of every review carries the pid
+os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
+
+
 class JsonLog:
     """One JSON object per line, written whole under a lock (threads share the stream)."""
 
     def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stderr
         self.lock = threading.Lock()
+        self.second = (-1, "")  # the last whole second and its text, made once per second rather than per line
 
     def __call__(self, event: str, level: str = "info", **fields) -> None:
         now = time.time()
-        record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z",
-                  "level": level, "event": event, "pid": os.getpid(), **fields}
+        whole = int(now)
+        if self.second[0] != whole:
+            self.second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)))
+        record = {"time": f"{self.second[1]}.{int(now * 1000) % 1000:03d}Z",
+                  "level": level, "event": event, "pid": _PID[0], **fields}
         line = jsonio.dumps(record, default=str, ascii_only=True).decode("ascii") + "\n"
         with self.lock:
             try:

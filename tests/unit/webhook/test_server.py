@@ -250,3 +250,22 @@ def test_connections_that_end_leave_no_trace(server):
     while server.server.idle and time.monotonic() < deadline:
         time.sleep(0.05)  # the handler threads see the close and end
     assert server.server.idle == {}
+
+
+def test_log_lines_carry_the_time_and_the_pid_of_the_process_that_wrote_them(tmp_path):
+    import os
+    import re
+
+    stream = io.StringIO()
+    log = JsonLog(stream)
+    log("review", uid="u1")
+    line = json.loads(stream.getvalue())
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line["time"]) and line["pid"] == os.getpid()
+    out = tmp_path / "child.log"
+    pid = os.fork()
+    if pid == 0:  # a --processes child: its own pid in its lines
+        with open(out, "w") as f:
+            JsonLog(f)("review", uid="u2")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert json.loads(out.read_text())["pid"] == pid
