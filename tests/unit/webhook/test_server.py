@@ -269,3 +269,21 @@ def test_log_lines_carry_the_time_and_the_pid_of_the_process_that_wrote_them(tmp
         os._exit(0)
     os.waitpid(pid, 0)
     assert json.loads(out.read_text())["pid"] == pid
+
+
+def test_a_process_can_open_the_port_again_and_still_answers(certs):
+    """What a --processes child does (SO_REUSEPORT): its own listening socket on the same port."""
+    s = Server.__new__(Server)
+    s.certs, s.log = certs, io.StringIO()
+    s.server = WebhookServer(("127.0.0.1", 0), Config(), str(certs / "tls.crt"), str(certs / "tls.key"),
+                             log=JsonLog(s.log), reuse_port=True)
+    s.port = s.server.server_address[1]
+    old = s.server.socket
+    s.server.reopen_listener()
+    assert old.fileno() == -1 and s.server.socket.getsockname()[1] == s.port
+    s.thread = threading.Thread(target=s.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    s.thread.start()
+    try:
+        assert s.post("/mutate", load("pod-no-job"))[0] == 200
+    finally:
+        s.stop()
