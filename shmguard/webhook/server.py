@@ -233,11 +233,15 @@ class Connection:
 class WebhookServer:
     """All connections in one thread around a selector (epoll): no thread per connection, no GIL hand-offs.
 
-    A review is a fraction of a millisecond of CPU; a thread per connection spent more than
-    that again on waking threads and passing the GIL (BENCHMARKS.md section 8). Here one
-    loop reads whatever has arrived on any connection, answers every complete request and
-    writes the answers; the sockets never block. The reviews are answered in turn, the
-    way the GIL would have run them anyway.
+    A review is a fraction of a millisecond of CPU; a thread per connection spent more
+    again on waking threads and passing the GIL (BENCHMARKS.md section 8). Here one loop
+    reads whatever has arrived on any connection, answers every complete request, and at
+    the end of the turn writes the answers; the sockets never block. Writing them together
+    rather than one by one: each write wakes the client, which (on a machine with few
+    cores) would take the CPU from the loop in the middle of its turn; together, the loop
+    finishes its turn first. That cut the CPU per review by a tenth and raised the
+    throughput by a fifth to a half (section 8). The reviews are answered in turn, the way
+    the GIL would have run them anyway.
     """
 
     request_queue_size = 256
@@ -266,6 +270,7 @@ class WebhookServer:
         # Made in serve_forever, in the process that serves: an epoll instance must not be shared across fork.
         self.selector: selectors.BaseSelector | None = None
         self.accepting = False
+        self.deferred: list[Connection] = []  # answered in this turn of the loop, sent at its end
 
     def _listen(self, address) -> socket.socket:
         sock = socket.socket(socket.AF_INET6 if ":" in address[0] else socket.AF_INET, socket.SOCK_STREAM)
@@ -325,6 +330,14 @@ class WebhookServer:
                         self._accept()
                     else:
                         self._service(key.data, events)
+                if self.deferred:  # the answers of this turn, sent together (see the class docstring)
+                    for conn in self.deferred:
+                        if conn.sock.fileno() in self.connections:
+                            try:
+                                self._after(conn)
+                            except (ConnectionError, ssl.SSLError, TimeoutError, OSError):
+                                self._close(conn)
+                    self.deferred.clear()
                 now = time.monotonic()
                 if now >= next_sweep:
                     next_sweep = now + sweep_every
@@ -456,6 +469,13 @@ class WebhookServer:
                 break  # all of it: what the kernel still holds wakes the selector again (level-triggered)
         if conn.state != DRAIN:
             self._answer(conn)
+        if conn.outbox and not eof and conn.state != CLOSING:
+            self.deferred.append(conn)  # sent with the others at the end of this turn of the loop
+            return
+        self._after(conn, eof)
+
+    def _after(self, conn: Connection, eof: bool = False) -> None:
+        """Send what is answered; then close, or wait for the next request."""
         if conn.outbox and not self._flush(conn):
             return  # the rest when the client reads; nothing more is read meanwhile
         if conn.state == CLOSING or eof:

@@ -287,3 +287,38 @@ def test_a_process_can_open_the_port_again_and_still_answers(certs):
         assert s.post("/mutate", load("pod-no-job"))[0] == 200
     finally:
         s.stop()
+
+
+def read_answers(sock, count: int) -> list[bytes]:
+    """count HTTP answers (head and body) from a socket, in order."""
+    data, answers = b"", []
+    while len(answers) < count:
+        head_end = data.find(b"\r\n\r\n")
+        if head_end >= 0:
+            length = int(data[:head_end].lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            if len(data) >= head_end + 4 + length:
+                answers.append(data[:head_end + 4 + length])
+                data = data[head_end + 4 + length:]
+                continue
+        chunk = sock.recv(65536)
+        assert chunk, "the server closed the connection"
+        data += chunk
+    return answers
+
+
+def test_pipelined_requests_and_many_connections_at_once_are_all_answered_in_order(server):
+    def request(path: str, uid: str) -> bytes:
+        review = load("pod-no-job")
+        review["request"]["uid"] = uid
+        body = json.dumps(review).encode()
+        return b"POST %s HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (
+            path.encode(), len(body)) + body
+
+    socks = [raw_tls(server) for _ in range(8)]
+    for n, sock in enumerate(socks):  # every connection has two reviews waiting before any is answered
+        sock.sendall(request("/mutate", f"u{n}-1") + request("/validate", f"u{n}-2"))
+    for n, sock in enumerate(socks):
+        first, second = read_answers(sock, 2)
+        assert first.startswith(b"HTTP/1.1 200") and f'"uid":"u{n}-1"'.encode() in first
+        assert second.startswith(b"HTTP/1.1 200") and f'"uid":"u{n}-2"'.encode() in second
+        sock.close()
