@@ -211,7 +211,7 @@ def main() -> int:
         c = result["client_ms"]
         print(f"{args.client}: {total} reviews, {args.concurrency} concurrent, {args.processes} server processes, {len(errors)} errors, {result['reviews_per_s']}/s; "
               f"client latency p50 {c.get('p50')} ms, p95 {c.get('p95')} ms, p99 {c.get('p99')} ms, max {c.get('max')} ms")
-        print(f"server: answered within 5/10/25/50 ms: "
+        print("server: answered within 5/10/25/50 ms: "
               + "/".join(str(result["server_within"].get(k)) for k in ("0.005", "0.01", "0.025", "0.05"))
               + f" of {result['server_within'].get('+Inf')}; server CPU {result['server_cpu_ms_per_review']} ms per review "
               f"(client {result['client_cpu_ms_per_review']}); "

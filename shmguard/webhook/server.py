@@ -1,7 +1,8 @@
 """`shmguard webhook serve`: the HTTPS adapter around shmguard.webhook.review.
 
-Standard library server (ThreadingHTTPServer + ssl), one thread per connection,
-HTTP/1.1 keep-alive as the apiserver uses it.
+Standard library only (selectors + ssl): one thread per process serves every
+connection through non-blocking sockets (WebhookServer says why), HTTP/1.1 keep-alive
+and pipelining as the apiserver uses them.
 
 - POST /mutate, /validate: an AdmissionReview in, an AdmissionReview out (HTTP 200).
   What is not one gets the HTTP status the API conventions call for: 400 (not JSON,
@@ -9,8 +10,8 @@ HTTP/1.1 keep-alive as the apiserver uses it.
   Content-Length), 413 (a body over --max-body), 415 (not application/json); the
   apiserver then applies the webhook's failurePolicy.
 - GET /healthz (the process answers), /readyz (503 once shutting down), /metrics (Prometheus).
-- Slow clients: every socket operation (TLS handshake, each read, each write) times
-  out after --timeout seconds and the connection is closed; at most
+- Slow clients: a connection that makes no progress (TLS handshake, reading, writing)
+  for --timeout seconds is closed; at most
   --max-connections are served at once, the rest wait in the listen backlog.
 - One JSON log line per review (uid, action, decision, pod, latency) on stderr.
 - SIGTERM/SIGINT: /readyz turns 503, new connections are still served for
