@@ -137,7 +137,7 @@ build_demo() {
   log "built $demo_image"
 }
 
-# shmguard with its webhook extra (jsonpatch, prometheus_client, cryptography) on the base, non-root.
+# shmguard with its webhook extra (prometheus_client, cryptography, orjson) on the base, non-root.
 build_webhook() {
   local inputs ctx whl
   inputs=$( { cat "$here/webhook/Dockerfile" "$repo/pyproject.toml";

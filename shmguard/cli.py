@@ -335,9 +335,9 @@ def webhook_serve(port, host, tls_cert, tls_key, mode, on_error, defaults, max_b
 
     import importlib.util
 
-    for module in ("jsonpatch", "prometheus_client"):  # found, not imported: --processes sets prometheus_client up first
-        if importlib.util.find_spec(module) is None:
-            raise UsageError(f"`webhook serve` needs the webhook extra ({module} is missing): pip install 'shmguard[webhook]'")
+    # Found, not imported: --processes sets prometheus_client up first.
+    if importlib.util.find_spec("prometheus_client") is None:
+        raise UsageError("`webhook serve` needs the webhook extra (prometheus_client is missing): pip install 'shmguard[webhook]'")
     from shmguard.webhook.review import Config
     from shmguard.webhook.server import serve
 

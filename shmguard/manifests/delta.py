@@ -3,8 +3,10 @@
 A patch changes plain dicts in place (shmguard.manifests.podspec); what it changed is the
 difference between a copy taken before and the result: values set, keys added, items
 appended (and, never by shmguard's patch, things removed). yamledit applies the operations
-to YAML text; json_patch turns them into an RFC 6902 JSON Patch (an admission webhook's
-answer).
+to YAML text; json_patch turns them into an RFC 6902 JSON Patch (the admission webhook's
+answer, shmguard.webhook.review). Lists are compared item by item: an item inserted or removed
+in the middle shows as the items after it changed, then an append or a remove at the end; right
+for any change, and minimal for what a patch does (append).
 """
 
 from __future__ import annotations

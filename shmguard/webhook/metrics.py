@@ -36,13 +36,18 @@ class Metrics:
         self.bad_requests = Counter("shmguard_webhook_bad_requests", "HTTP requests that were not an AdmissionReview",
                                     ["code"], registry=self.registry)
         self.tls_reloads = Counter("shmguard_webhook_tls_reloads", "Certificate reloads", ["result"], registry=self.registry)
+        self._children: dict[tuple[str, str], tuple] = {}
         self.connections = Gauge("shmguard_webhook_connections", "Open connections", registry=self.registry,
                                  multiprocess_mode="livesum")
 
     def observe(self, action: str, decision: str, seconds: float) -> None:
-        self.reviews.labels(action).inc()
-        self.decisions.labels(action, decision).inc()
-        self.latency.labels(action).observe(seconds)
+        children = self._children.get((action, decision))
+        if children is None:  # labels() looks the child up under a lock each time: once per pair is enough
+            children = self._children[(action, decision)] = (
+                self.reviews.labels(action), self.decisions.labels(action, decision), self.latency.labels(action))
+        children[0].inc()
+        children[1].inc()
+        children[2].observe(seconds)
 
     def exposition(self) -> tuple[bytes, str]:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest

@@ -9,12 +9,11 @@ annotations and the SHMGUARD_* env of its main container
 
 from __future__ import annotations
 
-import json
-
 from shmguard.manifests import podspec
 from shmguard.manifests.annotations import CONTAINER, resolve_job, skipped
 from shmguard.manifests.templates import ManifestError
 from shmguard.manifests.yamlio import plain_copy
+from shmguard.webhook import jsonio
 
 
 def annotations_of(pod: dict) -> dict:
@@ -48,19 +47,19 @@ def job_of_pod(pod: dict, defaults: dict):
 def json_copy(value):
     """A deep copy of JSON data (dicts, lists, scalars): a JSON round trip, many times faster than copy.deepcopy."""
     try:
-        return json.loads(json.dumps(value))
+        return jsonio.copy(value)
     except (TypeError, ValueError):  # not JSON (a YAML date, a float NaN): copy it node by node
         return plain_copy(value)
 
 
-def size_pod(pod: dict, defaults: dict) -> tuple[dict, list[str]]:
-    """A copy of the Pod sized for its job, and what changed in words (none: no job, or it already fits).
+def size_pod(pod: dict, defaults: dict) -> tuple[dict, list[str]] | None:
+    """A copy of the Pod sized for its job, and what changed in words (none: it already fits); None: no job.
 
     The input is never changed: the JSON Patch is the diff of the two.
     UsageError (ManifestError) for a pod that cannot be sized.
     """
     if job_of_pod(pod, defaults) is None:
-        return pod, []
+        return None
     sized = json_copy(pod)
     # The same call as `shmguard patch` on a Pod: the job resolved from the same defaults, annotations and env,
     # the same roles (sidecars, Ray heads), the same never-worse rules.

@@ -26,15 +26,15 @@ Anything that is not a Pod CREATE is allowed unchanged.
 from __future__ import annotations
 
 import base64
-import json
 
 from shmguard import verdict
 from shmguard.errors import UsageError
+from shmguard.manifests.delta import diff, json_patch
 from shmguard.probe.cgroup import MemoryInfo
 from shmguard.probe.shm import DOCKER_DEFAULT_SHM, ShmInfo
 from shmguard.record import Record, field
 from shmguard.units import parse_quantity
-from shmguard.webhook.jsondiff import make_patch
+from shmguard.webhook import jsonio
 from shmguard.webhook.mutation import job_of_pod, main_container, size_pod
 
 API_VERSION = "admission.k8s.io/v1"
@@ -73,7 +73,7 @@ class BadReview(ValueError):
 def parse_review(body: bytes | str) -> dict:
     """The AdmissionReview in a request body; BadReview for anything else."""
     try:
-        data = json.loads(body)
+        data = jsonio.loads(body)
     except (ValueError, RecursionError) as exc:
         raise BadReview(f"the body is not JSON: {exc}") from None
     return checked(data)
@@ -123,13 +123,14 @@ def decide(admission_review: dict, config: Config, action: str = "mutate") -> Ou
 
 
 def _mutate(uid: str, pod: dict, config: Config) -> Outcome:
-    if job_of_pod(pod, config.defaults) is None:
+    result = size_pod(pod, config.defaults)
+    if result is None:
         return _allow(uid, SKIPPED if _says_skip(pod) else NO_JOB, [])
-    sized, changes = size_pod(pod, config.defaults)
+    sized, changes = result
     if not changes:
         return _allow(uid, FITS, [])
-    operations = make_patch(pod, sized)
-    patch = base64.b64encode(json.dumps(operations, separators=(",", ":")).encode()).decode("ascii")
+    operations = json_patch(diff(pod, sized))  # the same difference `shmguard patch` edits YAML with
+    patch = base64.b64encode(jsonio.dumps(operations)).decode("ascii")
     response = {"uid": uid, "allowed": True, "patchType": "JSONPatch", "patch": patch}
     return Outcome(response=_wrap(response), decision=PATCHED, uid=uid, details=changes)
 

@@ -232,3 +232,10 @@ def test_size_pod_does_not_change_its_input_and_reports_nothing_for_a_fitting_po
     again, none = size_pod(sized, {})
     assert none == [] and again == sized
     assert model.shm_bytes(job_of_pod(sized, {})) == model.shm_bytes(ANNOTATED_JOB)
+
+
+def test_size_pod_of_a_pod_without_a_job_is_none():
+    assert size_pod(load("pod-no-job")["request"]["object"], {}) is None
+    pod = load("pod-annotations")["request"]["object"]
+    pod["metadata"]["annotations"]["shmguard.io/skip"] = "true"
+    assert size_pod(pod, {}) is None

@@ -250,3 +250,75 @@ def test_connections_that_end_leave_no_trace(server):
     while server.server.idle and time.monotonic() < deadline:
         time.sleep(0.05)  # the handler threads see the close and end
     assert server.server.idle == {}
+
+
+def test_log_lines_carry_the_time_and_the_pid_of_the_process_that_wrote_them(tmp_path):
+    import os
+    import re
+
+    stream = io.StringIO()
+    log = JsonLog(stream)
+    log("review", uid="u1")
+    line = json.loads(stream.getvalue())
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line["time"]) and line["pid"] == os.getpid()
+    out = tmp_path / "child.log"
+    pid = os.fork()
+    if pid == 0:  # a --processes child: its own pid in its lines
+        with open(out, "w") as f:
+            JsonLog(f)("review", uid="u2")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert json.loads(out.read_text())["pid"] == pid
+
+
+def test_a_process_can_open_the_port_again_and_still_answers(certs):
+    """What a --processes child does (SO_REUSEPORT): its own listening socket on the same port."""
+    s = Server.__new__(Server)
+    s.certs, s.log = certs, io.StringIO()
+    s.server = WebhookServer(("127.0.0.1", 0), Config(), str(certs / "tls.crt"), str(certs / "tls.key"),
+                             log=JsonLog(s.log), reuse_port=True)
+    s.port = s.server.server_address[1]
+    old = s.server.socket
+    s.server.reopen_listener()
+    assert old.fileno() == -1 and s.server.socket.getsockname()[1] == s.port
+    s.thread = threading.Thread(target=s.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    s.thread.start()
+    try:
+        assert s.post("/mutate", load("pod-no-job"))[0] == 200
+    finally:
+        s.stop()
+
+
+def read_answers(sock, count: int) -> list[bytes]:
+    """count HTTP answers (head and body) from a socket, in order."""
+    data, answers = b"", []
+    while len(answers) < count:
+        head_end = data.find(b"\r\n\r\n")
+        if head_end >= 0:
+            length = int(data[:head_end].lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            if len(data) >= head_end + 4 + length:
+                answers.append(data[:head_end + 4 + length])
+                data = data[head_end + 4 + length:]
+                continue
+        chunk = sock.recv(65536)
+        assert chunk, "the server closed the connection"
+        data += chunk
+    return answers
+
+
+def test_pipelined_requests_and_many_connections_at_once_are_all_answered_in_order(server):
+    def request(path: str, uid: str) -> bytes:
+        review = load("pod-no-job")
+        review["request"]["uid"] = uid
+        body = json.dumps(review).encode()
+        return b"POST %s HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (
+            path.encode(), len(body)) + body
+
+    socks = [raw_tls(server) for _ in range(8)]
+    for n, sock in enumerate(socks):  # every connection has two reviews waiting before any is answered
+        sock.sendall(request("/mutate", f"u{n}-1") + request("/validate", f"u{n}-2"))
+    for n, sock in enumerate(socks):
+        first, second = read_answers(sock, 2)
+        assert first.startswith(b"HTTP/1.1 200") and f'"uid":"u{n}-1"'.encode() in first
+        assert second.startswith(b"HTTP/1.1 200") and f'"uid":"u{n}-2"'.encode() in second
+        sock.close()
