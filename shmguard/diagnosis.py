@@ -412,7 +412,7 @@ def nccl_diagnosis(ev: Evidence, signals: list[Signal], make) -> Diagnosis | Non
         if ev.job is not None:
             needed = sizing.shm_size(ev.job)
             job_part = f" on top of the {format_size(needed)} the DataLoader needs"
-        fix = (f"give /dev/shm room for NCCL's segments (one per pair of local ranks and channel"
+        fix = ("give /dev/shm room for NCCL's segments (one per pair of local ranks and channel"
                + (f", {format_size(size)} each here" if size else "") + f"){job_part}: "
                f"{shm_spelling(needed, ev.platform) if needed else 'more than it had'}; or set NCCL_SHM_DISABLE=1 "
                f"(NCCL then goes through the network or P2P, slower).")

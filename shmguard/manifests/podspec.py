@@ -462,7 +462,7 @@ class Sizer:
                 volumes = t.spec["volumes"] = []
             volumes.append({"name": name, "emptyDir": empty_dir})
             self.change(f"{t.path}.volumes[{name}]", None,
-                        f"emptyDir medium Memory" + (f" sizeLimit {empty_dir['sizeLimit']}" if shm else " (no sizeLimit)"),
+                        "emptyDir medium Memory" + (f" sizeLimit {empty_dir['sizeLimit']}" if shm else " (no sizeLimit)"),
                         "the job's shared memory; a container's own /dev/shm is 64 MiB")
             return
         vpath = f"{t.path}.volumes[{name}]"

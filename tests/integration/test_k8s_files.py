@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from shmguard import main
-from shmguard import model, sizing
-from shmguard.manifests import podspec, render, templates
+from shmguard import sizing
+from shmguard.manifests import render
 from shmguard.job import make_job
 from shmguard.units import parse_quantity
 from tests.integration.conftest import unavailable

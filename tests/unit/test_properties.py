@@ -12,8 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shmguard import model
-from shmguard import sizing
-from shmguard.manifests import podspec, render, templates
+from shmguard.manifests import podspec
 from shmguard.job import make_job
 from shmguard.probe import cgroup
 from shmguard.probe.cpu import parse_cpu_list

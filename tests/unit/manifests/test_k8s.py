@@ -12,7 +12,7 @@ import yaml
 from kubernetes.client import ApiClient
 
 from shmguard import model, sizing
-from shmguard.manifests import podspec, render, templates
+from shmguard.manifests import podspec, render
 from shmguard.manifests.yamlio import dump
 from shmguard.errors import UsageError
 from shmguard.job import make_job
