@@ -20,6 +20,8 @@ command -v nsenter >/dev/null || need_apt+=(util-linux)
 command -v podman >/dev/null || need_apt+=(podman)
 command -v runc >/dev/null || need_apt+=(runc)
 [ -x /usr/libexec/podman/catatonit ] || command -v catatonit >/dev/null || need_apt+=(catatonit)
+# The webhook load benchmark's native client (benchmarks/webhook_load.py --client wrk).
+command -v wrk >/dev/null || need_apt+=(wrk)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing ${need_apt[*]}"
   apt-get update -qq
