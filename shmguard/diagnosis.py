@@ -81,6 +81,10 @@ NCCL_ATTACH = re.compile(r"Error while attaching to shared memory segment (?P<pa
                          r"(?:, error: (?P<error>.+))?")
 NCCL_SHM_FILE = re.compile(r"Error: failed to create shared memory file (?P<path>\S+)(?:.*?error: (?P<error>.+))?")
 NCCL_CUDA_FAILURE = re.compile(r"NCCL WARN Cuda failure '(?P<error>[^']+)'")
+# The DataLoader's own timeout (DataLoader(timeout=N)): no batch came. With /dev/shm full, a worker's batch
+# that could not be written was lost (the error hits the queue's feeder thread, not the worker loop), and
+# the trainer waits for it: a hang, not a crash (seen in the integration tests on a loaded machine).
+LOADER_TIMEOUT = re.compile(r"DataLoader timed out after (?P<seconds>[\d.]+) seconds")
 COMMAND_NOT_FOUND = re.compile(r"exec .* failed: No such file or directory|executable file not found")
 
 
@@ -162,6 +166,9 @@ def scan(logs: str) -> list[Signal]:
             continue
         if BUS_ERROR.search(line):
             found.append(Signal("bus-error", line))
+            continue
+        if m := LOADER_TIMEOUT.search(line):
+            found.append(Signal("loader-timeout", line, {"seconds": float(m.group("seconds"))}))
             continue
         if COMMAND_NOT_FOUND.search(line):
             found.append(Signal("command-not-found", line))
@@ -251,6 +258,12 @@ def peak_low(ev: Evidence) -> bool:
     """/dev/shm was watched and stayed under half full: it did not run out (a fill-and-free faster than
     the sampling could hide in the other half, not a whole shm)."""
     return ev.shm_peak is not None and ev.shm_size is not None and not ev.shm_unbounded and ev.shm_peak * 2 < ev.shm_size
+
+
+def peak_full(ev: Evidence) -> bool:
+    """/dev/shm was watched and reached its size (within 2%): it ran out, whatever the log says."""
+    return (ev.shm_peak is not None and ev.shm_size is not None and not ev.shm_unbounded
+            and ev.shm_peak * 100 >= ev.shm_size * 98)
 
 
 def shm_advice(ev: Evidence, what: str) -> tuple[str, int | None]:
@@ -384,6 +397,33 @@ def diagnose(ev: Evidence) -> Diagnosis:
                     "/dev/shm" + (f" (its peak was {format_size(ev.shm_peak)} of {format_size(ev.shm_size)})"
                                   if ev.shm_peak is not None and ev.shm_size is not None else "") + ".",
                     "find the full filesystem with df -h in the container; if it is /dev/shm, give it more.", s)
+    if s := first(signals, "loader-timeout"):
+        waited = f"no batch came within {s.details['seconds']:g} s"
+        if peak_full(ev):
+            fix, needed = shm_advice(ev, "the container")
+            return make(SHARED_MEMORY, "loader-timeout",
+                        f"The DataLoader timed out ({waited}) while /dev/shm was full (peak "
+                        f"{format_size(ev.shm_peak)} of {format_size(ev.shm_size)}): a worker's batch that could "
+                        f"not be written to it was lost, and the trainer waited for it.", fix, s, needed)
+        if peak_low(ev):
+            return make(NOT_SHARED_MEMORY, "loader-timeout",
+                        f"The DataLoader timed out ({waited}), but /dev/shm stayed under half full (peak "
+                        f"{format_size(ev.shm_peak)} of {format_size(ev.shm_size)}): a slow or stuck worker "
+                        f"(its data source, a lock), not shared memory.",
+                        "look at what the workers wait on (py-spy dump --pid of a worker).", s)
+        fix, needed = shm_advice(ev, "the container")
+        return make(LIKELY if ev.shm_peak is None else UNDETERMINED, "loader-timeout",
+                    f"The DataLoader timed out ({waited}). A full /dev/shm does that when a worker's batch cannot "
+                    f"be written and is lost; so does a slow or stuck worker" +
+                    ("; nothing here says which." if ev.shm_peak is None else
+                     f" (/dev/shm peaked at {format_size(ev.shm_peak)} of {format_size(ev.shm_size)})."),
+                    fix, s, needed)
+    if peak_full(ev) and ev.exit_code not in (None, 0):
+        fix, needed = shm_advice(ev, "the container")
+        return make(LIKELY, "shm-full",
+                    f"The container exited {ev.exit_code} after /dev/shm filled up (peak {format_size(ev.shm_peak)} "
+                    f"of {format_size(ev.shm_size)}); its log names no shared-memory error, but a full /dev/shm "
+                    f"is the likeliest cause.", fix, None, needed)
     if ev.exit_code == SIGKILL_EXIT:
         return make(UNDETERMINED, "killed",
                     "The container was killed (SIGKILL, exit 137) but not by the OOM killer: docker kill or stop, "

@@ -108,7 +108,12 @@ def test_shm_death_is_explained(docker_client, demo_image, name):
     proc = shmguard("run", *JOB, "--shm-size", "64m", "--name", name, demo_image, "--", *TRAIN, "--steps", "20")
     assert proc.returncode in (1, 135), proc.stderr[-3000:]
     assert "warning: --shm-size 64.0 MiB is below" in proc.stderr
-    assert "PyTorch could not allocate a tensor in /dev/shm" in proc.stderr or "SIGBUS" in proc.stderr
+    # How the full /dev/shm shows depends on where the write failed: in the worker's collate (the error), in a
+    # page touched later (SIGBUS), or in the queue's feeder thread, which loses the batch (the DataLoader's
+    # timeout, with /dev/shm seen full: this happened on a loaded CI machine).
+    assert any(said in proc.stderr for said in (
+        "PyTorch could not allocate a tensor in /dev/shm", "SIGBUS",
+        "The DataLoader timed out (no batch came within 20 s) while /dev/shm was full")), proc.stderr[-3000:]
     assert "--shm-size=368m" in proc.stderr.split("Fix:")[1]
     assert gone(docker_client, name)
 

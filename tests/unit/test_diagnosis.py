@@ -168,3 +168,33 @@ def test_nccl_shm_file_creation():
     assert diagnose(Evidence(exit_code=1, logs=line)).verdict == SHARED_MEMORY
     readonly = "NCCL WARN Error: failed to create shared memory file /dev/shm/nccl-Ab12Cd, error: Read-only file system (30)"
     assert diagnose(Evidence(exit_code=1, logs=readonly)).cause == "nccl-shm-file"
+
+
+LOADER_TIMEOUT = ("Traceback (most recent call last):\n  File \"/app/train.py\", line 360, in main\n"
+                  "RuntimeError: DataLoader timed out after 20.0 seconds\n")
+
+
+def test_a_dataloader_timeout_is_shm_when_shm_was_full_and_not_when_it_stayed_low():
+    """A batch that could not be written to a full /dev/shm is lost in the worker's queue feeder: the trainer
+    waits for it until the DataLoader's timeout (seen in CI on a loaded machine, 64 MiB of 64 MiB)."""
+    job = make_job(workers=4, batch_size=64, sample_shape="3,224,224")
+    full = diagnose(Evidence(exit_code=1, logs=LOADER_TIMEOUT, shm_size=64 * MIB, shm_peak=64 * MIB, job=job))
+    assert full.verdict == SHARED_MEMORY and full.cause == "loader-timeout"
+    assert "no batch came within 20 s" in full.summary and "--shm-size=368m" in full.fix
+    low = diagnose(Evidence(exit_code=1, logs=LOADER_TIMEOUT, shm_size=GIB, shm_peak=10 * MIB, job=job))
+    assert low.verdict == NOT_SHARED_MEMORY and "not shared memory" in low.summary
+    unwatched = diagnose(Evidence(exit_code=1, logs=LOADER_TIMEOUT, shm_size=64 * MIB, job=job))
+    assert unwatched.verdict == LIKELY and "nothing here says which" in unwatched.summary
+    between = diagnose(Evidence(exit_code=1, logs=LOADER_TIMEOUT, shm_size=64 * MIB, shm_peak=40 * MIB, job=job))
+    assert between.verdict == UNDETERMINED
+    assert [s.kind for s in scan(LOADER_TIMEOUT)] == ["loader-timeout"]
+
+
+def test_a_failure_after_shm_filled_up_is_likely_shm_even_without_a_message():
+    full = diagnose(Evidence(exit_code=1, logs="ValueError: something else", shm_size=64 * MIB, shm_peak=64 * MIB))
+    assert full.verdict == LIKELY and full.cause == "shm-full" and "peak 64.0 MiB of 64.0 MiB" in full.summary
+    almost = diagnose(Evidence(exit_code=1, logs="ValueError: something else", shm_size=64 * MIB, shm_peak=60 * MIB))
+    assert almost.verdict == UNDETERMINED
+    unbounded = diagnose(Evidence(exit_code=1, logs="ValueError", shm_size=64 * MIB, shm_peak=64 * MIB,
+                                  shm_unbounded=True))
+    assert unbounded.verdict == UNDETERMINED
