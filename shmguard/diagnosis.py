@@ -260,6 +260,11 @@ def peak_low(ev: Evidence) -> bool:
     return ev.shm_peak is not None and ev.shm_size is not None and not ev.shm_unbounded and ev.shm_peak * 2 < ev.shm_size
 
 
+def peak_of(ev: Evidence) -> str:
+    """How full /dev/shm got, as the messages say it: "64.0 MiB of 64.0 MiB"."""
+    return f"{format_size(ev.shm_peak)} of {format_size(ev.shm_size)}"
+
+
 def peak_full(ev: Evidence) -> bool:
     """/dev/shm was watched and reached its size (within 2%): it ran out, whatever the log says."""
     return (ev.shm_peak is not None and ev.shm_size is not None and not ev.shm_unbounded
@@ -356,8 +361,7 @@ def diagnose(ev: Evidence) -> Diagnosis:
         what = "died of SIGBUS (exit 135)" if ev.exit_code == SIGBUS_EXIT else "reported a Bus error"
         if peak_low(ev):
             return make(NOT_SHARED_MEMORY, "sigbus",
-                        f"The container {what}, but /dev/shm never ran out (peak {format_size(ev.shm_peak)} of "
-                        f"{format_size(ev.shm_size)}): the SIGBUS came from elsewhere (a memory-mapped file that "
+                        f"The container {what}, but /dev/shm never ran out (peak {peak_of(ev)}): the SIGBUS came from elsewhere (a memory-mapped file that "
                         f"was truncated, an unaligned access, a hardware fault).",
                         "look at the process that crashed (a core dump, or run it under faulthandler).", bus)
         fix, needed = shm_advice(ev, "the container")
@@ -365,7 +369,7 @@ def diagnose(ev: Evidence) -> Diagnosis:
         return make(SHARED_MEMORY if confirmed else LIKELY, "sigbus",
                     f"The container {what}. In a container that is most often a process touching shared memory that "
                     f"the full /dev/shm tmpfs cannot back" +
-                    (f" (/dev/shm peaked at {format_size(ev.shm_peak)} of {format_size(ev.shm_size)})."
+                    (f" (/dev/shm peaked at {peak_of(ev)})."
                      if confirmed else "; nothing here proves it (a truncated memory-mapped file does the same)."),
                     fix, bus, needed)
     if s := first(signals, "workers-exited", "worker-killed"):
@@ -379,7 +383,7 @@ def diagnose(ev: Evidence) -> Diagnosis:
         if peak_low(ev):
             return make(UNDETERMINED, "workers-exited",
                         f"DataLoader workers ({s.details['pids']}) exited unexpectedly, while /dev/shm stayed low "
-                        f"(peak {format_size(ev.shm_peak)} of {format_size(ev.shm_size)}): not shared memory; the "
+                        f"(peak {peak_of(ev)}): not shared memory; the "
                         f"workers' own error is in the log above this line, or they were killed.", None, s)
         fix, needed = shm_advice(ev, "the container")
         return make(LIKELY, "workers-exited",
@@ -390,11 +394,11 @@ def diagnose(ev: Evidence) -> Diagnosis:
         if peak_low(ev):
             return make(NOT_SHARED_MEMORY, "disk-full",
                         f"Something ran out of space (No space left on device), but not /dev/shm: it stayed under "
-                        f"half full (peak {format_size(ev.shm_peak)} of {format_size(ev.shm_size)}).",
+                        f"half full (peak {peak_of(ev)}).",
                         "find the full filesystem with df -h in the container and free space there.", s)
         return make(UNDETERMINED, "enospc",
                     "Something ran out of space (No space left on device), and nothing in the log says it was "
-                    "/dev/shm" + (f" (its peak was {format_size(ev.shm_peak)} of {format_size(ev.shm_size)})"
+                    "/dev/shm" + (f" (its peak was {peak_of(ev)})"
                                   if ev.shm_peak is not None and ev.shm_size is not None else "") + ".",
                     "find the full filesystem with df -h in the container; if it is /dev/shm, give it more.", s)
     if s := first(signals, "loader-timeout"):
@@ -403,12 +407,12 @@ def diagnose(ev: Evidence) -> Diagnosis:
             fix, needed = shm_advice(ev, "the container")
             return make(SHARED_MEMORY, "loader-timeout",
                         f"The DataLoader timed out ({waited}) while /dev/shm was full (peak "
-                        f"{format_size(ev.shm_peak)} of {format_size(ev.shm_size)}): a worker's batch that could "
+                        f"{peak_of(ev)}): a worker's batch that could "
                         f"not be written to it was lost, and the trainer waited for it.", fix, s, needed)
         if peak_low(ev):
             return make(NOT_SHARED_MEMORY, "loader-timeout",
                         f"The DataLoader timed out ({waited}), but /dev/shm stayed under half full (peak "
-                        f"{format_size(ev.shm_peak)} of {format_size(ev.shm_size)}): a slow or stuck worker "
+                        f"{peak_of(ev)}): a slow or stuck worker "
                         f"(its data source, a lock), not shared memory.",
                         "look at what the workers wait on (py-spy dump --pid of a worker).", s)
         fix, needed = shm_advice(ev, "the container")
@@ -416,7 +420,7 @@ def diagnose(ev: Evidence) -> Diagnosis:
                     f"The DataLoader timed out ({waited}). A full /dev/shm does that when a worker's batch cannot "
                     f"be written and is lost; so does a slow or stuck worker" +
                     ("; nothing here says which." if ev.shm_peak is None else
-                     f" (/dev/shm peaked at {format_size(ev.shm_peak)} of {format_size(ev.shm_size)})."),
+                     f" (/dev/shm peaked at {peak_of(ev)})."),
                     fix, s, needed)
     if peak_full(ev) and ev.exit_code not in (None, 0):
         fix, needed = shm_advice(ev, "the container")
