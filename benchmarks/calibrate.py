@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from common import together  # noqa: E402
+
 from shmguard import model  # noqa: E402
 from shmguard.job import DTYPE_BYTES, make_job  # noqa: E402
 from shmguard.units import MIB  # noqa: E402

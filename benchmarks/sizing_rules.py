@@ -31,6 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from common import together  # noqa: E402
+
 from shmguard import model  # noqa: E402
 from shmguard.job import make_job  # noqa: E402
 from shmguard.units import GIB, MIB  # noqa: E402

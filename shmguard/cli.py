@@ -114,7 +114,8 @@ def run(image, command, healthcheck, engine_wait, dry_run, tune_first, as_json, 
 
     from shmguard.engine import flags
     from shmguard.engine.plan import RunOptions, parse_env
-    from shmguard.engine.run import run as execute, stop_signals_interrupt
+    from shmguard.engine.run import run as execute
+    from shmguard.engine.run import stop_signals_interrupt
 
     # Every option is parsed before any engine call: a bad one is one line and exit 2.
     values = flags.parse_user(options, skip=("gpus",))
@@ -245,7 +246,6 @@ def job_defaults_from_options(values: dict) -> dict:
     """Raw job values for per-template resolution (annotations override them); validated once if they describe a job."""
     from shmguard.job import make_job
     from shmguard.manifests.annotations import describes_job
-
     from shmguard.options import JOB_KEYS as keys
 
     if values.get("dataset"):
@@ -327,13 +327,12 @@ def webhook() -> None:
 def webhook_serve(port, host, tls_cert, tls_key, mode, on_error, defaults, max_body, timeout, max_connections,
                   drain_seconds, processes) -> int:
     """Serve the admission webhook over HTTPS: POST /mutate, POST /validate, GET /healthz, /readyz, /metrics."""
+    import importlib.util
     import ssl
 
     from shmguard.errors import UsageError
     from shmguard.job import ENV_VARS
     from shmguard.units import parse_size
-
-    import importlib.util
 
     # Found, not imported: --processes sets prometheus_client up first.
     if importlib.util.find_spec("prometheus_client") is None:
@@ -475,7 +474,6 @@ def explain_command(container, host, tail, shm_size, memory_limit, exit_code, oo
     when the container cannot be read.
     """
     from shmguard.commands.explain import describe_sizes, explain
-
     from shmguard.options import JOB_KEYS as keys
 
     if options.get("dataset"):
@@ -525,7 +523,6 @@ def measure_command(dataset, batch_size, collate_fn, samples, seed, sharing_stra
 
     from shmguard.commands.measure import measure, report_json, report_text
     from shmguard.job import parse_count
-
     from shmguard.progress import Reporter, wanted
 
     reading = Reporter("shmguard measure", wanted(show_progress, as_json), every=0.5)

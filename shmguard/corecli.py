@@ -60,10 +60,8 @@ def check_main(argv: list[str]) -> int:
             if args.get(name) is None:
                 args[name] = value
         from shmguard.commands.check import check
-        from shmguard.options import job_from_options
+        from shmguard.options import gpu_option, infer_procs, job_from_options
         from shmguard.probe import Root
-
-        from shmguard.options import gpu_option, infer_procs
 
         as_json, strict, root = args.pop("as_json"), args.pop("strict"), args.pop("root")
         notes = infer_procs(args, (), os.environ, gpu_option(args))

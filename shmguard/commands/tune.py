@@ -19,9 +19,9 @@ import zlib
 
 from shmguard import model, segments, sizing
 from shmguard.commands.measure import Measurement, UserCodeError, load_dataset, measure_dataset, user_traceback
+from shmguard.engine.peak import PeakSampler, ProcessPeakSampler
 from shmguard.errors import UsageError
 from shmguard.job import make_job
-from shmguard.engine.peak import PeakSampler, ProcessPeakSampler
 from shmguard.probe import Root
 from shmguard.record import Record
 from shmguard.units import docker_size, format_size

@@ -37,8 +37,9 @@ def is_engine_loss(exc: BaseException) -> bool:
     """Is this what a vanished engine raises? Socket errors (requests' errors are OSErrors
     too), urllib3's protocol errors on a stream, and docker-py's failure to reach the
     engine when a client is made; not an API error, which is an engine that answers."""
-    import docker
     import urllib3
+
+    import docker
 
     if isinstance(exc, docker.errors.APIError):  # an OSError too (through requests' HTTPError)
         return False

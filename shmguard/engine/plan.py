@@ -22,7 +22,6 @@ from shmguard.errors import EXIT_RUN_FAILED, ShmguardError, UsageError
 from shmguard.record import Record, field
 from shmguard.units import docker_size, format_size
 
-
 ENGINE_WAIT = 60.0  # default --engine-wait: a dockerd restart takes seconds, a host reboot longer
 
 

@@ -20,13 +20,24 @@ from contextlib import contextmanager
 from typing import Any
 
 from shmguard.diagnosis import Diagnosis
-from shmguard.jsonout import stamp
 from shmguard.engine.follow import Output, engine_answers, follow, is_engine_loss, lost_engine, silence
-from shmguard.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED
 from shmguard.engine.interactive import attach_stream, pump_stdin, raw_terminal
 from shmguard.engine.peak import PeakSampler, ProcessPeakSampler
-from shmguard.engine.plan import (RunError, RunOptions, RunPlan, create_kwargs, describe, docker_cli, post_mortem,
-                               make_plan, redact, resource_kwargs, user_environment)
+from shmguard.engine.plan import (
+    RunError,
+    RunOptions,
+    RunPlan,
+    create_kwargs,
+    describe,
+    docker_cli,
+    make_plan,
+    post_mortem,
+    redact,
+    resource_kwargs,
+    user_environment,
+)
+from shmguard.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED
+from shmguard.jsonout import stamp
 from shmguard.record import Record
 from shmguard.units import format_size
 
@@ -242,8 +253,9 @@ def local_image(client, name: str, pull: str | None = None, err=None):
 
 def pull_image(client, name: str, err):
     """Pull with progress on stderr: one line per layer state change (not per byte)."""
-    import docker
     from docker.utils import parse_repository_tag
+
+    import docker
 
     repository, tag = parse_repository_tag(name)
     print(f"shmguard: pulling {name}", file=err, flush=True)

@@ -63,25 +63,25 @@ def nccl_env_values(container) -> dict[str, str]:
 
 def setting(key: str, *layers) -> str | None:
     """The value of one annotation, from the most specific layer that sets it (layers most specific first)."""
-    for annotations in layers:
-        if isinstance(annotations, dict) and annotations.get(key) is not None and str(annotations[key]).strip() != "":
-            return str(annotations[key]).strip()
+    for layer in layers:
+        if isinstance(layer, dict) and layer.get(key) is not None and str(layer[key]).strip() != "":
+            return str(layer[key]).strip()
     return None
 
 
 def skip_setting(*layers) -> bool | None:
     """`shmguard.io/skip` from the most specific layer that says anything (True, False), or None: not said."""
-    for annotations in layers:
-        if isinstance(annotations, dict) and SKIP in annotations:
-            return parse_flag("skip", annotations[SKIP])
+    for layer in layers:
+        if isinstance(layer, dict) and SKIP in layer:
+            return parse_flag("skip", layer[SKIP])
     return None
 
 
 def skipped(*layers) -> bool:
     """Whether any annotations layer says `shmguard.io/skip: "true"` (the most specific one that says anything wins)."""
-    for annotations in layers:
-        if isinstance(annotations, dict) and SKIP in annotations:
-            return parse_flag("skip", annotations[SKIP])
+    for layer in layers:
+        if isinstance(layer, dict) and SKIP in layer:
+            return parse_flag("skip", layer[SKIP])
     return False
 
 

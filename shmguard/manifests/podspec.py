@@ -35,8 +35,18 @@ from typing import Any
 from shmguard import sizing
 from shmguard.errors import UsageError
 from shmguard.manifests import annotations as ann
-from shmguard.manifests.templates import (ManifestError, PodTemplate, find_templates, group_of, label_of, listing,
-                                          mapping, memory_of, trainjob_runtime, where_of)
+from shmguard.manifests.templates import (
+    ManifestError,
+    PodTemplate,
+    find_templates,
+    group_of,
+    label_of,
+    listing,
+    mapping,
+    memory_of,
+    trainjob_runtime,
+    where_of,
+)
 from shmguard.manifests.yamlio import plain_copy
 from shmguard.record import Record, field
 from shmguard.units import k8s_quantity, parse_quantity, parse_size

@@ -29,6 +29,7 @@ from shmguard.manifests.templates import where_of
 from shmguard.manifests.yamlio import ALIAS, MAPPING, SCALAR, SEQUENCE, Document, Node
 from shmguard.record import Record
 
+
 class Fallback(Record):
     """A document (1-based) that was re-dumped whole instead of edited, and why."""
 

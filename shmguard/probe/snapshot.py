@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from shmguard.probe import cgroup
+from shmguard.probe import Root, cgroup
+from shmguard.probe.cgroup import MemoryInfo, probe_memory
 from shmguard.probe.cpu import CpuInfo, probe_cpu
 from shmguard.probe.gpu import GpuInfo, probe_gpu
-from shmguard.probe.cgroup import MemoryInfo, probe_memory
 from shmguard.probe.mountinfo import read_mountinfo
 from shmguard.probe.nofile import NofileInfo, probe_nofile
-from shmguard.probe import Root
 from shmguard.probe.shm import ShmInfo, probe_shm
 from shmguard.record import Record
 

@@ -12,10 +12,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from shmguard import main
-from shmguard import sizing
-from shmguard.manifests import render
+from shmguard import main, sizing
 from shmguard.job import make_job
+from shmguard.manifests import render
 from shmguard.units import parse_quantity
 from tests.integration.conftest import unavailable
 

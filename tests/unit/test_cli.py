@@ -5,8 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from shmguard import __version__
-from shmguard import main
+from shmguard import __version__, main
 
 
 def test_version(capsys):

@@ -7,8 +7,16 @@ import json
 import pytest
 
 from shmguard import sizing
-from shmguard.diagnosis import (LIKELY, NO_FAILURE, NOT_SHARED_MEMORY, SHARED_MEMORY, UNDETERMINED, Evidence,
-                                diagnose, scan)
+from shmguard.diagnosis import (
+    LIKELY,
+    NO_FAILURE,
+    NOT_SHARED_MEMORY,
+    SHARED_MEMORY,
+    UNDETERMINED,
+    Evidence,
+    diagnose,
+    scan,
+)
 from shmguard.job import job_from_env, make_job
 from shmguard.units import GIB, MIB
 

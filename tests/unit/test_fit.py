@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shmguard import api_messages as diagnosis, fit, model, sizing
+from shmguard import api_messages as diagnosis
+from shmguard import fit, model, sizing
 from shmguard.errors import UsageError
 from shmguard.probe.cgroup import MemoryInfo
 from shmguard.probe.cpu import CpuInfo

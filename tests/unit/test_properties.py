@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shmguard import model
-from shmguard.manifests import podspec
 from shmguard.job import make_job
+from shmguard.manifests import podspec
 from shmguard.probe import cgroup
 from shmguard.probe.cpu import parse_cpu_list
 from shmguard.probe.gpu import parse_cuda_visible_devices, parse_nvidia_visible_devices

@@ -6,9 +6,9 @@ import pytest
 
 from shmguard import model
 from shmguard.job import make_job
+from shmguard.probe.cgroup import MemoryInfo
 from shmguard.probe.cpu import CpuInfo
 from shmguard.probe.gpu import GpuInfo
-from shmguard.probe.cgroup import MemoryInfo
 from shmguard.probe.nofile import NofileInfo
 from shmguard.probe.shm import Segment, ShmInfo
 from shmguard.probe.snapshot import Snapshot

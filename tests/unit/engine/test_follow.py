@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import io
 
-import docker
 import pytest
 import requests
 
+import docker
 from shmguard.engine import follow as follow_mod
 from shmguard.engine.follow import EngineLost, Output, copy_missed, ended_away, follow, is_engine_loss
 from shmguard.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED

@@ -7,11 +7,19 @@ import shlex
 import pytest
 
 from shmguard import model, sizing
-from shmguard.job import make_job
 from shmguard.engine.flags import parse_volume
-from shmguard.engine.plan import (RunError, RunOptions, create_kwargs, docker_cli, gpu_count, make_plan, parse_env,
-                                  post_mortem)
+from shmguard.engine.plan import (
+    RunError,
+    RunOptions,
+    create_kwargs,
+    docker_cli,
+    gpu_count,
+    make_plan,
+    parse_env,
+    post_mortem,
+)
 from shmguard.errors import UsageError
+from shmguard.job import make_job
 from shmguard.units import GIB, MIB
 
 JOB = make_job(workers=4, batch_size=64, sample_shape="3,224,224")

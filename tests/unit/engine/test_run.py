@@ -9,9 +9,10 @@ import os
 import pytest
 
 from shmguard import main
-from shmguard.job import make_job
 from shmguard.engine.plan import RunOptions, make_plan
+from shmguard.job import make_job
 from shmguard.units import GIB
+
 
 def test_dry_run_cli(capsys):
     code = main(["run", "--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224", "--dry-run",

@@ -244,7 +244,6 @@ def test_roles_that_run_no_dataloader_are_left_alone_and_said_so():
                               ("training-operator-tfjob-dist-mnist.yaml", " PS", "parameter server"),
                               ("trainer-clustertrainingruntime-torchtune-llama3-2-1b.yaml", "dataset-initializer", "dataset"),
                               ("trainer-clustertrainingruntime-torchtune-llama3-2-1b.yaml", "model-initializer", "model")]:
-        before = load(name)
         docs, summary = patched(name)
         r = result(summary, part)
         assert r.status == "skipped" and words in r.reason, (name, r.reason)

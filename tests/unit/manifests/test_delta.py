@@ -8,7 +8,7 @@ import jsonpatch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shmguard.manifests.delta import json_patch, pointer, diff
+from shmguard.manifests.delta import diff, json_patch, pointer
 
 
 def apply_json_patch(doc, patch):

@@ -12,10 +12,10 @@ import yaml
 from kubernetes.client import ApiClient
 
 from shmguard import model, sizing
-from shmguard.manifests import podspec, render
-from shmguard.manifests.yamlio import dump
 from shmguard.errors import UsageError
 from shmguard.job import make_job
+from shmguard.manifests import podspec, render
+from shmguard.manifests.yamlio import dump
 from shmguard.units import GIB, MIB, parse_quantity
 
 K8S_VERSION = kubernetes_validate.latest_version()

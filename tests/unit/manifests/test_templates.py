@@ -9,7 +9,6 @@ from shmguard.manifests import podspec
 from shmguard.manifests.templates import ManifestError, find_templates, group_of, is_pod_spec
 
 
-
 def containers():
     return [{"name": "c", "image": "x"}]  # fresh each time: patching changes them in place
 

@@ -12,11 +12,11 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from shmguard import sizing
 from shmguard.job import make_job
 from shmguard.manifests import yamlio
-from shmguard import sizing
-from shmguard.manifests.podspec import PatchOptions, patch_documents
 from shmguard.manifests.delta import ADD, APPEND, REMOVE, SET, Op, diff
+from shmguard.manifests.podspec import PatchOptions, patch_documents
 from shmguard.manifests.yamledit import edit_text, patch_text, render_scalar, unified_diff
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -6,11 +6,11 @@ import os
 
 import pytest
 
+from shmguard.job import make_job
 from shmguard.probe import Root
 from shmguard.probe.cpu import parse_cpu_list
 from shmguard.probe.snapshot import take_snapshot
 from shmguard.verdict import evaluate
-from shmguard.job import make_job
 from tests.unit.conftest import MIB
 
 JOB = make_job(workers=2, batch_size=4, sample_bytes="1k")
