@@ -8,6 +8,12 @@ about 2% of a CPU) and keeps the peak. It stops when its stdin closes (so it
 never outlives its parent) and prints one JSON line: peak bytes (null if PATH was
 never readable) and samples taken. Standard library only, and imports nothing of
 shmguard beyond the package, so it starts in a few milliseconds.
+
+`python -m shmguard.engine.shm_sampler --elastic CONFIG INTERVAL` samples a running
+container's /dev/shm and grows it as it fills (elastic /dev/shm, shmguard.engine.elastic):
+each reading goes to the Grower hook, which prints its events (growths, a memory limit
+to raise, the ceiling) as JSON lines before the final one; a `raise-failed REASON` line
+on stdin says the engine did not raise the limit.
 """
 
 from __future__ import annotations
@@ -27,8 +33,9 @@ def used_bytes(path: str) -> int | None:
     return (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
-def sample(path: str, interval: float, done: threading.Event) -> tuple[int | None, int]:
-    """Peak used bytes of the filesystem at path, and the number of samples, until done is set."""
+def sample(path: str, interval: float, done: threading.Event, hook=None) -> tuple[int | None, int]:
+    """Peak used bytes of the filesystem at path, and the number of samples, until done is set.
+    `hook(used, size)` is called with each reading (the elastic grower)."""
     peak: int | None = None
     samples = 0
     statvfs, sleep = os.statvfs, time.sleep
@@ -42,6 +49,8 @@ def sample(path: str, interval: float, done: threading.Event) -> tuple[int | Non
             if peak is None or used > peak:
                 peak = used
             samples += 1
+            if hook is not None:
+                hook(used, st.f_blocks * st.f_frsize)
         if done.is_set():
             break
         sleep(interval)
@@ -49,8 +58,11 @@ def sample(path: str, interval: float, done: threading.Event) -> tuple[int | Non
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[0] == "--elastic":
+        return main_elastic(json.loads(argv[1]), float(argv[2]))
     if len(argv) != 2:
-        print("usage: python -m shmguard.engine.shm_sampler PATH INTERVAL_SECONDS", file=sys.stderr)
+        print("usage: python -m shmguard.engine.shm_sampler PATH INTERVAL_SECONDS\n"
+              "       python -m shmguard.engine.shm_sampler --elastic CONFIG_JSON INTERVAL_SECONDS", file=sys.stderr)
         return 2
     path, interval = argv[0], float(argv[1])
     done = threading.Event()
@@ -64,6 +76,35 @@ def main(argv: list[str]) -> int:
     threading.Thread(target=wait_for_eof, daemon=True).start()
     peak, samples = sample(path, interval, done)
     print(json.dumps({"peak": peak, "samples": samples}), flush=True)
+    return 0
+
+
+def main_elastic(config: dict, interval: float) -> int:
+    """Sample the container's /dev/shm through its process and grow it (shmguard.engine.elastic.Grower)."""
+    from shmguard.engine import elastic
+
+    try:
+        grower = elastic.grower_from_config(config)
+    except OSError as exc:  # the container ended before the sampler started, or is not where it was said to be
+        print(json.dumps({"event": "stopped", "gone": elastic.gone(exc),
+                          "reason": exc.strerror or str(exc)}), flush=True)
+        print(json.dumps({"peak": None, "samples": 0, "size": None, "realtime": False}), flush=True)
+        return 0
+    realtime = bool(config.get("realtime")) and elastic.realtime()
+    done = threading.Event()
+
+    def read_commands() -> None:
+        try:
+            for line in sys.stdin:
+                command, _, argument = line.strip().partition(" ")
+                if command == "raise-failed":
+                    grower.raise_failed = argument or "refused"
+        finally:
+            done.set()
+
+    threading.Thread(target=read_commands, daemon=True).start()
+    peak, samples = sample(elastic.shm_path(grower.proc_fd), interval, done, grower)
+    print(json.dumps({"peak": peak, "samples": samples, "size": grower.size or None, "realtime": realtime}), flush=True)
     return 0
 
 
