@@ -235,7 +235,7 @@ class Grower:
         self.wall = wall
         self.threshold = policy.threshold
         self.crossed_at: float | None = None  # when the use first stood past the threshold of this size
-        self.limit_before: int | None | bool = False  # the memory limit when this growth was wanted (False: not read)
+        self.limit_before: int | None | bool = False  # the limit at the previous growth, or the first read (False: none)
         self.quiet_until = 0.0
         self.pending_limit: int | None = None
         self.pending_since = 0.0
@@ -254,6 +254,8 @@ class Grower:
         now = self.clock()
         if now - self.memory_at > MEMORY_FRESH:
             self.memory, self.memory_at = self.read_memory(), now
+            if self.limit_before is False:
+                self.limit_before = self.memory.limit
         if used < size * self.threshold:
             self.crossed_at = None
             return
@@ -265,8 +267,6 @@ class Grower:
             self.memory, self.memory_at = self.read_memory(), now
         memory = self.memory
         assert memory is not None
-        if self.limit_before is False:
-            self.limit_before = memory.limit
         decision = self.decide(used, size, memory, now)
         if decision.grow_to is not None and decision.grow_to > size:
             try:
@@ -282,7 +282,7 @@ class Grower:
                        "limit_after": memory.limit, "reaction": done - self.crossed_at})
             self.size = decision.grow_to
             self.crossed_at = None
-            self.limit_before = False
+            self.limit_before = memory.limit
         if decision.raise_limit_to is not None and self.pending_limit is None:
             self.pending_limit, self.pending_since = decision.raise_limit_to, now
             self.emit({"event": "raise", "from": memory.limit, "to": decision.raise_limit_to})

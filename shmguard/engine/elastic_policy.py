@@ -105,18 +105,28 @@ def host_room(memory: Memory) -> int | None:
     return max(0, memory.available - host_reserve(memory.host_total))
 
 
+def limit_bound(memory: Memory) -> int | None:
+    """The largest /dev/shm the container's memory limit holds beside its processes (None: no limit)."""
+    if memory.limit is None:
+        return None
+    return memory.limit - memory.own - container_reserve(memory.limit)
+
+
 def ceiling(used: int, memory: Memory) -> int | None:
-    """The largest /dev/shm the memory can hold: the limit less the processes' own memory and a reserve, and no more
-    than the pages already written plus what the host can still give. None: nothing bounds it (nothing known)."""
-    bounds = []
-    if memory.limit is not None:
-        bounds.append(memory.limit - memory.own - container_reserve(memory.limit))
+    """The largest /dev/shm the memory can hold, whole MiB: the limit less the processes' own memory and a reserve,
+    and no more than the pages already written plus what the host can still give. None: nothing bounds it."""
     room = host_room(memory)
-    if room is not None:
-        bounds.append(used + room)
+    bounds = [b for b in (limit_bound(memory), None if room is None else used + room) if b is not None]
     if not bounds:
         return None
     return max(0, min(bounds)) // MIB * MIB
+
+
+def limit_binds(used: int, memory: Memory) -> bool:
+    """Is the container's limit (not the host) what stops the growth? Only then does raising it help."""
+    bound = limit_bound(memory)
+    room = host_room(memory)
+    return bound is not None and (room is None or bound <= used + room)
 
 
 def limit_for(shm: int, memory: Memory) -> int:
@@ -138,15 +148,14 @@ def decide(used: int, size: int, memory: Memory, policy: Policy, raise_failed: s
     if top is None or want <= top:
         return Decision(grow_to=want, wanted=want)
     grow_to = top if top > size else None
-    if memory.limit is not None and not policy.memory_pinned and raise_failed is None:
-        # Room for the next growth too, so that the engine is not asked at every step.
-        new_limit = max(limit_for(wanted(want, want, policy), memory), limit_for(want, memory))
+    if limit_binds(used, memory) and not policy.memory_pinned and raise_failed is None:
+        assert memory.limit is not None
         room = host_room(memory)
-        if room is None or new_limit - memory.limit <= room:
-            return Decision(grow_to=grow_to, raise_limit_to=new_limit, wanted=want)
-        new_limit = limit_for(want, memory)
-        if new_limit - memory.limit <= room:
-            return Decision(grow_to=grow_to, raise_limit_to=new_limit, wanted=want)
+        # Room for the next growth too, so that the engine is not asked at every step; else for this one.
+        for shm in (wanted(want, want, policy), want):
+            new_limit = limit_for(shm, memory)
+            if new_limit > memory.limit and (room is None or new_limit - memory.limit <= room):
+                return Decision(grow_to=grow_to, raise_limit_to=new_limit, wanted=want)
     return Decision(grow_to=grow_to, capped=capped_message(used, max(size, top), want, memory, policy, raise_failed),
                     wanted=want)
 
@@ -157,9 +166,7 @@ def capped_message(used: int, size: int, want: int, memory: Memory, policy: Poli
     head = (f"/dev/shm cannot grow past {format_size(size)} (it holds {format_size(used)} and the job wants "
             f"{format_size(want)})")
     start_with = f"--shm-size {docker_size(want)}"
-    room = host_room(memory)
-    by_limit = None if memory.limit is None else memory.limit - memory.own - container_reserve(memory.limit)
-    if room is not None and (by_limit is None or used + room < by_limit or not (policy.memory_pinned or raise_failed)):
+    if not limit_binds(used, memory) or not (policy.memory_pinned or raise_failed):
         return (f"{head}: the host has only {format_size(memory.available or 0)} of memory available. Fix: free "
                 f"memory on the host or run it where there is more, with {start_with}")
     assert memory.limit is not None

@@ -1,0 +1,293 @@
+"""Elastic /dev/shm's mechanism without a container: the memory readers, the sampler's hook (Grower) with fakes for the
+remount and the clock, and run's side of the events (ElasticSampler.handle). The remount itself is tested on real
+containers in tests/integration/test_elastic.py."""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import threading
+
+import pytest
+
+from shmguard.engine import shm_sampler
+from shmguard.engine.elastic import (
+    CAPPED_QUIET,
+    MEMORY_FRESH,
+    RAISE_POLL,
+    ElasticSampler,
+    Grower,
+    MemoryFiles,
+    gone,
+    memory_reader,
+    open_process,
+    own_memory,
+    parse_meminfo,
+    parse_memory_stat,
+)
+from shmguard.engine.elastic_policy import Memory, Policy, wanted
+from shmguard.engine.growths import Growth
+
+MIB = 2**20
+GIB = 2**30
+BATCH = 37 * MIB
+PLENTY = Memory(limit=None, own=0, available=20 * GIB, host_total=24 * GIB)
+
+V1_STAT = """cache 300000000
+rss 50000000
+shmem 250000000
+total_cache 310000000
+total_rss 60000000
+total_shmem 260000000
+total_inactive_file 10000000
+"""
+V2_STAT = """anon 60000000
+file 310000000
+shmem 260000000
+inactive_file 10000000
+"""
+
+
+def test_the_processes_own_memory_is_the_usage_less_tmpfs_and_inactive_cache():
+    assert own_memory(400_000_000, parse_memory_stat(V1_STAT), "v1") == 400_000_000 - 260_000_000 - 10_000_000
+    assert own_memory(400_000_000, parse_memory_stat(V2_STAT), "v2") == 400_000_000 - 260_000_000 - 10_000_000
+    assert own_memory(1000, {}, "v2") == 1000
+    assert own_memory(10, parse_memory_stat(V2_STAT), "v2") == 0  # never negative
+
+
+def test_meminfo_total_and_available():
+    text = "MemTotal:       24684084 kB\nMemFree:        21529376 kB\nMemAvailable:   23888920 kB\n"
+    assert parse_meminfo(text) == (24684084 * 1024, 23888920 * 1024)
+    assert parse_meminfo("garbage") == (None, None)
+
+
+def test_reads_the_containers_memory_from_its_cgroup_and_the_host(tree):
+    cg = "/sys/fs/cgroup/memory/docker/abc"
+    root = tree({f"{cg}/memory.limit_in_bytes": "1073741824\n", f"{cg}/memory.usage_in_bytes": "400000000\n",
+                 f"{cg}/memory.stat": V1_STAT, "/sys/fs/cgroup/memory/docker/memory.limit_in_bytes": "9223372036854771712\n",
+                 "/proc/meminfo": "MemTotal: 24684084 kB\nMemAvailable: 23888920 kB\n"})
+    read = memory_reader(MemoryFiles(levels=((cg, "v1"), ("/sys/fs/cgroup/memory/docker", "v1"))), root)
+    assert read() == Memory(limit=GIB, own=130_000_000, available=23888920 * 1024, host_total=24684084 * 1024)
+
+
+def test_a_parents_limit_counts(tree):
+    cg = "/sys/fs/cgroup/pod/ctr"
+    root = tree({f"{cg}/memory.max": "max\n", f"{cg}/memory.current": "1000\n", f"{cg}/memory.stat": "",
+                 "/sys/fs/cgroup/pod/memory.max": "2147483648\n", "/proc/meminfo": "MemTotal: 24684084 kB\n"})
+    memory = memory_reader(MemoryFiles(levels=((cg, "v2"), ("/sys/fs/cgroup/pod", "v2"))), root)()
+    assert memory.limit == 2 * GIB and memory.own == 1000 and memory.available is None
+
+
+def test_open_process_refuses_a_process_of_another_container():
+    with pytest.raises(OSError) as caught:
+        open_process(os.getpid(), "f" * 64)
+    assert caught.value.errno == errno.ENXIO and not gone(caught.value)
+    with pytest.raises(OSError) as caught:
+        open_process(2**22 + 7, "f" * 64)  # above pid_max's largest default: no such process
+    assert gone(caught.value)
+
+
+class Fakes:
+    """The Grower's world: a clock, the memory it reads, the remounts it does, the events it emits."""
+
+    def __init__(self, memory: Memory = PLENTY, fail: OSError | None = None) -> None:
+        self.now = 100.0
+        self.memory = memory
+        self.reads = 0
+        self.resized: list[int] = []
+        self.events: list[dict] = []
+        self.fail = fail
+
+    def read(self) -> Memory:
+        self.reads += 1
+        return self.memory
+
+    def resize(self, fd: int, size: int) -> None:
+        if self.fail:
+            raise self.fail
+        self.resized.append(size)
+
+    def grower(self, policy: Policy | None = None) -> Grower:
+        return Grower(3, policy or Policy(batch_bytes=BATCH), self.read, started_at=1000.0, emit=self.events.append,
+                      resize=self.resize, clock=lambda: self.now, wall=lambda: 1000.0 + self.now)
+
+
+def test_below_the_threshold_nothing_happens():
+    fakes = Fakes()
+    grow = fakes.grower()
+    grow(40 * MIB, 64 * MIB)
+    assert fakes.resized == [] and fakes.events == []
+
+
+def test_past_the_threshold_it_grows_and_reports_it():
+    fakes = Fakes()
+    grow = fakes.grower()
+    grow(47 * MIB, 64 * MIB)
+    fakes.now += 0.0001
+    grow(49 * MIB, 64 * MIB)
+    assert fakes.resized == [wanted(49 * MIB, 64 * MIB, Policy(batch_bytes=BATCH))]
+    (event,) = fakes.events
+    assert event["event"] == "grew" and event["from"] == 64 * MIB and event["used"] == 49 * MIB
+    assert event["to"] == fakes.resized[0] and event["elapsed"] == pytest.approx(100.0001)
+    assert event["reaction"] == 0 and event["limit_before"] is None and event["limit_after"] is None
+
+
+def test_the_memory_is_read_ahead_not_at_the_crossing():
+    fakes = Fakes()
+    grow = fakes.grower()
+    grow(1 * MIB, 64 * MIB)
+    assert fakes.reads == 1
+    fakes.now += MEMORY_FRESH / 2
+    grow(60 * MIB, 64 * MIB)  # a growth with the reading of a moment ago
+    assert fakes.reads == 1 and len(fakes.resized) == 1
+    fakes.now += MEMORY_FRESH
+    grow(1 * MIB, 64 * MIB)
+    assert fakes.reads == 2
+
+
+def test_the_reaction_runs_from_the_first_reading_past_the_threshold():
+    """A crossing seen while a ceiling was just said: the growth, when it comes, counts from the crossing."""
+    fakes = Fakes(Memory(limit=GIB, own=800 * MIB, available=20 * GIB, host_total=24 * GIB))
+    grow = fakes.grower(Policy(batch_bytes=BATCH, memory_pinned=True))
+    grow(150 * MIB, 160 * MIB)  # at the ceiling already: said once
+    assert [e["event"] for e in fakes.events] == ["capped"]
+    fakes.now += 0.01
+    grow(150 * MIB, 160 * MIB)  # quiet for a while: not said again, not re-read
+    assert len(fakes.events) == 1
+    fakes.memory = Memory(limit=2 * GIB, own=800 * MIB, available=20 * GIB, host_total=24 * GIB)  # docker update by hand
+    fakes.now += CAPPED_QUIET
+    grow(150 * MIB, 160 * MIB)
+    assert fakes.events[-1]["event"] == "grew"
+    assert fakes.events[-1]["reaction"] == pytest.approx(0.01 + CAPPED_QUIET)
+
+
+def test_an_unpinned_limit_is_asked_for_then_used():
+    fakes = Fakes(Memory(limit=GIB, own=600 * MIB, available=20 * GIB, host_total=24 * GIB))
+    grow = fakes.grower()
+    grow(300 * MIB, 340 * MIB)
+    kinds = [e["event"] for e in fakes.events]
+    assert kinds == ["grew", "raise"] or kinds == ["raise"]
+    asked = fakes.events[-1]["to"]
+    fakes.now += RAISE_POLL / 2
+    grow(300 * MIB, fakes.resized[-1] if fakes.resized else 340 * MIB)
+    assert fakes.events[-1]["event"] == "raise" and len([e for e in fakes.events if e["event"] == "raise"]) == 1
+    fakes.memory = fakes.memory.replace(limit=asked)  # the engine raised it
+    fakes.now += RAISE_POLL
+    size = fakes.resized[-1] if fakes.resized else 340 * MIB
+    grow(int(size * 0.9), size)
+    last = fakes.events[-1]
+    assert last["event"] == "grew" and last["limit_after"] == asked and last["limit_before"] == GIB
+
+
+def test_a_refused_raise_ends_in_the_ceiling_said_once():
+    fakes = Fakes(Memory(limit=GIB, own=600 * MIB, available=20 * GIB, host_total=24 * GIB))
+    grow = fakes.grower()
+    grow(300 * MIB, 340 * MIB)
+    grow.raise_failed = "the engine does not answer"
+    size = fakes.resized[-1] if fakes.resized else 340 * MIB
+    for _ in range(3):
+        fakes.now += 1
+        grow(int(size * 0.9), size)
+    capped = [e for e in fakes.events if e["event"] == "capped"]
+    assert len(capped) == 1 and "the engine did not raise it (the engine does not answer)" in capped[0]["message"]
+
+
+def test_a_container_that_ended_stops_the_growth_quietly():
+    fakes = Fakes(fail=OSError(errno.ENOENT, "No such file or directory"))
+    grow = fakes.grower()
+    grow(60 * MIB, 64 * MIB)
+    assert fakes.events == [{"event": "stopped", "gone": True, "reason": "No such file or directory"}]
+    grow(63 * MIB, 64 * MIB)
+    assert len(fakes.events) == 1
+
+
+def test_a_refused_remount_is_said():
+    fakes = Fakes(fail=OSError(errno.EPERM, "Operation not permitted"))
+    grow = fakes.grower()
+    grow(60 * MIB, 64 * MIB)
+    assert fakes.events == [{"event": "stopped", "gone": False, "reason": "Operation not permitted"}]
+
+
+def test_the_sampler_hands_each_reading_to_the_hook(tmp_path):
+    seen: list[tuple[int, int]] = []
+    done = threading.Event()
+
+    def hook(used, size):
+        seen.append((used, size))
+        if len(seen) >= 3:
+            done.set()
+
+    peak, samples = shm_sampler.sample(str(tmp_path), 0.0001, done, hook)
+    st = os.statvfs(tmp_path)
+    assert samples == len(seen) >= 3
+    assert all(size == st.f_blocks * st.f_frsize for _, size in seen)
+    assert peak == max(used for used, _ in seen)
+
+
+# --- run's side ----------------------------------------------------------------------------------------
+
+class Stdin(io.StringIO):
+    pass
+
+
+class FakeProcess:
+    def __init__(self) -> None:
+        self.stdin = Stdin()
+
+
+def sampler(raise_answer=None):
+    said: list[str] = []
+    recorded: list[list[Growth]] = []
+    asked: list[int] = []
+
+    def raise_memory(limit):
+        asked.append(limit)
+        return raise_answer
+
+    watcher = ElasticSampler("a" * 64, 1234, Policy(batch_bytes=BATCH), MemoryFiles(levels=()), 1000.0, said.append,
+                             raise_memory, recorded.append)
+    return watcher, said, recorded, asked
+
+
+def test_a_growth_is_said_as_the_issue_spells_it_and_recorded():
+    watcher, said, recorded, _ = sampler()
+    watcher.handle({"event": "grew", "at": 1192.0, "elapsed": 192.4, "from": 64 * MIB, "to": 192 * MIB,
+                    "used": int(51.3 * MIB), "limit_before": None, "limit_after": None, "reaction": 0.0002})
+    assert said == ["shmguard: /dev/shm 64.0 MiB -> 192.0 MiB at 00:03:12 (used 51.3 MiB)"]
+    assert recorded == [watcher.growths] and watcher.growths[0].to_bytes == 192 * MIB and watcher.size == 192 * MIB
+
+
+def test_a_raised_limit_is_named_in_the_growths_line():
+    watcher, said, _, _ = sampler()
+    watcher.handle({"event": "grew", "at": 1.0, "elapsed": 3725.0, "from": 512 * MIB, "to": 1024 * MIB,
+                    "used": 400 * MIB, "limit_before": GIB, "limit_after": 2 * GIB})
+    assert said == ["shmguard: /dev/shm 512.0 MiB -> 1.0 GiB at 01:02:05 (used 400.0 MiB); "
+                    "memory limit 1.0 GiB -> 2.0 GiB"]
+
+
+def test_a_raise_goes_to_the_engine_and_a_refusal_back_to_the_sampler():
+    watcher, _, _, asked = sampler(raise_answer="409 Conflict: cannot update a stopped container")
+    process = FakeProcess()
+    watcher.handle({"event": "raise", "from": GIB, "to": 2 * GIB}, process)
+    assert asked == [2 * GIB]
+    assert process.stdin.getvalue() == "raise-failed 409 Conflict: cannot update a stopped container\n"
+    watcher, _, _, asked = sampler(raise_answer=None)
+    process = FakeProcess()
+    watcher.handle({"event": "raise", "from": GIB, "to": 2 * GIB}, process)
+    assert asked == [2 * GIB] and process.stdin.getvalue() == ""
+
+
+def test_the_ceiling_is_said_and_a_container_that_ended_is_not():
+    watcher, said, _, _ = sampler()
+    watcher.handle({"event": "capped", "message": "/dev/shm cannot grow past 1.0 GiB ...", "size": GIB})
+    watcher.handle({"event": "stopped", "gone": True, "reason": "No such file or directory"})
+    assert said == ["shmguard: /dev/shm cannot grow past 1.0 GiB ..."] and watcher.stopped is None
+    watcher.handle({"event": "stopped", "gone": False, "reason": "Operation not permitted"})
+    assert watcher.stopped == "elastic /dev/shm stopped: Operation not permitted"
+
+
+def test_the_last_line_gives_the_peak_and_the_size():
+    watcher, _, _, _ = sampler()
+    watcher.handle({"peak": 300 * MIB, "samples": 5000, "size": 646 * MIB, "realtime": True})
+    assert watcher.peaks["shm"] == 300 * MIB and watcher.size == 646 * MIB and watcher.samples == 5000
