@@ -34,7 +34,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from shmguard.engine.elastic_policy import Decision, Memory, Policy, decide
+from shmguard.engine.elastic_policy import Decision, Memory, Policy, decide, short_at_start
 from shmguard.record import Record
 
 # fspick(2) and fsconfig(2): the same numbers on every architecture since Linux 5.1 (the unified syscall table).
@@ -245,6 +245,7 @@ class Grower:
         self.size = 0  # the last size seen
         self.memory: Memory | None = None
         self.memory_at = float("-inf")
+        self.first = True
         load_libc()
 
     def __call__(self, used: int, size: int) -> None:
@@ -256,7 +257,9 @@ class Grower:
             self.memory, self.memory_at = self.read_memory(), now
             if self.limit_before is False:
                 self.limit_before = self.memory.limit
-        if used < size * self.threshold:
+        at_start = self.first and short_at_start(used, size, self.policy)  # too small for the batches: grow now
+        self.first = False
+        if used < size * self.threshold and not at_start:
             self.crossed_at = None
             return
         if self.crossed_at is None:

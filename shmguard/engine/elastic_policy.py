@@ -5,7 +5,11 @@ varying size, a second tenant in /dev/shm. While `run` follows the job, a sample
 the used bytes of its /dev/shm every 0.2 ms (shmguard.engine.shm_sampler); this module
 says what to do with each reading:
 
-- nothing while the use stays under THRESHOLD of the current size;
+- at the first reading, when /dev/shm cannot hold ROOM_BATCHES of the job's batches above
+  its use, grow at once: tmpfs refuses a single allocation larger than its whole size
+  before it writes a page (shmem_fallocate), so no reaction can save a segment bigger
+  than /dev/shm (measured: BENCHMARKS.md, "Elastic /dev/shm");
+- then nothing while the use stays under THRESHOLD of the current size;
 - past it, grow to room for ROOM_BATCHES more of the job's batches (the /dev/shm one
   batch takes, shmguard.model) above the use, or to twice the use, whichever is larger,
   in whole MiB: the description may be wrong, the use is not;
@@ -83,6 +87,11 @@ def trigger(size: int, policy: Policy) -> int:
 
 def round_up_mib(n: int) -> int:
     return -(-n // MIB) * MIB
+
+
+def short_at_start(used: int, size: int, policy: Policy) -> bool:
+    """Is /dev/shm, at the first reading, too small for ROOM_BATCHES batches above its use (grow before any wait)?"""
+    return size < used + ROOM_BATCHES * policy.batch_bytes
 
 
 def wanted(used: int, size: int, policy: Policy) -> int:

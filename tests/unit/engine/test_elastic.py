@@ -31,7 +31,7 @@ from shmguard.engine.growths import Growth
 
 MIB = 2**20
 GIB = 2**30
-BATCH = 37 * MIB
+BATCH = 20 * MIB  # two fit in a 64 MiB /dev/shm: no growth at the first reading
 PLENTY = Memory(limit=None, own=0, available=20 * GIB, host_total=24 * GIB)
 
 V1_STAT = """cache 300000000
@@ -116,6 +116,7 @@ class Fakes:
 def test_below_the_threshold_nothing_happens():
     fakes = Fakes()
     grow = fakes.grower()
+    grow(0, 64 * MIB)
     grow(40 * MIB, 64 * MIB)
     assert fakes.resized == [] and fakes.events == []
 
@@ -123,6 +124,7 @@ def test_below_the_threshold_nothing_happens():
 def test_past_the_threshold_it_grows_and_reports_it():
     fakes = Fakes()
     grow = fakes.grower()
+    grow(0, 64 * MIB)
     grow(47 * MIB, 64 * MIB)
     fakes.now += 0.0001
     grow(49 * MIB, 64 * MIB)
@@ -291,3 +293,16 @@ def test_the_last_line_gives_the_peak_and_the_size():
     watcher, _, _, _ = sampler()
     watcher.handle({"peak": 300 * MIB, "samples": 5000, "size": 646 * MIB, "realtime": True})
     assert watcher.peaks["shm"] == 300 * MIB and watcher.size == 646 * MIB and watcher.samples == 5000
+
+
+def test_a_shm_too_small_for_two_batches_grows_at_the_first_reading():
+    """tmpfs refuses a single allocation larger than its size at once: waiting for the threshold cannot save it."""
+    fakes = Fakes()
+    grow = fakes.grower(Policy(batch_bytes=100 * MIB))
+    grow(0, 64 * MIB)
+    assert fakes.resized == [200 * MIB] and fakes.events[0]["used"] == 0
+    fakes = Fakes()
+    grow = fakes.grower(Policy(batch_bytes=20 * MIB))  # room for two: waits for the threshold as usual
+    grow(0, 64 * MIB)
+    grow(1 * MIB, 64 * MIB)
+    assert fakes.resized == []
