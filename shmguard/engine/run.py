@@ -1,7 +1,8 @@
-"""`shmguard run`: the training container on the engine, through the Docker SDK.
+"""`shmguard run`'s engine side: the training container on the engine, through the Docker SDK.
 
 The plan (sizes, SDK arguments, the `docker run` line, the post-mortem) is pure and
-lives in shmguard/run_plan.py; this is the engine side: preflight the engine and the
+lives in shmguard/engine/plan.py, and the command (options in, the report out) in
+shmguard/commands/run.py; this is the engine side: preflight the engine and the
 image, create, start, stream the logs (riding out an engine restart: follow.py),
 watch /dev/shm, stop on Ctrl-C, explain a shared-memory death, remove the container.
 
@@ -20,7 +21,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from shmguard.diagnosis import Diagnosis
-from shmguard.engine.follow import Output, engine_answers, follow, is_engine_loss, lost_engine, silence
+from shmguard.engine.follow import Output, engine_answers, follow, is_engine_loss, lost_engine
 from shmguard.engine.interactive import attach_stream, pump_stdin, raw_terminal
 from shmguard.engine.peak import PeakSampler, ProcessPeakSampler
 from shmguard.engine.plan import (
@@ -28,16 +29,11 @@ from shmguard.engine.plan import (
     RunOptions,
     RunPlan,
     create_kwargs,
-    describe,
-    docker_cli,
-    make_plan,
     post_mortem,
-    redact,
     resource_kwargs,
     user_environment,
 )
 from shmguard.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED
-from shmguard.jsonout import stamp
 from shmguard.record import Record
 from shmguard.units import format_size
 
@@ -397,89 +393,6 @@ def output_maskers(plan: RunPlan):
 
     values = secret_values(plan.environment)
     return (Masker(values), Masker(values)) if values else None
-
-
-def report_lines(result: RunResult) -> list[str]:
-    lines = []
-    if result.peak_shm is not None:
-        pct = f" ({100 * result.peak_shm / result.shm_size:.0f}%)" if result.shm_size else ""
-        if result.peak_lower_bound:
-            lines.append(f"shmguard: peak /dev/shm at least {format_size(result.peak_shm)} of "
-                         f"{format_size(result.shm_size)}{pct} (sampled through docker exec every {EXEC_INTERVAL:g} s: "
-                         f"shorter peaks are missed, so this is a lower bound; size from the model, not from it)")
-        else:
-            lines.append(f"shmguard: peak /dev/shm {format_size(result.peak_shm)} of {format_size(result.shm_size)}{pct}")
-    if result.engine_note:
-        lines.append(f"shmguard: {result.engine_note}")
-    if result.diagnosis:
-        lines.append(f"shmguard: {result.diagnosis.text()}")
-    return lines
-
-
-def run(job, options: RunOptions, dry_run: bool, as_json: bool, out=None, err=None) -> int:
-    out = out or sys.stdout
-    err = err or sys.stderr
-    client = image = None
-    engine_info: dict = {}
-    plan = make_plan(job, options)  # every refusal that needs no engine comes before any engine call
-    if not dry_run:
-        with engine_answers("shmguard looked up the engine and the image"):
-            client = connect()
-            engine_info = client.info()
-            image = local_image(client, options.image, options.pull, err)
-        plan = make_plan(job, options, engine_info.get("MemTotal"))
-    for warning in plan.warnings:
-        print(f"shmguard: warning: {warning}", file=err)
-    healthcheck_hint = bool(options.healthcheck)
-    if dry_run:
-        if as_json:
-            emit(json.dumps(stamp({"plan": {"shm_bytes": plan.shm_bytes, "required_shm_bytes": plan.required_shm,
-                                            "procs_per_node": job.procs_per_node,
-                                            "mem_limit": plan.mem_limit, "nofile": plan.nofile,
-                                            "environment": {k: redact(k, v) for k, v in plan.environment.items()},
-                                            "warnings": list(plan.warnings)},
-                                   "docker_run": docker_cli(plan, healthcheck_hint)}), indent=2), out)
-        else:
-            for line in describe(plan):
-                print(line, file=out)
-            print(docker_cli(plan, healthcheck_hint), file=out)
-        return 0
-    for line in describe(plan):
-        print(f"shmguard: {line}", file=err)
-    with stop_signals_interrupt():  # SIGTERM, or the terminal closing: stop the container as for Ctrl-C
-        with engine_answers("shmguard created the container"):  # inside execute, a container's name is given
-            # With --json, stdout carries the one JSON object: the container's stdout goes to stderr.
-            result = execute(plan, client, image, engine_info, out=err if as_json else out, err=err)
-    if options.detach:
-        if as_json:
-            emit(json.dumps(stamp({"container": result.name, "container_id": result.container_id, "detached": True,
-                                   "auto_remove": options.remove, "shm_size_bytes": result.shm_size,
-                                   "required_shm_bytes": plan.required_shm})), out)
-        else:
-            emit(result.container_id or "", out)
-        return 0
-    if as_json:
-        emit(json.dumps(stamp({"exit_code": result.exit_code, "container": result.name, "container_id": result.container_id,
-                               "shm_size_bytes": result.shm_size, "required_shm_bytes": plan.required_shm,
-                               "peak_shm_bytes": result.peak_shm, "peak_shm_lower_bound": result.peak_lower_bound,
-                               "diagnosis": result.diagnosis.as_dict() if result.diagnosis else None,
-                               "interrupted": result.interrupted, "removed": result.removed,
-                               "engine_note": result.engine_note})), out)
-    else:
-        for line in report_lines(result):
-            print(line, file=err)
-        if options.remove and not result.removed:
-            print(f"shmguard: {result.name} could not be removed (does the engine answer?): "
-                  f"remove it with docker rm -f {result.name}", file=err)
-    return result.exit_code
-
-
-def emit(text: str, out) -> None:
-    """Print shmguard's own result; a closed stdout (`| head`) is not an error of the run."""
-    try:
-        print(text, file=out, flush=True)
-    except BrokenPipeError:
-        silence(out)
 
 
 TUNE_SHM_CAP = 4 * 1024**3  # /dev/shm for the tuning container when --shm-size is not given

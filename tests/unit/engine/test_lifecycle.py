@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from shmguard import main
+from shmguard.commands.run import launch
 from shmguard.engine import run as run_mod
 from shmguard.engine.plan import RunOptions
 from shmguard.job import make_job
@@ -120,7 +121,7 @@ def test_a_closed_stdout_is_not_a_lost_engine(engine):
     engine(container)
     out, err = ClosedPipe(allow=1), io.StringIO()
     job = make_job(workers=1, batch_size=1, sample_bytes="1k")
-    code = run_mod.run(job, RunOptions(image="demo:latest", healthcheck=False), dry_run=False, as_json=False,
+    code = launch(job, RunOptions(image="demo:latest", healthcheck=False), dry_run=False, as_json=False,
                        out=out, err=err)
     text = err.getvalue()
     assert code == 0 and out.getvalue() == "line 0\n"

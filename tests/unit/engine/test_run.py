@@ -218,7 +218,8 @@ def test_the_watcher_reaches_the_containers_shm_or_says_its_peak_is_a_lower_boun
 
 
 def test_a_lower_bound_peak_is_reported_as_one():
-    from shmguard.engine.run import RunResult, report_lines
+    from shmguard.commands.run import report_lines
+    from shmguard.engine.run import RunResult
 
     exact = RunResult(0, "id", "n", 100 * 2**20, 50 * 2**20, None, True)
     assert report_lines(exact) == ["shmguard: peak /dev/shm 50.0 MiB of 100.0 MiB (50%)"]
