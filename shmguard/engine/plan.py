@@ -248,7 +248,3 @@ def post_mortem(exit_code: int, logs_tail: str, oom_killed: bool, plan: RunPlan,
     if found.verdict == NO_FAILURE or found.cause == "unknown":
         return None
     return found
-
-
-def parse_memory(value: str | None) -> int | None:
-    return None if value is None else flags.parse_bytes("--memory", value)
