@@ -43,22 +43,23 @@ def run(job_options: JobOptions, image: str, command: tuple, container_options: 
         job_options = job_options.replace(gpus=job_options.procs_per_node)
     if tune_first and (not job_options.dataset or job_options.batch_size is None):
         raise UsageError("--tune needs --dataset and --batch-size: the sweep runs your DataLoader in the image")
-    with stop_signals_interrupt():  # SIGTERM/SIGHUP stop the tuning container too, not only the job's
+    with stop_signals_interrupt() as signals:  # SIGTERM/SIGHUP stop the tuning container too, not only the job's
         if tune_first:
-            job_options = tuned(job_options, opts)
+            job_options = tuned(job_options, opts, signals)
         job = job_options.resolve(note=say, nccl_env=container_env)
         for line in notes:
             say(line)
         return launch(job, opts, dry_run=dry_run, as_json=as_json)
 
 
-def tuned(job_options: JobOptions, opts) -> JobOptions:
+def tuned(job_options: JobOptions, opts, signals) -> JobOptions:
     """The job with `shmguard tune`'s recommendation, swept in a container of the target image."""
     from shmguard.engine.run import tune_in_container
     from shmguard.job import parse_count
 
     batch_size = parse_count("batch_size", job_options.batch_size, 1)
-    result = tune_in_container(opts.replace(command=()), job_options.dataset, batch_size, job_options.collate_fn)
+    result = tune_in_container(opts.replace(command=()), job_options.dataset, batch_size, job_options.collate_fn,
+                               signals=signals)
     recommended = result["recommended"]["workers"]
     say(f"shmguard: tuned: num_workers={recommended} ({result['recommended']['batches_per_second']:.1f} batches/s)")
     return job_options.replace(workers=str(recommended), sample_bytes=str(-(-result["batch_bytes"] // batch_size)),
@@ -99,10 +100,10 @@ def launch(job, options, dry_run: bool, as_json: bool, out=None, err=None) -> in
         return 0
     for line in describe(plan):
         print(f"shmguard: {line}", file=err)
-    with stop_signals_interrupt():  # SIGTERM, or the terminal closing: stop the container as for Ctrl-C
+    with stop_signals_interrupt() as signals:  # SIGTERM, or the terminal closing: stop the container as for Ctrl-C
         with engine_answers("shmguard created the container"):  # inside execute, a container's name is given
             # With --json, stdout carries the one JSON object: the container's stdout goes to stderr.
-            result = execute(plan, client, image, engine_info, out=err if as_json else out, err=err)
+            result = execute(plan, client, image, engine_info, out=err if as_json else out, err=err, signals=signals)
     if options.detach:
         if as_json:
             emit(json.dumps(stamp({"container": result.name, "container_id": result.container_id, "detached": True,

@@ -41,26 +41,82 @@ STOP_TIMEOUT = 10  # seconds between SIGTERM and SIGKILL on Ctrl-C
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
+class KillNow(KeyboardInterrupt):
+    """A second stop signal while the container is being stopped: kill it now instead of waiting."""
+
+
+class StopSignals:
+    """What SIGINT, SIGTERM and SIGHUP do while `run` works, counted in the handler so that no burst can cut the
+    cleanup short: the first raises KeyboardInterrupt (stop the container: SIGTERM, SIGKILL after the timeout);
+    the next, while the container is being stopped, raises KillNow (kill it now); every later one is only counted.
+
+    Held back with a signal mask alone, a burst of Ctrl-C (five within 50 ms) still left the container behind:
+    another thread with the signals unblocked takes one, and Python raises it in the main thread anyway.
+    """
+
+    def __init__(self) -> None:
+        self.interrupted = False
+        self.stopping = False  # a container is being stopped: the next signal kills it
+        self.count = 0
+
+    def handle(self, signum, frame) -> None:
+        self.count += 1
+        if not self.interrupted:
+            self.interrupted = True
+            raise KeyboardInterrupt
+        if self.stopping:
+            self.stopping = False
+            raise KillNow
+
+    @contextmanager
+    def stopping_container(self):
+        """While inside, the next stop signal raises KillNow."""
+        self.stopping = True
+        try:
+            yield
+        finally:
+            self.stopping = False
+
+
 @contextmanager
 def stop_signals_interrupt():
-    """SIGTERM and SIGHUP (the terminal closing) raise KeyboardInterrupt, as Ctrl-C does, while inside: every
-    container `run` makes (the tuning one, the healthcheck probe, the job's) is stopped and removed on them.
+    """SIGINT, SIGTERM and SIGHUP (the terminal closing) handled as StopSignals says while inside: every container
+    `run` makes (the tuning one, the healthcheck probe, the job's) is stopped and removed on them. Yields the
+    StopSignals.
 
     A signal ignored when shmguard started stays ignored: `nohup shmguard run …` must outlive its terminal
     (as Python leaves SIGINT ignored for a command started in the background)."""
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    signals = StopSignals()
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     previous = {sig: handler for sig, handler in previous.items() if handler != signal.SIG_IGN}
-
-    def terminate(signum, frame):
-        raise KeyboardInterrupt
-
     for sig in previous:
-        signal.signal(sig, terminate)
+        signal.signal(sig, signals.handle)
     try:
-        yield
+        yield signals
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def stop_container(container, err, signals: StopSignals | None = None, what: str = "") -> None:
+    """Stop a container as `docker stop` does (its stop signal, SIGKILL after STOP_TIMEOUT), or kill it at once on
+    the next stop signal; the engine's refusal (it ended meanwhile) is not an error."""
+    import docker
+
+    print(f"\nshmguard: interrupted; stopping {what}{container.name} (SIGTERM, SIGKILL after {STOP_TIMEOUT}s; "
+          f"interrupt again to kill it now)", file=err)
+    try:
+        try:
+            if signals is None:
+                container.stop(timeout=STOP_TIMEOUT)
+            else:
+                with signals.stopping_container():
+                    container.stop(timeout=STOP_TIMEOUT)
+        except KeyboardInterrupt:  # KillNow, or a second Ctrl-C where no StopSignals is installed
+            print(f"shmguard: killing {container.name}", file=err)
+            container.kill()
+    except docker.errors.APIError:
+        pass  # it ended meanwhile
 
 
 @contextmanager
@@ -291,7 +347,7 @@ def start(container, plan: RunPlan) -> None:
 
 
 def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
-            labels: dict[str, str] | None = None) -> RunResult:
+            labels: dict[str, str] | None = None, signals: StopSignals | None = None) -> RunResult:
     """Run the plan on the engine; always remove the container unless --keep (detached: the engine removes it).
 
     `out` gets the container's stdout (the caller passes stderr under --json); secret values are masked in
@@ -342,16 +398,8 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
             output.flush_masked()
         except KeyboardInterrupt:
             interrupted = True
-            print(f"\nshmguard: interrupted; stopping {container.name} (SIGTERM, SIGKILL after {STOP_TIMEOUT}s; "
-                  f"interrupt again to kill it now)", file=err)
             try:
-                try:
-                    container.stop(timeout=STOP_TIMEOUT)
-                except KeyboardInterrupt:
-                    print(f"shmguard: killing {container.name}", file=err)
-                    container.kill()
-            except docker.errors.APIError:
-                pass  # it ended meanwhile
+                stop_container(container, err, signals)
             except Exception as exc:
                 if not is_engine_loss(exc):
                     raise
@@ -399,7 +447,7 @@ TUNE_SHM_CAP = 4 * 1024**3  # /dev/shm for the tuning container when --shm-size 
 
 
 def tune_in_container(options: RunOptions, dataset: str, batch_size: int, collate: str | None = None,
-                      err=None) -> dict:
+                      err=None, signals: StopSignals | None = None) -> dict:
     """Run `shmguard tune --json` in a container of the target image (same CPUs, memory, env, volumes,
     workdir) and return its result: the sweep runs where the job will, on the dataset the image has."""
     import docker
@@ -437,9 +485,8 @@ def tune_in_container(options: RunOptions, dataset: str, batch_size: int, collat
                     scanned = max(scanned, end)
             status = container.wait()
         except KeyboardInterrupt:
-            print(f"\nshmguard: interrupted; stopping the tuning container {container.name}", file=err)
             try:
-                container.stop(timeout=STOP_TIMEOUT)
+                stop_container(container, err, signals, what="the tuning container ")
             except Exception:
                 pass  # it is removed (forced) on the way out anyway
             raise
