@@ -497,10 +497,31 @@ def tune_in_container(options: RunOptions, dataset: str, batch_size: int, collat
                 raise
             raise lost_engine(f"{container.name} was tuning", exc, container.name) from None
     logs, progress = stdout.decode("utf-8", "replace"), stderr.decode("utf-8", "replace")
-    if status.get("StatusCode") != 0 or "{" not in logs:
+    result = last_json_object(logs) if status.get("StatusCode") == 0 else None
+    if result is None:
         raise RunError(f"tuning in {options.image} failed (exit {status.get('StatusCode')}); does the image have "
                        f"shmguard and torch, and can it import {dataset}? Its last words:\n{progress[-1500:]}")
-    result = json.loads(logs[logs.index("{"):])
     if not result.get("recommended"):
         raise RunError("tuning found no num_workers that fits the /dev/shm it had; give it --shm-size")
     return result
+
+
+def last_json_object(text: str) -> dict | None:
+    """The JSON object that ends the text (`shmguard tune --json`'s result), or None: what the dataset module
+    printed before it on the same stdout, braces included, is not mistaken for it."""
+    decoder = json.JSONDecoder()
+    end = len(text.rstrip())
+    start = text.rfind("\n{", 0, end)
+    while True:
+        at = start + 1 if start >= 0 else (0 if text.startswith("{") else -1)
+        if at < 0:
+            return None
+        try:
+            value, stop = decoder.raw_decode(text, at)
+        except ValueError:
+            value, stop = None, -1
+        if stop == end and isinstance(value, dict):
+            return value
+        if start < 0:
+            return None
+        start = text.rfind("\n{", 0, start)

@@ -306,3 +306,18 @@ def test_a_burst_of_ctrl_c_still_removes_the_container(engine, capsys):
     err = capsys.readouterr().err
     assert code == 130 and container.removed >= 1, err
     assert "killing job-1" in err and "Traceback" not in err
+
+
+def test_tuning_output_after_a_dataset_that_prints_braces(engine, capsys):
+    """Issue 33.14: a dataset module that prints a `{` to stdout made `run --tune` fail with JSONDecodeError."""
+    result = {"recommended": {"workers": 2, "batches_per_second": 9.5}, "batch_bytes": 4096, "steps": [{"a": "}"}]}
+    chunks = [(b"loading shards {train,val}\n{ not json either\n", None), (None, b"shmguard tune: step 1/2\n"),
+              (json.dumps(result, indent=2).encode() + b"\n", None)]
+    engine(FakeContainer(chunks))
+    assert run_mod.tune_in_container(RunOptions(image="demo:latest"), "m:f", 8) == result
+
+
+def test_tuning_without_a_result_is_one_clear_error(engine, capsys):
+    engine(FakeContainer([(b"{ only a brace\n", None)]))
+    with pytest.raises(run_mod.RunError, match="tuning in demo:latest failed"):
+        run_mod.tune_in_container(RunOptions(image="demo:latest"), "m:f", 8)
