@@ -286,18 +286,40 @@ def parse_env_file(path: str) -> str:
     return os.path.abspath(path)
 
 
-def read_env_file(path: str) -> dict[str, str]:
-    import docker.errors
-    from docker.utils import parse_env_file as docker_parse_env_file
-
+def read_env_file(path: str, environ=None) -> dict[str, str]:
+    """An --env-file read as the docker CLI reads it (docker/cli opts/file.go, parseKeyValueFile): leading white
+    space and a first-line UTF-8 BOM dropped, blank and `#` lines skipped, `NAME=value` with the value kept as it
+    is (trailing spaces too), a bare `NAME` taken from this environment (left out when unset), line ends LF or CRLF.
+    A name with a space or tab in it, or none at all, is refused as docker refuses it."""
+    environ = os.environ if environ is None else environ
     try:
-        return docker_parse_env_file(path)
+        with open(path, "rb") as f:
+            data = f.read()
     except OSError as exc:
         raise UsageError(f"--env-file {path}: {exc.strerror or exc}") from None
-    except (docker.errors.DockerException, UnicodeError) as exc:
-        first = str(exc).splitlines()
-        raise UsageError(f"--env-file {path}: {first[0] if first else exc}"
-                         f"{': ' + first[1] if len(first) > 1 else ''} (use NAME=VALUE lines)") from None
+    values: dict[str, str] = {}
+    for number, raw in enumerate(data.split(b"\n"), 1):
+        raw = raw.removesuffix(b"\r")
+        if number == 1:
+            raw = raw.removeprefix(b"\xef\xbb\xbf")
+        try:
+            line = raw.decode("utf-8").lstrip()
+        except UnicodeDecodeError:
+            raise UsageError(f"--env-file {path}: line {number} is not UTF-8 text") from None
+        if not line or line.startswith("#"):
+            continue
+        name, eq, value = line.partition("=")
+        name = name.lstrip(" \t")
+        if not name:
+            raise UsageError(f"--env-file {path}: line {number} has no variable name (use NAME=VALUE lines)")
+        if " " in name or "\t" in name:
+            raise UsageError(f"--env-file {path}: line {number}: variable {name!r} contains white space "
+                             f"(use NAME=VALUE lines)")
+        if eq:
+            values[name] = value
+        elif name in environ:
+            values[name] = environ[name]
+    return values
 
 
 def parse_env_item(item: str) -> str:
