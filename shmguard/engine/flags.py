@@ -369,6 +369,19 @@ def parse_nonempty(flag: str) -> Callable[[str], str]:
     return parse
 
 
+# The engine's rule for container names (moby daemon/names.go, validContainerNamePattern): checked here so that a
+# bad name is one line before any engine call, not exit 125 after the plan was printed.
+CONTAINER_NAME = re.compile(r"/?[a-zA-Z0-9][a-zA-Z0-9_.-]+")
+
+
+def parse_container_name(text: str) -> str:
+    name = str(text)
+    if not CONTAINER_NAME.fullmatch(name):
+        raise UsageError(f"--name {name!r} is not a container name: a letter or digit, then at least one more of "
+                         f"letters, digits, _ . or - (as the engine requires)")
+    return name
+
+
 def parse_ulimit(text: str) -> int:
     name, _, limits = text.partition("=")
     soft, _, hard = limits.partition(":")
@@ -478,7 +491,7 @@ ROWS: tuple[Row, ...] = (
     Row("interactive", "--interactive", _interactive_sdk,
         option=("-i", "--interactive"), help="Keep stdin open and attach it (for pdb)."),
     Row("tty", "--tty", lambda v, values: {"tty": True}, option=("-t", "--tty"), help="Allocate a terminal."),
-    Row("name", "--name", lambda v, values: {"name": v}, parse_nonempty("--name"), option=("--name",),
+    Row("name", "--name", lambda v, values: {"name": v}, parse_container_name, option=("--name",),
         help="Container name."),
     Row("init", "--init", lambda v, values: {"init": True}, option=("--init/--no-init",),
         help="Run an init as PID 1 so Ctrl-C and SIGTERM stop the job (default on)."),
