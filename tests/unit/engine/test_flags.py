@@ -75,7 +75,7 @@ def test_the_whole_docker_run_line_reads_back_as_the_sdk_arguments(env_file):
 
 def test_a_plan_agrees_with_its_docker_run_line(env_file):
     plan = make_plan(JOB, RunOptions(
-        image="demo:latest", command=("python", "train.py"), cpus=1.5, memory=4 * GIB, gpus="2", name="t",
+        image="demo:latest", command=("python", "train.py"), cpus=1.5, memory=4 * GIB, gpus="2", name="t1",
         env=("A=1",), env_files=(env_file,), volumes=("/d:/d:ro,z", "/e:/e:Z"), mounts=("type=volume,target=/v",),
         devices=("/dev/fuse",), labels=("x=y",), network="none", user="1000", entrypoint="python", workdir="/w",
         pull="missing", interactive=True, tty=True), host_memory=None)
