@@ -87,7 +87,7 @@ def launch(job, options, dry_run: bool, as_json: bool, out=None, err=None) -> in
             client = connect()
             engine_info = client.info()
             image = local_image(client, options.image, options.pull, err)
-        plan = make_plan(job, options, engine_info.get("MemTotal"))
+        plan = make_plan(job, options, engine_info.get("MemTotal"), host_cpus=engine_info.get("NCPU"))
     for warning in plan.warnings:
         print(f"shmguard: warning: {warning}", file=err)
     if dry_run:
