@@ -12,8 +12,7 @@ import sys
 import click
 
 from shmguard import __version__
-from shmguard.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, ShmguardError
-from shmguard.options import gpu_option, infer_procs
+from shmguard.errors import EXIT_USAGE, guarded
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -31,27 +30,29 @@ def cli() -> None:
 
 
 def job_options(command):
-    """The options that describe the DataLoader job (shmguard.options); each also reads a SHMGUARD_* variable."""
+    """Declare the options that describe the DataLoader job (shmguard.options; each also reads a SHMGUARD_*
+    variable) and hand the command one JobOptions record, `job`, in their place."""
+    import functools
+
     from shmguard.job import ENV_VARS
-    from shmguard.options import COLLATE_HELP, DATASET_HELP, JOB_OPTIONS, PIN_MEMORY_HELP
+    from shmguard.options import COLLATE_HELP, DATASET_HELP, JOB_OPTIONS, PIN_MEMORY_HELP, JobOptions
+
+    @functools.wraps(command)
+    def with_job(*args, **values):
+        return command(*args, job=JobOptions.take(values), **values)
 
     for flag, name, help_text in reversed(JOB_OPTIONS):
-        command = click.option(flag, name, envvar=ENV_VARS[name], show_envvar=True, metavar="VALUE", help=help_text)(command)
-    command = click.option("--pin-memory/--no-pin-memory", "pin_memory", default=None, envvar=ENV_VARS["pin_memory"],
-                           show_envvar=True, help=PIN_MEMORY_HELP)(command)
-    command = click.option("--dataset", metavar="MODULE:CALLABLE", help=DATASET_HELP)(command)
-    command = click.option("--collate-fn", "collate_fn", metavar="MODULE:CALLABLE", help=COLLATE_HELP)(command)
-    return command
+        with_job = click.option(flag, name, envvar=ENV_VARS[name], show_envvar=True, metavar="VALUE",
+                                help=help_text)(with_job)
+    with_job = click.option("--pin-memory/--no-pin-memory", "pin_memory", default=None, envvar=ENV_VARS["pin_memory"],
+                            show_envvar=True, help=PIN_MEMORY_HELP)(with_job)
+    with_job = click.option("--dataset", metavar="MODULE:CALLABLE", help=DATASET_HELP)(with_job)
+    return click.option("--collate-fn", "collate_fn", metavar="MODULE:CALLABLE", help=COLLATE_HELP)(with_job)
 
 
-def job_from_options(values: dict, nccl_env=None):
-    """The Job from the job options (popped from values); with --dataset, the sample size is measured.
-
-    nccl_env: the environment the training processes will see (the -e values for `run` and
-    `render`), whose NCCL_* variables change NCCL's /dev/shm."""
-    from shmguard.options import job_from_options as from_options
-
-    return from_options(values, note=lambda text: click.echo(text, err=True), nccl_env=nccl_env)
+def note(text: str) -> None:
+    """A line for the user on stderr (what was inferred or measured)."""
+    click.echo(text, err=True)
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []},
@@ -65,11 +66,6 @@ def check(args) -> int:
     from shmguard.corecli import check_main
 
     return check_main(list(args))
-
-
-def echo_lines(lines) -> None:
-    for line in lines:
-        click.echo(line, err=True)
 
 
 def strip_dashes(command) -> tuple:
@@ -99,7 +95,7 @@ def run_options(command):
               help="Print the result (or the plan) as one JSON object on stdout; the container's output goes to stderr.")
 @click.argument("image")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def run(image, command, healthcheck, engine_wait, dry_run, tune_first, as_json, **options) -> int:
+def run(job, image, command, healthcheck, engine_wait, dry_run, tune_first, as_json, **container_options) -> int:
     """Run IMAGE [-- COMMAND...] with /dev/shm, memory, CPUs and ulimits sized for the job.
 
     Streams the logs, returns the container's exit code, stops and removes the
@@ -110,50 +106,9 @@ def run(image, command, healthcheck, engine_wait, dry_run, tune_first, as_json, 
     image missing, a --memory that cannot hold the job) or the engine went away
     and did not come back.
     """
-    import os
+    from shmguard.commands.run import run as run_command
 
-    from shmguard.engine import flags
-    from shmguard.engine.plan import RunOptions, parse_env
-    from shmguard.engine.run import run as execute
-    from shmguard.engine.run import stop_signals_interrupt
-
-    # Every option is parsed before any engine call: a bad one is one line and exit 2.
-    values = flags.parse_user(options, skip=("gpus",))
-    request = flags.parse_gpus(options["gpus"]) if options.get("gpus") is not None else None
-    options["gpus"] = None if request is None or request.known_count is None else str(request.known_count)
-    wait = flags.parse_engine_wait(engine_wait)
-    if command and command[0] == "--":
-        command = command[1:]
-    opts = RunOptions(image=image, command=tuple(command), gpus=request, healthcheck=healthcheck, engine_wait=wait,
-                      **{k: v for k, v in values.items() if v is not None})
-    container_env = {**{k: v for path in opts.env_files for k, v in flags.read_env_file(path).items()},
-                     **parse_env(opts.env, os.environ)}
-    notes = infer_procs(options, command, container_env, request.known_count if request else None)
-    if request is not None and request.known_count is None and int(options.get("procs_per_node") or 1) > 1:
-        options["gpus"] = options["procs_per_node"]  # --gpus all: N training processes drive N GPUs (NCCL's shm)
-    if tune_first:
-        from shmguard.errors import UsageError
-
-        if not options.get("dataset") or options.get("batch_size") is None:
-            raise UsageError("--tune needs --dataset and --batch-size: the sweep runs your DataLoader in the image")
-    with stop_signals_interrupt():  # SIGTERM/SIGHUP stop the tuning container too, not only the job's
-        if tune_first:
-            from shmguard.engine.run import tune_in_container
-            from shmguard.job import parse_count
-
-            batch_size = parse_count("batch_size", options["batch_size"], 1)
-            tuned = tune_in_container(opts.replace(command=()), options.pop("dataset"), batch_size,
-                                      options.pop("collate_fn", None))
-            recommended = tuned["recommended"]["workers"]
-            click.echo(f"shmguard: tuned: num_workers={recommended} "
-                       f"({tuned['recommended']['batches_per_second']:.1f} batches/s)", err=True)
-            options["workers"] = str(recommended)
-            options["sample_bytes"] = str(-(-tuned["batch_bytes"] // batch_size))
-            options["sample_shape"] = None
-            options["batch_segments"] = tuned.get("batch_segments") or None
-        job = job_from_options(options, nccl_env=container_env)
-        echo_lines(notes)
-        return execute(job, opts, dry_run=dry_run, as_json=as_json)
+    return run_command(job, image, command, container_options, healthcheck, engine_wait, dry_run, tune_first, as_json)
 
 
 @cli.group()
@@ -170,36 +125,6 @@ def target_options(command):
     return command
 
 
-def env_mapping(env) -> dict[str, str]:
-    """-e NAME=VALUE items as a mapping (the malformed ones are refused by target_values)."""
-    return {key: value for key, eq, value in (item.partition("=") for item in env) if key and eq}
-
-
-def target_values(job, image, name, cpus, memory, env, command) -> dict:
-    from shmguard.engine.flags import parse_bytes
-    from shmguard.errors import UsageError
-
-    memory_bytes = parse_bytes("--memory", memory) if memory is not None else None
-    variables = {}
-    for item in env:
-        key, eq, value = item.partition("=")
-        if not key or not eq:
-            raise UsageError(f"-e {item!r}: use NAME=VALUE")
-        variables[key] = value
-    if cpus is not None and not (0 < cpus < float("inf")):
-        raise UsageError(f"--cpus must be a number more than 0, not {cpus}")
-    if memory_bytes is not None:
-        from shmguard import sizing
-        from shmguard.units import k8s_quantity
-
-        if sizing.memory_status(job, memory_bytes) == sizing.WARN:
-            click.echo(f"shmguard: warning: {sizing.memory_shortfall(job, memory_bytes, '--memory', k8s_quantity)}", err=True)
-    if command and command[0] == "--":
-        command = command[1:]
-    return {"image": image, "name": name, "cpus": cpus, "memory": memory_bytes, "gpus": job.gpus,
-            "env": variables, "command": list(command)}
-
-
 @render.command("k8s", context_settings={"allow_interspersed_args": False})
 @job_options
 @target_options
@@ -213,17 +138,13 @@ def target_values(job, image, name, cpus, memory, env, command) -> dict:
 @click.option("--runtime", default="torch-distributed", show_default=True,
               help="TrainJob: the ClusterTrainingRuntime it runs on.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def render_k8s_command(image, name, cpus, memory, env, namespace, kind, replicas, runtime, command, **options) -> int:
+def render_k8s_command(job, image, name, cpus, memory, env, namespace, kind, replicas, runtime, command) -> int:
     """Print a Kubernetes manifest: an emptyDir of medium Memory at /dev/shm with a sizeLimit, memory limits
     that include it, CPUs for the workers, GPUs, the SHMGUARD_* environment and `shmguard health` probes."""
     from shmguard.commands.render import render_k8s
 
-    notes = infer_procs(options, strip_dashes(command), env_mapping(env), gpu_option(options))
-    job = job_from_options(options, nccl_env=env_mapping(env))
-    echo_lines(notes)
-    values = target_values(job, image, name, cpus, memory, env, command)
-    click.echo(render_k8s(job, kind=kind, namespace=namespace, workers_replicas=replicas, runtime=runtime, **values),
-               nl=False)
+    click.echo(render_k8s(job, image, name, cpus, memory, env, strip_dashes(command), kind=kind, namespace=namespace,
+                          workers_replicas=replicas, runtime=runtime, say=note), nl=False)
     return 0
 
 
@@ -231,36 +152,12 @@ def render_k8s_command(image, name, cpus, memory, env, namespace, kind, replicas
 @job_options
 @target_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def render_compose_command(image, name, cpus, memory, env, command, **options) -> int:
+def render_compose_command(job, image, name, cpus, memory, env, command) -> int:
     """Print a compose service with shm_size, mem_limit, cpus, GPU reservations and a healthcheck."""
     from shmguard.commands.render import render_compose
 
-    notes = infer_procs(options, strip_dashes(command), env_mapping(env), gpu_option(options))
-    job = job_from_options(options, nccl_env=env_mapping(env))
-    echo_lines(notes)
-    click.echo(render_compose(job, **target_values(job, image, name, cpus, memory, env, command)), nl=False)
+    click.echo(render_compose(job, image, name, cpus, memory, env, strip_dashes(command), say=note), nl=False)
     return 0
-
-
-def job_defaults_from_options(values: dict) -> dict:
-    """Raw job values for per-template resolution (annotations override them); validated once if they describe a job."""
-    from shmguard.job import make_job
-    from shmguard.manifests.annotations import describes_job
-    from shmguard.options import JOB_KEYS as keys
-
-    if values.get("dataset"):
-        explicit = {k: values.get(k) for k in ("procs_per_node", "gpus")}
-        job = job_from_options(values)
-        raw = {"workers": job.workers, "batch_size": job.batch_size, "sample_bytes": job.sample_bytes,
-               "prefetch_factor": job.prefetch_factor, "pin_memory": job.pin_memory,
-               "sharing_strategy": job.sharing_strategy}
-        raw.update({k: v for k, v in explicit.items() if v is not None})
-        return raw
-    raw = {key: values.pop(key) for key in keys if values.get(key) is not None}
-    values.pop("dataset", None), values.pop("collate_fn", None)
-    if describes_job(raw):
-        make_job(**raw)  # a bad value on the command line is one error, not one per template
-    return raw
 
 
 @render.command("webhook")
@@ -392,8 +289,8 @@ def webhook_certs(directory, namespace, name, sans, days, force) -> int:
 @click.option("--size-unsized", is_flag=True, help="Give an existing memory /dev/shm without sizeLimit the job's size (default: keep it unsized).")
 @click.option("--include-init", is_flag=True, help="Mount /dev/shm into init containers and sidecars too.")
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
-def patch(in_place, check, follow_symlinks, as_json, kinds, names, labels, namespaces, opt_in, container, memory, size_unsized,
-          include_init, files, **options) -> int:
+def patch(job, in_place, check, follow_symlinks, as_json, kinds, names, labels, namespaces, opt_in, container, memory,
+          size_unsized, include_init, files) -> int:
     """Add or fix the /dev/shm emptyDir, its mount and the memory limits in every pod template of FILES (or stdin).
 
     Finds the pod templates of Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet,
@@ -406,20 +303,12 @@ def patch(in_place, check, follow_symlinks, as_json, kinds, names, labels, names
     changed: comments, order, quoting and layout stay. Patching twice changes nothing.
     """
     from shmguard.commands.patch import patch as run_patch
-    from shmguard.errors import UsageError
-    from shmguard.manifests.podspec import PatchOptions, asked_memory
+    from shmguard.commands.patch import patch_options
 
-    if in_place and check:
-        raise UsageError("-i and --check do not go together")
-    if in_place and (not files or "-" in files):
-        raise UsageError("-i needs files to rewrite, not stdin")
-    patch_options = PatchOptions(
-        kinds=tuple(k for item in kinds for k in item.split(",") if k), names=names, labels=labels,
-        namespaces=namespaces, opt_in=opt_in, container=container,
-        memory=None if memory is None else asked_memory(memory, "--memory"), size_unsized=size_unsized,
-        include_init=include_init)
-    return run_patch(job_defaults_from_options(options), list(files), in_place=in_place, check=check,
-                     follow_symlinks=follow_symlinks, options=patch_options, as_json=as_json)
+    selection = patch_options(in_place, check, files, kinds, names, labels, namespaces, opt_in, container, memory,
+                              size_unsized, include_init)
+    return run_patch(job.defaults(note), list(files), in_place=in_place, check=check, follow_symlinks=follow_symlinks,
+                     options=selection, as_json=as_json)
 
 
 @cli.command("fn")
@@ -461,8 +350,8 @@ def fn_command() -> int:
               help="A log on stdin: spell the fix for this platform (default: both).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.argument("container", required=False)
-def explain_command(container, host, tail, shm_size, memory_limit, exit_code, oom_killed, platform, as_json,
-                    **options) -> int:
+def explain_command(job, container, host, tail, shm_size, memory_limit, exit_code, oom_killed, platform,
+                    as_json) -> int:
     """Explain why a container died: was it shared memory, and what is the exact fix?
 
     CONTAINER is read through the Docker API (inspect and the log's tail; Podman
@@ -474,20 +363,8 @@ def explain_command(container, host, tail, shm_size, memory_limit, exit_code, oo
     when the container cannot be read.
     """
     from shmguard.commands.explain import describe_sizes, explain
-    from shmguard.options import JOB_KEYS as keys
 
-    if options.get("dataset"):
-        job = job_from_options(options)
-        flag_values = {"sample_bytes": str(job.sample_bytes), "workers": job.workers, "batch_size": job.batch_size,
-                       "prefetch_factor": job.prefetch_factor, "procs_per_node": job.procs_per_node, "gpus": job.gpus,
-                       "pin_memory": job.pin_memory, "sharing_strategy": job.sharing_strategy,
-                       "batch_segments": job.batch_segments}
-    else:
-        if options.get("collate_fn"):
-            from shmguard.errors import UsageError
-
-            raise UsageError("--collate-fn goes with --dataset")
-        flag_values = {key: options.get(key) for key in keys}
+    flag_values = job.values(note)
     stdin_text = None
     if not container and not sys.stdin.isatty():
         stdin_text = sys.stdin.read()
@@ -595,32 +472,26 @@ def health_command(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI and return its exit code instead of exiting."""
-    try:
-        result = cli.main(args=argv, prog_name="shmguard", standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
-    except click.ClickException as exc:
-        exc.show()
-        return EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code
-    except click.Abort:
-        click.echo("shmguard: interrupted", err=True)
-        return EXIT_INTERRUPTED
-    except ShmguardError as exc:
-        click.echo(f"shmguard: error: {exc}", err=True)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        click.echo("shmguard: interrupted", err=True)
-        return EXIT_INTERRUPTED
-    except Exception as exc:  # a bug: say so in one line; SHMGUARD_DEBUG=1 shows the traceback
-        if os.environ.get("SHMGUARD_DEBUG", "").strip().lower() in ("1", "true", "yes"):
+    """Run the CLI and return its exit code instead of exiting (the boundary: shmguard.errors.guarded)."""
+
+    def invoke() -> int:
+        try:
+            result = cli.main(args=argv, prog_name="shmguard", standalone_mode=False)
+        except click.exceptions.Exit as exc:
+            return exc.exit_code
+        except click.ClickException as exc:
+            exc.show()
+            return EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code
+        except click.Abort:
+            raise KeyboardInterrupt from None
+        except SystemExit:
+            # click's own answer to a closed stdout (EPIPE): exit 1 after wrapping the streams; shmguard's is 141.
+            if isinstance(sys.stdout, click.utils.PacifyFlushWrapper):
+                raise BrokenPipeError from None
             raise
-        click.echo(f"shmguard: internal error: {type(exc).__name__}: {exc} "
-                   f"(set SHMGUARD_DEBUG=1 for the traceback, and please report it)", err=True)
-        return EXIT_INTERNAL
-    if isinstance(result, int):
-        return result
-    return 0
+        return result if isinstance(result, int) else 0
+
+    return guarded(invoke, say=note)
 
 
 if __name__ == "__main__":

@@ -12,9 +12,9 @@ from shmguard.job import Job
 from shmguard.probe.cpu import workers_for
 from shmguard.probe.shm import DOCKER_DEFAULT_SHM, printable
 from shmguard.record import Record
+from shmguard.sizing import FAIL, PASS, WARN  # the statuses are sizing's: one set of names
 from shmguard.units import docker_size, format_size, k8s_quantity
 
-PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 _RANK = {PASS: 0, WARN: 1, FAIL: 2}
 
 

@@ -57,6 +57,22 @@ def target_of(path: str, follow_symlinks: bool) -> str:
     return os.path.realpath(path)
 
 
+def patch_options(in_place: bool, check: bool, files, kinds, names, labels, namespaces, opt_in: bool,
+                  container: str | None, memory: str | None, size_unsized: bool, include_init: bool) -> PatchOptions:
+    """Which templates to touch and how, from the command line; UsageError for options that do not go together."""
+    from shmguard.errors import UsageError
+    from shmguard.manifests.podspec import asked_memory
+
+    if in_place and check:
+        raise UsageError("-i and --check do not go together")
+    if in_place and (not files or "-" in files):
+        raise UsageError("-i needs files to rewrite, not stdin")
+    return PatchOptions(kinds=tuple(k for item in kinds for k in item.split(",") if k), names=tuple(names),
+                        labels=tuple(labels), namespaces=tuple(namespaces), opt_in=opt_in, container=container,
+                        memory=None if memory is None else asked_memory(memory, "--memory"),
+                        size_unsized=size_unsized, include_init=include_init)
+
+
 def patch_one(text: str, name: str, defaults, options: PatchOptions | None = None) -> tuple[PatchedText, PatchSummary]:
     """The patched text of one input and what was done to each template (pure: no I/O)."""
     summaries: list[PatchSummary] = []
