@@ -37,6 +37,7 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -130,26 +131,30 @@ def elastic_run(docker_client, image, command, shm, threshold=THRESHOLD, batch_b
     from shmguard.engine.peak import ProcessPeakSampler
 
     container = docker_client.containers.create(image, command, shm_size=shm, labels=LABEL, init=True)
+    sampler: Any = None
     try:
+        if elastic:  # as run does: the sampler process is up before the container starts
+            sampler = ElasticSampler(Policy(batch_bytes=batch_bytes, threshold=threshold), say=lambda line: None,
+                                     raise_memory=lambda limit: "benchmark", realtime=realtime).spawn()
         container.start()
         started = time.time()
         container.reload()
         pid = container.attrs["State"]["Pid"]
         if elastic:
-            sampler = ElasticSampler(container.id, pid, Policy(batch_bytes=batch_bytes, threshold=threshold),
-                                     memory_levels(pid), started, say=lambda line: None,
-                                     raise_memory=lambda limit: "benchmark", realtime=realtime)
+            sampler.start(container.id, pid, memory_levels(pid), started)
         else:
-            sampler = ProcessPeakSampler(f"/proc/{pid}/root/dev/shm")
-        sampler.start()
+            sampler = ProcessPeakSampler(f"/proc/{pid}/root/dev/shm").start()
         if go:
-            time.sleep(0.3)  # the sampler is up (it starts in well under that)
+            if elastic and not sampler.ready.wait(60):
+                raise SystemExit("the elastic sampler did not start within 60 s")
             with open(f"/proc/{pid}/root/dev/shm/go", "w"):
                 pass
         code = container.wait(timeout=600)["StatusCode"]
         sampler.stop()
         return code, container.logs().decode("utf-8", "replace"), sampler
     finally:
+        if sampler is not None:
+            sampler.stop()
         container.remove(force=True)
 
 

@@ -197,7 +197,8 @@ def memory_reader(files: MemoryFiles, root=None) -> Callable[[], Memory]:
 
     def read() -> Memory:
         total, available = parse_meminfo(root.read_or_none("/proc/meminfo") or "")
-        limit = memory_limit(root, levels, total).value if levels else None
+        found = memory_limit(root, levels, total) if levels else None
+        limit = found.value if found is not None else None
         own = 0
         if levels:
             own_dir, version = files.levels[0]
@@ -207,7 +208,9 @@ def memory_reader(files: MemoryFiles, root=None) -> Callable[[], Memory]:
                 own = own_memory(int((usage_text or "0").strip()), stat, version)
             except ValueError:
                 own = 0
-        return Memory(limit=int(limit) if limit is not None else None, own=own, available=available, host_total=total)
+        own_limit = found is None or found.source is None or found.source.startswith(files.levels[0][0] + "/")
+        return Memory(limit=int(limit) if limit is not None else None, own=own, available=available, host_total=total,
+                      own_limit=own_limit)
 
     return read
 
@@ -317,7 +320,7 @@ def emit_json(event: dict) -> None:
 
 
 def grower_from_config(config: dict) -> Grower:
-    """The sampler's hook from the JSON its parent gives on the command line (ElasticSampler.config)."""
+    """The sampler's hook from the JSON line its parent writes once the container runs (ElasticSampler.config)."""
     proc_fd = open_process(int(config["pid"]), str(config["container_id"]))
     policy = Policy(batch_bytes=int(config["batch_bytes"]), threshold=float(config["threshold"]),
                     memory_pinned=bool(config["memory_pinned"]))
@@ -346,24 +349,24 @@ class ElasticSampler:
     """The sampler process with the grower, seen from `run`: the same interface as peak.ProcessPeakSampler (start,
     stop, peaks["shm"]), plus the growths, the final size and the memory limit raises.
 
-    Not a Record: it owns a process and a reader thread. Each event is handled as it comes: a growth is said on
-    stderr (`say`) and recorded (`on_growth`, which keeps the host record for `explain`); a request for a higher
-    memory limit goes to `raise_memory(limit)`, which returns None when done or why not; the ceiling is said once.
+    Not a Record: it owns a process and a reader thread. The process is spawned first (`spawn`, before the container
+    starts: its interpreter and imports take tens of milliseconds, hundreds on a busy host) and told which container
+    to watch once it runs (`start`). Each event is handled as it comes: a growth is said on stderr (`say`) and
+    recorded (`on_growth`, which keeps the host record for `explain`); a request for a higher memory limit goes to
+    `raise_memory(limit)`, which returns None when done or why not; the ceiling is said once.
     """
 
-    def __init__(self, container_id: str, pid: int, policy: Policy, memory_files: MemoryFiles, started_at: float,
-                 say: Callable[[str], None], raise_memory: Callable[[int], str | None],
+    def __init__(self, policy: Policy, say: Callable[[str], None], raise_memory: Callable[[int], str | None],
                  on_growth: Callable[[list], None] | None = None, interval: float = 0.0002,
                  realtime: bool = True, python: str | None = None) -> None:
-        self.config = {"pid": pid, "container_id": container_id, "batch_bytes": policy.batch_bytes,
-                       "threshold": policy.threshold, "memory_pinned": policy.memory_pinned,
-                       "memory_levels": [list(level) for level in memory_files.levels], "started_at": started_at,
-                       "realtime": realtime}
+        self.policy = policy
         self.interval = interval
+        self.realtime = realtime
         self.say = say
         self.raise_memory = raise_memory
         self.on_growth = on_growth
         self.python = python
+        self.config: dict = {}
         self.peaks: dict[str, int | None] = {"shm": None}
         self.growths: list = []  # growths.Growth, in order
         self.raises: list[tuple[int | None, int, str | None]] = []  # (from, to, why it failed or None)
@@ -371,6 +374,7 @@ class ElasticSampler:
         self.stopped: str | None = None  # why growing stopped early (a remount refused), when it was not the job's end
         self.final: dict = {}
         self.samples = 0
+        self.ready = threading.Event()  # the sampler samples (or gave up)
         self._proc: Any = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -382,20 +386,41 @@ class ElasticSampler:
             return int(self.final["size"])
         return self.growths[-1].to_bytes if self.growths else None
 
-    def start(self) -> "ElasticSampler":
+    def spawn(self) -> "ElasticSampler":
+        """Start the sampler process; it waits for `start`."""
         import subprocess
 
         package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
         self._proc = subprocess.Popen(
-            [self.python or sys.executable, "-m", "shmguard.engine.shm_sampler", "--elastic", json.dumps(self.config),
-             repr(self.interval)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
-            text=True, bufsize=1)
+            [self.python or sys.executable, "-m", "shmguard.engine.shm_sampler", "--elastic", repr(self.interval),
+             *(["--realtime"] if self.realtime else [])], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, env=env, text=True, bufsize=1)
         self._thread = threading.Thread(target=self._read, args=(self._proc,), daemon=True)
         self._thread.start()
         return self
 
+    def start(self, container_id: str, pid: int, memory_files: MemoryFiles, started_at: float) -> "ElasticSampler":
+        """Watch this container (started at `started_at`, wall clock) from now on."""
+        if self._proc is None:
+            self.spawn()
+        self.config = {"pid": pid, "container_id": container_id, "batch_bytes": self.policy.batch_bytes,
+                       "threshold": self.policy.threshold, "memory_pinned": self.policy.memory_pinned,
+                       "memory_levels": [list(level) for level in memory_files.levels], "started_at": started_at}
+        try:
+            self._proc.stdin.write(json.dumps(self.config) + "\n")
+            self._proc.stdin.flush()
+        except (OSError, ValueError):
+            self.ready.set()  # the sampler is gone: nothing to wait for
+        return self
+
     def _read(self, proc) -> None:
+        try:
+            self._read_lines(proc)
+        finally:
+            self.ready.set()
+
+    def _read_lines(self, proc) -> None:
         for line in proc.stdout:
             try:
                 event = json.loads(line)
@@ -410,7 +435,9 @@ class ElasticSampler:
         from shmguard.engine.growths import Growth
 
         kind = event.get("event")
-        if kind == "grew":
+        if kind == "ready":
+            self.ready.set()
+        elif kind == "grew":
             growth = Growth(at=float(event["at"]), elapsed=float(event["elapsed"]), from_bytes=int(event["from"]),
                             to_bytes=int(event["to"]), used_bytes=int(event["used"]),
                             memory_limit_before=event.get("limit_before"), memory_limit_after=event.get("limit_after"),
@@ -434,6 +461,7 @@ class ElasticSampler:
             self.capped = str(event["message"])
             self.say(f"shmguard: {self.capped}")
         elif kind == "stopped":
+            self.ready.set()
             if not event.get("gone"):
                 self.stopped = f"elastic /dev/shm stopped: {event.get('reason')}"
                 self.say(f"shmguard: {self.stopped}")
@@ -463,7 +491,7 @@ class ElasticSampler:
             self._thread.join(timeout=10)
 
     def __enter__(self) -> "ElasticSampler":
-        return self.start()
+        return self.spawn()
 
     def __exit__(self, *exc) -> None:
         self.stop()

@@ -68,6 +68,7 @@ class Memory(Record):
     own: int  # its processes' own memory: the cgroup's use less its tmpfs pages and inactive file cache
     available: int | None  # the host's MemAvailable; None: not known
     host_total: int | None = None  # the host's MemTotal (for the host's reserve)
+    own_limit: bool = True  # the limit is the container's own cgroup's (the engine's update changes it), not a parent's
 
 
 class Decision(Record):
@@ -157,7 +158,7 @@ def decide(used: int, size: int, memory: Memory, policy: Policy, raise_failed: s
     if top is None or want <= top:
         return Decision(grow_to=want, wanted=want)
     grow_to = top if top > size else None
-    if limit_binds(used, memory) and not policy.memory_pinned and raise_failed is None:
+    if limit_binds(used, memory) and memory.own_limit and not policy.memory_pinned and raise_failed is None:
         assert memory.limit is not None
         room = host_room(memory)
         # Room for the next growth too, so that the engine is not asked at every step; else for this one.
@@ -175,11 +176,15 @@ def capped_message(used: int, size: int, want: int, memory: Memory, policy: Poli
     head = (f"/dev/shm cannot grow past {format_size(size)} (it holds {format_size(used)} and the job wants "
             f"{format_size(want)})")
     start_with = f"--shm-size {docker_size(want)}"
-    if not limit_binds(used, memory) or not (policy.memory_pinned or raise_failed):
+    if not limit_binds(used, memory) or not (policy.memory_pinned or raise_failed or not memory.own_limit):
         return (f"{head}: the host has only {format_size(memory.available or 0)} of memory available. Fix: free "
                 f"memory on the host or run it where there is more, with {start_with}")
     assert memory.limit is not None
     needed = docker_size(limit_for(want, memory))
+    if not memory.own_limit:
+        return (f"{head}: the memory limit {format_size(memory.limit)} of a cgroup above the container holds the "
+                f"processes' {format_size(memory.own)} beside it, and the engine cannot raise that one. Fix: raise that "
+                f"limit, or run it with {start_with} where the memory allows")
     if policy.memory_pinned:
         return (f"{head}: --memory {docker_size(memory.limit)} holds the processes' {format_size(memory.own)} beside "
                 f"it. Fix: run it with --memory {needed} {start_with}")

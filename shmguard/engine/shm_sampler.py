@@ -9,17 +9,19 @@ never outlives its parent) and prints one JSON line: peak bytes (null if PATH wa
 never readable) and samples taken. Standard library only, and imports nothing of
 shmguard beyond the package, so it starts in a few milliseconds.
 
-`python -m shmguard.engine.shm_sampler --elastic CONFIG INTERVAL` samples a running
-container's /dev/shm and grows it as it fills (elastic /dev/shm, shmguard.engine.elastic):
-each reading goes to the Grower hook, which prints its events (growths, a memory limit
-to raise, the ceiling) as JSON lines before the final one; a `raise-failed REASON` line
-on stdin says the engine did not raise the limit.
+`python -m shmguard.engine.shm_sampler --elastic INTERVAL [--realtime]` samples a running
+container's /dev/shm and grows it as it fills (elastic /dev/shm, shmguard.engine.elastic).
+It is started before the container and waits for the container's description, one JSON
+line on stdin; then each reading goes to the Grower hook, which prints its events
+(growths, a memory limit to raise, the ceiling) as JSON lines before the final one; a
+`raise-failed REASON` line on stdin says the engine did not raise the limit.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -58,11 +60,13 @@ def sample(path: str, interval: float, done: threading.Event, hook=None) -> tupl
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) == 3 and argv[0] == "--elastic":
-        return main_elastic(json.loads(argv[1]), float(argv[2]))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C reaches the terminal's whole process group: the parent
+    # ends this process by closing its stdin, after it has stopped the container, so that the peak so far is kept
+    if len(argv) in (2, 3) and argv[0] == "--elastic":
+        return main_elastic(float(argv[1]), argv[2:] == ["--realtime"])
     if len(argv) != 2:
         print("usage: python -m shmguard.engine.shm_sampler PATH INTERVAL_SECONDS\n"
-              "       python -m shmguard.engine.shm_sampler --elastic CONFIG_JSON INTERVAL_SECONDS", file=sys.stderr)
+              "       python -m shmguard.engine.shm_sampler --elastic INTERVAL_SECONDS [--realtime]", file=sys.stderr)
         return 2
     path, interval = argv[0], float(argv[1])
     done = threading.Event()
@@ -79,18 +83,23 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def main_elastic(config: dict, interval: float) -> int:
-    """Sample the container's /dev/shm through its process and grow it (shmguard.engine.elastic.Grower)."""
+def main_elastic(interval: float, realtime: bool) -> int:
+    """Wait for the container's description (one JSON line on stdin: the parent starts this process before the
+    container, so that sampling begins the moment it runs), then sample its /dev/shm through its process and grow it
+    (shmguard.engine.elastic.Grower). Says `ready` once it samples."""
     from shmguard.engine import elastic
 
+    realtime = realtime and elastic.realtime()
+    first = sys.stdin.readline()
+    if not first.strip():  # the parent gave up before the start (the container did not start, or is not local)
+        return 0
     try:
-        grower = elastic.grower_from_config(config)
-    except OSError as exc:  # the container ended before the sampler started, or is not where it was said to be
+        grower = elastic.grower_from_config(json.loads(first))
+    except OSError as exc:  # the container ended before the sampler began, or is not where it was said to be
         print(json.dumps({"event": "stopped", "gone": elastic.gone(exc),
                           "reason": exc.strerror or str(exc)}), flush=True)
-        print(json.dumps({"peak": None, "samples": 0, "size": None, "realtime": False}), flush=True)
+        print(json.dumps({"peak": None, "samples": 0, "size": None, "realtime": realtime}), flush=True)
         return 0
-    realtime = bool(config.get("realtime")) and elastic.realtime()
     done = threading.Event()
 
     def read_commands() -> None:
@@ -103,6 +112,7 @@ def main_elastic(config: dict, interval: float) -> int:
             done.set()
 
     threading.Thread(target=read_commands, daemon=True).start()
+    print(json.dumps({"event": "ready", "realtime": realtime}), flush=True)
     peak, samples = sample(elastic.shm_path(grower.proc_fd), interval, done, grower)
     print(json.dumps({"peak": peak, "samples": samples, "size": grower.size or None, "realtime": realtime}), flush=True)
     return 0

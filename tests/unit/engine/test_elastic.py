@@ -8,6 +8,7 @@ import errno
 import io
 import os
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -247,8 +248,7 @@ def sampler(raise_answer=None):
         asked.append(limit)
         return raise_answer
 
-    watcher = ElasticSampler("a" * 64, 1234, Policy(batch_bytes=BATCH), MemoryFiles(levels=()), 1000.0, said.append,
-                             raise_memory, recorded.append)
+    watcher = ElasticSampler(Policy(batch_bytes=BATCH), said.append, raise_memory, recorded.append)
     return watcher, said, recorded, asked
 
 
@@ -306,3 +306,15 @@ def test_a_shm_too_small_for_two_batches_grows_at_the_first_reading():
     grow(0, 64 * MIB)
     grow(1 * MIB, 64 * MIB)
     assert fakes.resized == []
+
+
+def test_a_parents_limit_is_not_the_containers_own(tree):
+    cg = "/sys/fs/cgroup/memory/slice/ctr"
+    root = tree({f"{cg}/memory.limit_in_bytes": "9223372036854771712\n", f"{cg}/memory.usage_in_bytes": "1000\n",
+                 f"{cg}/memory.stat": "", "/sys/fs/cgroup/memory/slice/memory.limit_in_bytes": "1073741824\n",
+                 "/proc/meminfo": "MemTotal: 24684084 kB\n"})
+    files = MemoryFiles(levels=((cg, "v1"), ("/sys/fs/cgroup/memory/slice", "v1")))
+    memory = memory_reader(files, root)()
+    assert memory.limit == GIB and not memory.own_limit
+    Path(root.join(f"{cg}/memory.limit_in_bytes")).write_text("536870912\n")  # its own, lower: its own binds
+    assert memory_reader(files, root)().own_limit

@@ -168,3 +168,12 @@ def test_says_why_it_is_off(kwargs, reason):
 def test_on_where_it_can_work():
     found = status(True)
     assert found.on and found.reason is None and "--no-elastic turns it off" in found.line()
+
+
+def test_a_limit_set_above_the_container_is_not_asked_of_the_engine():
+    """A parent cgroup's limit (a slice, --cgroup-parent): the engine's update raises the container's own limit, which
+    would change nothing."""
+    memory = Memory(limit=1 * GIB, own=600 * MIB, available=20 * GIB, host_total=24 * GIB, own_limit=False)
+    decision = decide(300 * MIB, 340 * MIB, memory, Policy(batch_bytes=BATCH))
+    assert decision.raise_limit_to is None
+    assert "of a cgroup above the container" in decision.capped
