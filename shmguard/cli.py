@@ -87,6 +87,8 @@ def run_options(command):
 @click.option("--engine-wait", "engine_wait", default="60", show_default=True, metavar="SECONDS",
               help="When the Docker engine goes away mid-run, wait this long for it to come back, then follow the job "
                    "again (or report how it ended) instead of giving up.")
+@click.option("--elastic/--no-elastic", default=True, show_default=True,
+              help="Grow the container's /dev/shm while the job runs, before it fills (local engine, as root).")
 @click.option("--dry-run", is_flag=True, help="Print the plan and the equivalent docker run command; start nothing.")
 @click.option("--tune", "tune_first", is_flag=True,
               help="First sweep num_workers in the image with `shmguard tune` on --dataset (imported in the container) "
@@ -95,7 +97,8 @@ def run_options(command):
               help="Print the result (or the plan) as one JSON object on stdout; the container's output goes to stderr.")
 @click.argument("image")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def run(job, image, command, healthcheck, engine_wait, dry_run, tune_first, as_json, **container_options) -> int:
+def run(job, image, command, healthcheck, engine_wait, elastic, dry_run, tune_first, as_json,
+        **container_options) -> int:
     """Run IMAGE [-- COMMAND...] with /dev/shm, memory, CPUs and ulimits sized for the job.
 
     Streams the logs, returns the container's exit code, stops and removes the
@@ -108,7 +111,8 @@ def run(job, image, command, healthcheck, engine_wait, dry_run, tune_first, as_j
     """
     from shmguard.commands.run import run as run_command
 
-    return run_command(job, image, command, container_options, healthcheck, engine_wait, dry_run, tune_first, as_json)
+    return run_command(job, image, command, container_options, healthcheck, engine_wait, dry_run, tune_first, as_json,
+                       elastic)
 
 
 @cli.group()

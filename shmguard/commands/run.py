@@ -19,7 +19,8 @@ from shmguard.options import JobOptions
 
 
 def run(job_options: JobOptions, image: str, command: tuple, container_options: dict[str, Any],
-        healthcheck: bool | None, engine_wait: str, dry_run: bool, tune_first: bool, as_json: bool) -> int:
+        healthcheck: bool | None, engine_wait: str, dry_run: bool, tune_first: bool, as_json: bool,
+        elastic: bool = True) -> int:
     from shmguard.engine import flags
     from shmguard.engine.plan import RunOptions, parse_env
     from shmguard.engine.run import stop_signals_interrupt
@@ -34,7 +35,7 @@ def run(job_options: JobOptions, image: str, command: tuple, container_options: 
     if command and command[0] == "--":
         command = command[1:]
     opts = RunOptions(image=image, command=tuple(command), gpus=request, healthcheck=healthcheck, engine_wait=wait,
-                      **{k: v for k, v in values.items() if v is not None})
+                      elastic=elastic, **{k: v for k, v in values.items() if v is not None})
     container_env = {**{k: v for path in opts.env_files for k, v in flags.read_env_file(path).items()},
                      **parse_env(opts.env, os.environ)}
     job_options, notes = job_options.with_procs(command, container_env, request.known_count if request else None)
@@ -73,6 +74,7 @@ def say(text: str) -> None:
 
 def launch(job, options, dry_run: bool, as_json: bool, out=None, err=None) -> int:
     """Plan the run, then print the plan (--dry-run) or run the container and report how it ended."""
+    from shmguard.engine.elastic import run_status
     from shmguard.engine.follow import engine_answers
     from shmguard.engine.plan import describe, docker_cli, make_plan
     from shmguard.engine.run import connect, execute, local_image, stop_signals_interrupt
@@ -88,6 +90,7 @@ def launch(job, options, dry_run: bool, as_json: bool, out=None, err=None) -> in
             engine_info = client.info()
             image = local_image(client, options.image, options.pull, err)
         plan = make_plan(job, options, engine_info.get("MemTotal"), host_cpus=engine_info.get("NCPU"))
+    plan = plan.replace(elastic=run_status(options))
     for warning in plan.warnings:
         print(f"shmguard: warning: {warning}", file=err)
     if dry_run:
@@ -130,7 +133,7 @@ def plan_json(plan, job) -> dict[str, Any]:
     return {"plan": {"shm_bytes": plan.shm_bytes, "required_shm_bytes": plan.required_shm,
                      "procs_per_node": job.procs_per_node, "mem_limit": plan.mem_limit, "nofile": plan.nofile,
                      "environment": {k: redact(k, v) for k, v in plan.environment.items()},
-                     "warnings": list(plan.warnings)},
+                     "warnings": list(plan.warnings), "elastic": elastic_json(plan)},
             "docker_run": docker_cli(plan, bool(plan.options.healthcheck))}
 
 
@@ -140,23 +143,37 @@ def result_json(result, plan) -> dict[str, Any]:
             "shm_size_bytes": result.shm_size, "required_shm_bytes": plan.required_shm,
             "peak_shm_bytes": result.peak_shm, "peak_shm_lower_bound": result.peak_lower_bound,
             "diagnosis": result.diagnosis.as_dict() if result.diagnosis else None,
-            "interrupted": result.interrupted, "removed": result.removed, "engine_note": result.engine_note}
+            "interrupted": result.interrupted, "removed": result.removed, "engine_note": result.engine_note,
+            "elastic": {**elastic_json(plan), "note": result.elastic_note}, "shm_final_bytes": result.shm_final,
+            "shm_growths": [growth.json() for growth in result.shm_growths], "shm_next_bytes": result.shm_next}
+
+
+def elastic_json(plan) -> dict[str, Any]:
+    """Whether /dev/shm grows while the job runs (`elastic` in the plan and the result), and why not."""
+    status = plan.elastic
+    return {"on": bool(status and status.on), "reason": status.reason if status else None}
 
 
 def report_lines(result) -> list[str]:
     """The end of a run on stderr: the peak /dev/shm, what happened to the engine, the diagnosis."""
+    from shmguard.engine.growths import summary
     from shmguard.engine.run import EXEC_INTERVAL
-    from shmguard.units import format_size
+    from shmguard.units import docker_size, format_size
 
     lines = []
+    size = result.shm_final or result.shm_size  # after its growths, if it grew
     if result.peak_shm is not None:
-        pct = f" ({100 * result.peak_shm / result.shm_size:.0f}%)" if result.shm_size else ""
+        pct = f" ({100 * result.peak_shm / size:.0f}%)" if size else ""
         if result.peak_lower_bound:
             lines.append(f"shmguard: peak /dev/shm at least {format_size(result.peak_shm)} of "
-                         f"{format_size(result.shm_size)}{pct} (sampled through docker exec every {EXEC_INTERVAL:g} s: "
+                         f"{format_size(size)}{pct} (sampled through docker exec every {EXEC_INTERVAL:g} s: "
                          f"shorter peaks are missed, so this is a lower bound; size from the model, not from it)")
         else:
-            lines.append(f"shmguard: peak /dev/shm {format_size(result.peak_shm)} of {format_size(result.shm_size)}{pct}")
+            lines.append(f"shmguard: peak /dev/shm {format_size(result.peak_shm)} of {format_size(size)}{pct}")
+    if result.shm_growths:
+        peak = f" (peak {format_size(result.peak_shm)})" if result.peak_shm is not None else ""
+        advice = f": start with --shm-size {docker_size(result.shm_next)} next time" if result.shm_next else ""
+        lines.append(f"shmguard: /dev/shm {summary(result.shm_growths)}{peak}{advice}")
     if result.engine_note:
         lines.append(f"shmguard: {result.engine_note}")
     if result.diagnosis:

@@ -495,3 +495,155 @@ class ElasticSampler:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+# --- run's glue ---------------------------------------------------------------------------------------
+
+def shm_target(options) -> str | None:
+    """A user's volume, bind or tmpfs at /dev/shm (as given), which makes /dev/shm not the container's own tmpfs."""
+    for volume in options.volumes:
+        parts = volume.split(":")
+        if len(parts) > 1 and parts[1].rstrip("/") == "/dev/shm":
+            return f"-v {volume}"
+    for mount in options.mounts:
+        fields = dict(f.partition("=")[::2] for f in mount.split(","))
+        if fields.get("target", "").rstrip("/") == "/dev/shm":
+            return f"--mount {mount}"
+    return None
+
+
+def remote_engine(docker_host: str | None) -> str | None:
+    """The engine's address when it is not a socket on this host (tcp://, ssh://), else None."""
+    if not docker_host or docker_host.startswith(("unix://", "/")):
+        return None
+    return docker_host
+
+
+def privileged(status_text: str | None = None) -> bool:
+    """Root, or CAP_SYS_ADMIN in this process's effective set (what remounting a tmpfs takes)."""
+    if os.geteuid() == 0:
+        return True
+    if status_text is None:
+        try:
+            with open("/proc/self/status") as f:
+                status_text = f.read()
+        except OSError:
+            return False
+    for line in status_text.splitlines():
+        if line.startswith("CapEff:"):
+            try:
+                return bool(int(line.split()[1], 16) >> 21 & 1)  # CAP_SYS_ADMIN is capability 21
+            except (IndexError, ValueError):
+                return False
+    return False
+
+
+def run_status(options, environ=None) -> Any:
+    """Whether elastic /dev/shm is on for this run (elastic_policy.status, from the options and this host)."""
+    from shmguard.engine.elastic_policy import status
+
+    environ = os.environ if environ is None else environ
+    return status(options.elastic, detach=options.detach, ipc_host=options.ipc_host, shm_target=shm_target(options),
+                  remote_engine=remote_engine(environ.get("DOCKER_HOST")), privileged=privileged())
+
+
+def raise_memory_of(container) -> Callable[[int], str | None]:
+    """The engine's update call that raises the container's memory limit (and its swap allowance with it: an update
+    of the limit above the memory+swap limit is refused); returns None when done, else why not."""
+    def raise_to(limit: int) -> str | None:
+        try:
+            container.reload()
+            host = container.attrs.get("HostConfig") or {}
+            memory, swap = int(host.get("Memory") or 0), int(host.get("MemorySwap") or 0)
+            kwargs: dict[str, int] = {"mem_limit": limit}
+            if swap > 0:
+                kwargs["memswap_limit"] = limit + max(0, swap - memory)
+            elif swap == -1:
+                kwargs["memswap_limit"] = -1
+            container.update(**kwargs)
+            return None
+        except Exception as exc:  # the engine refused, or is gone: growing stops there, and says why
+            return str(getattr(exc, "explanation", None) or exc or type(exc).__name__).replace("\n", " ")[:300]
+
+    return raise_to
+
+
+def prepare(plan, container, say: Callable[[str], None]) -> ElasticSampler:
+    """The elastic sampler for a created container, spawned before its start (`begin` tells it to watch)."""
+    from shmguard import model
+    from shmguard.engine import growths
+
+    job = plan.job
+    policy = Policy(batch_bytes=model.batch_segment_bytes(job) if job.workers else 0,
+                    memory_pinned=plan.options.memory is not None)
+
+    def record(items: list) -> None:
+        try:
+            growths.save(container.id, container.name, items)
+        except (OSError, ValueError):
+            pass  # explain will not know of it; the run itself is not affected
+
+    try:  # the records of containers removed since a --keep run
+        if os.listdir(growths.record_dir()):
+            growths.prune([c["Id"] for c in container.client.api.containers(all=True, quiet=True)])
+    except Exception:
+        pass
+    return ElasticSampler(policy, say, raise_memory_of(container), record).spawn()
+
+
+def begin(sampler: ElasticSampler, container, started_at: float) -> tuple[bool, str | None]:
+    """Point the sampler at the started container. (True, None): it watches; (False, why): elastic growth cannot work
+    on this container (why None: it has ended already); then the sampler is stopped and the caller watches /dev/shm
+    as usual."""
+    from shmguard.probe.mountinfo import mount_at, parse_mountinfo
+
+    try:
+        container.reload()
+        pid = int((container.attrs.get("State") or {}).get("Pid") or 0)
+    except Exception:
+        pid = 0
+    if not pid:
+        sampler.stop()
+        return False, None
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            if container.id not in f.read():
+                raise OSError(errno.ENXIO, "not the container's process")
+        with open(f"/proc/{pid}/mountinfo") as f:
+            shm = mount_at(parse_mountinfo(f.read())[0], "/dev/shm")
+        files = memory_levels(pid)
+    except OSError as exc:
+        sampler.stop()
+        if gone(exc):
+            return False, None
+        return False, "the container's processes are not on this host (an engine in a VM, or another machine)"
+    if shm is None or shm.fstype != "tmpfs":
+        sampler.stop()
+        return False, "the container's /dev/shm is not a tmpfs of its own"
+    sampler.start(container.id, pid, files, started_at)
+    return True, None
+
+
+class Outcome(Record):
+    """What elastic growth did to a run, for its report and its post-mortem."""
+
+    plan: Any  # the run's plan with the /dev/shm and memory limit the job ended with (the post-mortem's evidence)
+    final: int | None = None  # /dev/shm at the end, when the elastic sampler watched
+    growths: tuple = ()  # growths.Growth
+    next_start: int | None = None  # the /dev/shm to start with next time, when it grew
+    note: str | None = None  # why it stopped growing (the ceiling, a refused remount)
+
+
+def outcome(watcher, plan, peak: int | None) -> Outcome:
+    """The Outcome of a run watched by `watcher` (an ElasticSampler, or another sampler: nothing grew)."""
+    from shmguard.engine.elastic_policy import next_start
+
+    if not isinstance(watcher, ElasticSampler):
+        return Outcome(plan=plan)
+    items = tuple(watcher.growths)
+    final = items[-1].to_bytes if items else plan.shm_bytes
+    raised = [to for _, to, why in watcher.raises if why is None]
+    ended = plan.replace(shm_bytes=final, mem_limit=raised[-1] if raised else plan.mem_limit)
+    return Outcome(plan=ended, final=final, growths=items,
+                   next_start=next_start(peak, final, watcher.policy.batch_bytes) if items else None,
+                   note=watcher.capped or watcher.stopped)

@@ -35,8 +35,8 @@ class RunError(ShmguardError):
 
 
 class RunOptions(Record):
-    """What the user asked `run` for; every field but image, command, healthcheck and engine_wait is a row of
-    shmguard.engine.flags (same name), parsed there."""
+    """What the user asked `run` for; every field but image, command, healthcheck, engine_wait and elastic is a row
+    of shmguard.engine.flags (same name), parsed there."""
 
     image: str
     command: tuple[str, ...] = ()
@@ -64,6 +64,7 @@ class RunOptions(Record):
     init: bool = True
     healthcheck: bool | None = None  # None: when the image has shmguard
     engine_wait: float = ENGINE_WAIT  # seconds to wait for an engine lost mid-run
+    elastic: bool = True  # grow /dev/shm while the job runs where it can (shmguard.engine.elastic); --no-elastic
 
 
 class RunPlan(Record):
@@ -76,6 +77,7 @@ class RunPlan(Record):
     environment: dict[str, str]
     warnings: tuple[str, ...] = field(default=())
     job_env: dict[str, str] = field(default_factory=dict)  # the SHMGUARD_* variables of the job, as set
+    elastic: Any = None  # elastic_policy.Status: whether /dev/shm grows while the job runs, and why not
 
     def values(self, healthcheck: bool = False, labels: dict[str, str] | None = None) -> dict[str, Any]:
         """The values of every row of the translation table (shmguard.engine.flags) for this plan."""
@@ -239,6 +241,8 @@ def describe(plan: RunPlan) -> list[str]:
         lines.append(nccl.describe(job))
     if plan.mem_limit is not None:
         lines.append(f"memory limit: {format_size(plan.mem_limit)} (the job needs about {format_size(model.memory_bytes(job))}, shm included)")
+    if plan.elastic is not None:
+        lines.append(plan.elastic.line())
     return lines
 
 

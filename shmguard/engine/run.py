@@ -17,10 +17,12 @@ import json
 import os
 import signal
 import sys
+import time
 from contextlib import contextmanager
 from typing import Any
 
 from shmguard.diagnosis import Diagnosis
+from shmguard.engine import elastic, growths
 from shmguard.engine.follow import Output, engine_answers, follow, is_engine_loss, lost_engine
 from shmguard.engine.interactive import attach_stream, pump_stdin, raw_terminal
 from shmguard.engine.peak import PeakSampler, ProcessPeakSampler
@@ -283,6 +285,10 @@ class RunResult(Record):
     interrupted: bool = False
     engine_note: str | None = None  # the engine went away during the run, and how that ended
     peak_lower_bound: bool = False  # the peak was sampled too coarsely to be more than a lower bound
+    shm_final: int | None = None  # /dev/shm at the end (elastic: after its growths)
+    shm_growths: tuple = ()  # growths.Growth, in order
+    shm_next: int | None = None  # the /dev/shm to start with next time, after growths
+    elastic_note: str | None = None  # why /dev/shm stopped growing, or could not grow for this container
 
 
 def local_image(client, name: str, pull: str | None = None, err=None):
@@ -369,10 +375,21 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         raise
     interrupted = removed = False
-    watcher = None
+    watcher: Any = None
+    elastic_sampler: Any = None
+    elastic_note = None
     lower_bound = False
     output = Output(out, err, maskers=output_maskers(plan))
     note = None
+
+    def say(text: str) -> None:
+        """A line of shmguard's own on stderr, between the container's (a growth, as it happens)."""
+        with output.lock:
+            try:
+                print(text, file=err, flush=True)
+            except (BrokenPipeError, ValueError):
+                pass
+
     try:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         # Attached before the start, as `docker run` does: all the output comes live, and no log replay is asked
@@ -382,13 +399,21 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
             stream, stdin_socket = attach_stream(container, opts.tty)
         else:
             stream = container.attach(stdout=True, stderr=True, stream=True, logs=False, demux=True)
+        if plan.elastic is not None and plan.elastic.on and not opts.detach:
+            elastic_sampler = elastic.prepare(plan, container, say)  # its process is up before the job starts
         try:  # from the start on: an interrupt at any point (even before start() returns) stops the container
             start(container, plan)
+            started_at = time.time()
             if opts.detach:
                 return RunResult(0, container.id, container.name, plan.shm_bytes, None, None, False)
             if stdin_socket is not None:
                 pump_stdin(stdin_socket)
-            if not opts.ipc_host:
+            if elastic_sampler is not None:  # grows /dev/shm as it fills (engine/elastic.py), or says why it cannot
+                watching, elastic_note = elastic.begin(elastic_sampler, container, started_at)
+                watcher = elastic_sampler if watching else None
+                if elastic_note:
+                    say(f"shmguard: elastic /dev/shm is off: {elastic_note}")
+            if not opts.ipc_host and watcher is None:
                 host_path = host_shm_path(engine_info, container)
                 watcher, lower_bound = shm_watcher(container, host_path, None if host_path else container_pid(container))
                 watcher.start()
@@ -417,22 +442,29 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
                 raise
             state = {}
         peak = watcher.peaks["shm"] if watcher else None
+        grown = elastic.outcome(watcher, plan, peak)
+        elastic_note = grown.note or elastic_note
         # A lower bound (sampled through docker exec) is shown, never used as evidence of a low peak.
         diagnosis = None if interrupted else post_mortem(exit_code, output.tail_text(), bool(state.get("OOMKilled")),
-                                                         plan, None if lower_bound else peak)
+                                                         grown.plan, None if lower_bound else peak)
         removed = opts.remove and remove_uninterrupted(container)
+        if removed:
+            growths.remove(container.id)
         return RunResult(exit_code, container.id, container.name, plan.shm_bytes, peak, diagnosis,
-                         removed=removed, interrupted=interrupted, engine_note=note, peak_lower_bound=lower_bound)
+                         removed=removed, interrupted=interrupted, engine_note=note, peak_lower_bound=lower_bound,
+                         shm_final=grown.final, shm_growths=grown.growths, shm_next=grown.next_start,
+                         elastic_note=elastic_note)
     except Exception as exc:
         if not is_engine_loss(exc):
             raise
         raise lost_engine(f"{container.name} was starting or ending", exc, container.name) from None
     finally:
-        if watcher:
-            watcher.stop()
+        for sampler in (watcher, elastic_sampler):
+            if sampler:
+                sampler.stop()
         if opts.remove and not opts.detach:
-            if not removed:  # an error skipped the removal above, or it failed: once more
-                remove_uninterrupted(container)
+            if not removed and remove_uninterrupted(container):  # an error skipped the removal above, or it failed
+                growths.remove(container.id)
 
 
 def output_maskers(plan: RunPlan):
