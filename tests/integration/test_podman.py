@@ -71,7 +71,7 @@ def test_shmguard_run_sizes_the_same_job_on_podman(podman, client):
 
 def test_shmguard_run_explains_a_too_small_shm_on_podman(podman):
     proc = shmguard(podman, "run", "--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224",
-                    "--shm-size", "64m", DEMO_IMAGE, "--", *JOB)
+                    "--shm-size", "64m", "--no-elastic", DEMO_IMAGE, "--", *JOB)
     assert proc.returncode != 0
     assert "368m" in proc.stderr and "shared memory" in proc.stderr, proc.stderr[-3000:]
 

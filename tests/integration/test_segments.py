@@ -68,8 +68,8 @@ def test_list_collate_fits_shmguards_size_and_dies_below_its_peak(demo_image, na
     assert report["peak_shm_bytes"] >= 0.9 * true_peak and not report["peak_shm_lower_bound"], (report, demo)
 
     too_small = int(0.9 * true_peak)
-    proc = shmguard("run", *JOB, "--collate", "list", "--shm-size", str(too_small), "--name", names(), demo_image,
-                    "--", *TRAIN)
+    proc = shmguard("run", *JOB, "--collate", "list", "--shm-size", str(too_small), "--no-elastic", "--name", names(),
+                    demo_image, "--", *TRAIN)
     assert proc.returncode != 0, proc.stderr[-3000:]
     # The post-mortem names the size to give (the model's peak, never below Docker's 64 MiB) and the peak itself.
     assert f"--shm-size={docker_size(sizing.shm_size(listed))}" in proc.stderr, proc.stderr[-3000:]
