@@ -103,6 +103,7 @@ class Evidence(Record):
     command: str | None = None  # the container's command, for exit 127
     running: bool = False
     notes: tuple[str, ...] = ()  # what could not be used (e.g. a job description that does not validate)
+    shm_growths: tuple = ()  # engine.growths.Growth: /dev/shm grew under `shmguard run` (shm_size is the last size)
 
 
 class Diagnosis(Record):

@@ -89,8 +89,9 @@ def container_shm(attrs: dict) -> tuple[int | None, bool]:
     return (int(size) if isinstance(size, int) and size > 0 else None), False
 
 
-def container_evidence(attrs: dict, logs: str, flag_values: dict) -> Evidence:
-    """Evidence from a container's `docker inspect` and its log."""
+def container_evidence(attrs: dict, logs: str, flag_values: dict, shm_growths: tuple = ()) -> Evidence:
+    """Evidence from a container's `docker inspect` and its log, and the growths of its /dev/shm under `shmguard run`
+    (engine.growths: the engine never learns of them, so its ShmSize is the size the container started with)."""
     state = attrs.get("State") or {}
     host = attrs.get("HostConfig") or {}
     config = attrs.get("Config") or {}
@@ -99,6 +100,8 @@ def container_evidence(attrs: dict, logs: str, flag_values: dict) -> Evidence:
     notes: list[str] = []
     job = job_for(flag_values, env_values(environ), f"{name}'s SHMGUARD_* variables", notes)
     shm, unbounded = container_shm(attrs)
+    if shm_growths:
+        shm = shm_growths[-1].to_bytes
     started = state.get("Status") not in ("created",)
     memory = host.get("Memory")
     command = config.get("Cmd")
@@ -107,7 +110,7 @@ def container_evidence(attrs: dict, logs: str, flag_values: dict) -> Evidence:
         oom_killed=bool(state.get("OOMKilled")), logs=logs, shm_size=shm, shm_unbounded=unbounded,
         memory_limit=memory if isinstance(memory, int) and memory > 0 else None, job=job, platform="docker",
         command=" ".join(command) if isinstance(command, list) else command, running=bool(state.get("Running")),
-        notes=tuple(notes))
+        notes=tuple(notes), shm_growths=tuple(shm_growths))
 
 
 # --- a Pod object ---------------------------------------------------------------------------------
@@ -209,7 +212,8 @@ def entry(container: str | None, evidence: Evidence, found: Diagnosis) -> dict[s
     return {"container": container, "exit_code": evidence.exit_code, "oom_killed": evidence.oom_killed,
             "shm_size_bytes": evidence.shm_size, "shm_unbounded": evidence.shm_unbounded,
             "memory_limit_bytes": evidence.memory_limit,
-            "job": evidence.job.as_dict() if evidence.job is not None else None, **found.as_dict()}
+            "job": evidence.job.as_dict() if evidence.job is not None else None,
+            "shm_growths": [growth.json() for growth in evidence.shm_growths], **found.as_dict()}
 
 
 def text_report(entries: list[dict]) -> str:
@@ -222,6 +226,11 @@ def text_report(entries: list[dict]) -> str:
             lines.append(f"  fix: {item['fix']}")
         if item["evidence"]:
             lines.append(f"  evidence: {'; '.join(item['evidence'])}")
+        if item.get("shm_growths"):
+            from shmguard.engine.growths import Growth
+
+            grew = [Growth.from_json(growth).line() for growth in item["shm_growths"]]
+            lines.append(f"  /dev/shm grew under shmguard run: {'; '.join(grew)}")
     return "\n".join(lines)
 
 
@@ -336,8 +345,10 @@ def explain(container: str | None, flag_values: dict, stdin_text: str | None, ho
         if any(v is not None and v is not False for k, v in stdin_facts.items() if k != "platform"):
             raise UsageError("--shm-size, --memory-limit, --exit-code and --oom-killed describe a log on stdin; "
                              "a container's come from the engine")
+        from shmguard.engine import growths
+
         attrs, logs = read_container(container, host, tail)
-        evidence = container_evidence(attrs, logs, flag_values)
+        evidence = container_evidence(attrs, logs, flag_values, growths.load(str(attrs.get("Id") or "")))
         name = str(attrs.get("Name") or container).lstrip("/")
         text, code = report("container", name, [(name, evidence)], as_json)
     else:
