@@ -13,8 +13,8 @@ from shmguard.engine.elastic_policy import Policy
 from shmguard.engine.growths import Growth
 from shmguard.engine.plan import RunOptions, make_plan
 from shmguard.engine.run import RunResult
-from shmguard.jsonout import stamp
 from shmguard.job import make_job
+from shmguard.jsonout import stamp
 
 MIB = 2**20
 JOB = make_job(workers=4, batch_size=64, sample_shape="3,224,224")
