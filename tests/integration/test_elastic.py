@@ -1,0 +1,346 @@
+"""Elastic /dev/shm (issue 29) on the real engine: `shmguard run` grows a running job's /dev/shm before it fills.
+
+- the remount itself on a running container (files and mount flags kept; the nsenter fallback too);
+- the demo job (4 workers x 64 x 3x224x224 float32, about 368 MiB at its peak) and its list-collate variant start
+  with --shm-size 64m and complete beside two CPU burners, while --no-elastic dies of shared memory (the 20-of-20
+  proof is `python benchmarks/elastic_shm.py soak`, BENCHMARKS.md);
+- faults: a pinned memory limit it cannot grow past (said once, with the fix), the container ending while it grows,
+  Ctrl-C during growth; the exit code is the job's and nothing is left behind (container, sampler, host record);
+- a memory limit the user did not pin is raised through the engine's update call;
+- `explain` names the growths of a kept container;
+- the same under Podman (rootful, its Docker-compatible API).
+The engine going away mid-growth is in test_engine_loss.py (its throwaway engine).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from contextlib import contextmanager
+
+import pytest
+
+from tests.integration.conftest import DEMO_IMAGE, SESSION, TEST_LABEL, unavailable
+
+pytestmark = pytest.mark.integration
+
+MIB = 2**20
+BASE = "shmguard-base:bookworm"
+DEMO_JOB = ["--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224"]
+# A generous DataLoader timeout: a loaded CI machine must not turn a slow batch into a failure.
+TRAIN = ["python", "/app/train.py", "--timeout", "120", "--steps", "20"]
+GROWTH_LINE = re.compile(r"^shmguard: /dev/shm [\d.]+ [KMG]iB -> [\d.]+ [KMG]iB at \d\d:\d\d:\d\d \(used [^)]+\)",
+                         re.MULTILINE)
+NO_JOB = ["--workers", "0", "--batch-size", "1", "--sample-bytes", "1"]
+# Writes /dev/shm in steps (posix_fallocate, as PyTorch allocates a shared tensor): STEP bytes every PAUSE seconds.
+GROWER = ("import os, sys, time\n"
+          "step, total, pause = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])\n"
+          "for i in range(total // step):\n"
+          "    fd = os.open(f'/dev/shm/g{i}', os.O_CREAT | os.O_RDWR)\n"
+          "    os.posix_fallocate(fd, 0, step)\n"
+          "    os.close(fd)\n"
+          "    print('wrote', (i + 1) * step >> 20, 'MiB', flush=True)\n"
+          "    time.sleep(pause)\n"
+          "sys.exit(int(sys.argv[4]) if len(sys.argv) > 4 else 0)\n")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def root():
+    if os.geteuid() != 0:
+        unavailable("elastic /dev/shm remounts a container's tmpfs: it needs root")
+
+
+@pytest.fixture
+def state(tmp_path):
+    """A private XDG_STATE_HOME for the growth records, and the environment of a `shmguard run`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHMGUARD_")}
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")
+    return env
+
+
+def shmguard(*args, env, timeout=900):
+    return subprocess.run([sys.executable, "-m", "shmguard", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def records(env) -> list[str]:
+    folder = os.path.join(env["XDG_STATE_HOME"], "shmguard", "elastic")
+    return os.listdir(folder) if os.path.isdir(folder) else []
+
+
+def orphan_samplers() -> list[int]:
+    """Elastic sampler processes whose shmguard is gone (they must end with it)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().split(b"\0")
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if b"shmguard.engine.shm_sampler" in cmdline and b"--elastic" in cmdline and ppid == 1:
+            found.append(int(pid))
+    return found
+
+
+def no_orphan_samplers(seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while orphan_samplers():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def gone(client, name) -> bool:
+    return not client.containers.list(all=True, filters={"name": f"^/{name}$"})
+
+
+@contextmanager
+def burners(count: int):
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def name(docker_client):
+    import docker
+
+    value = f"shmguard-elastic-{uuid.uuid4().hex[:10]}"
+    yield value
+    try:
+        docker_client.containers.get(value).remove(force=True)
+    except docker.errors.NotFound:
+        pass
+
+
+@pytest.fixture
+def sleeper(docker_client):
+    """A running container with a 64 MiB /dev/shm (removed after the test)."""
+    made = []
+
+    def make(shm="64m", **kwargs):
+        container = docker_client.containers.run(BASE, ["sleep", "300"], detach=True, shm_size=shm, init=True,
+                                                 labels={TEST_LABEL: SESSION}, **kwargs)
+        made.append(container)
+        container.reload()
+        return container
+
+    yield make
+    for container in made:
+        container.remove(force=True)
+
+
+def in_container(container, *command) -> str:
+    result = container.exec_run(list(command))
+    assert result.exit_code == 0, result.output
+    return result.output.decode()
+
+
+# --- the mechanism ---------------------------------------------------------------------------------
+
+def test_the_remount_grows_a_running_containers_shm_and_keeps_its_files_and_flags(sleeper):
+    from shmguard.engine.elastic import nsenter_remount, open_process, remount
+
+    container = sleeper()
+    in_container(container, "sh", "-c", "head -c 10485760 /dev/zero > /dev/shm/kept")
+    fd = open_process(container.attrs["State"]["Pid"], container.id)
+    try:
+        remount(fd, 200 * MIB)
+        assert in_container(container, "stat", "-f", "-c", "%b %S", "/dev/shm").split() == [str(200 * MIB // 4096),
+                                                                                          "4096"]
+        assert in_container(container, "stat", "-c", "%s", "/dev/shm/kept").strip() == str(10 * MIB)
+        options = next(line.split()[5] for line in in_container(container, "cat", "/proc/self/mountinfo").splitlines()
+                       if line.split()[4] == "/dev/shm")
+        assert {"nosuid", "nodev", "noexec"} <= set(options.split(","))  # the mount's own flags, untouched
+        in_container(container, "sh", "-c", "head -c 150000000 /dev/zero > /dev/shm/big")  # past the old 64 MiB
+        nsenter_remount(fd, 300 * MIB)  # the way for kernels without fspick
+        assert in_container(container, "stat", "-f", "-c", "%b", "/dev/shm").strip() == str(300 * MIB // 4096)
+    finally:
+        os.close(fd)
+
+
+def test_a_process_of_another_container_is_refused(sleeper):
+    from shmguard.engine.elastic import open_process
+
+    first, second = sleeper(), sleeper()
+    with pytest.raises(OSError) as caught:
+        open_process(first.attrs["State"]["Pid"], second.id)
+    assert caught.value.errno == errno.ENXIO
+
+
+def test_an_unpinned_memory_limit_is_raised_through_the_engine(docker_client):
+    """A container with a memory limit the user did not pin: at the ceiling, the engine's update raises it and the
+    growth goes on (run pins every limit it sets today: --memory is the user's; this is the path for the rest)."""
+    from shmguard.engine.elastic import ElasticSampler, memory_levels, raise_memory_of
+    from shmguard.engine.elastic_policy import Policy
+
+    container = docker_client.containers.create(BASE, ["python3", "-c", GROWER, str(64 * MIB), str(768 * MIB), "0.1"],
+                                                shm_size="64m", mem_limit="512m", init=True,
+                                                labels={TEST_LABEL: SESSION})
+    said: list[str] = []
+    sampler = ElasticSampler(Policy(batch_bytes=0), said.append, raise_memory_of(container)).spawn()
+    try:
+        container.start()
+        started = time.time()
+        container.reload()
+        pid = container.attrs["State"]["Pid"]
+        sampler.start(container.id, pid, memory_levels(pid), started)
+        code = container.wait(timeout=300)["StatusCode"]
+        sampler.stop()
+        container.reload()
+        assert code == 0, (container.logs()[-2000:], said)
+        assert sampler.raises and all(why is None for _, _, why in sampler.raises), sampler.raises
+        assert container.attrs["HostConfig"]["Memory"] == sampler.raises[-1][1] > 512 * MIB
+        raised = [g for g in sampler.growths if g.memory_limit_after != g.memory_limit_before]
+        assert raised and raised[0].memory_limit_before == 512 * MIB
+        assert sampler.growths[-1].to_bytes >= 768 * MIB and sampler.capped is None
+    finally:
+        sampler.stop()
+        container.remove(force=True)
+
+
+# --- the job, under run -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("collate", ["default", "list"])
+def test_the_demo_job_completes_from_64m_beside_cpu_burners_and_dies_without_elastic(docker_client, demo_image, state,
+                                                                                    name, collate):
+    job = [*DEMO_JOB, *(["--collate", "list"] if collate == "list" else [])]
+    train = [*TRAIN, *(["--collate", "list"] if collate == "list" else [])]
+    with burners(2):
+        proc = shmguard("run", *job, "--shm-size", "64m", "--json", "--name", name, demo_image, "--", *train, env=state)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert "demo: completed 20 steps" in proc.stderr
+    assert report["elastic"] == {"on": True, "reason": None, "note": None}
+    growths = report["shm_growths"]
+    assert growths and report["shm_final_bytes"] == growths[-1]["to_bytes"] > report["peak_shm_bytes"]
+    assert report["shm_size_bytes"] == 64 * MIB == growths[0]["from_bytes"]
+    assert all(a["to_bytes"] == b["from_bytes"] for a, b in zip(growths, growths[1:]))  # one chain, never shrinking
+    assert len(GROWTH_LINE.findall(proc.stderr)) == len(growths)  # each said as it happened
+    assert 64 * MIB < report["shm_next_bytes"] <= report["shm_final_bytes"]
+    assert gone(docker_client, name) and records(state) == [] and no_orphan_samplers()
+
+    # Without elastic: the same death as always (a short DataLoader timeout: a full /dev/shm may show as a lost batch).
+    train[train.index("--timeout") + 1] = "20"
+    proc = shmguard("run", *job, "--shm-size", "64m", "--no-elastic", "--json", demo_image, "--", *train, env=state)
+    report = json.loads(proc.stdout)
+    assert proc.returncode != 0 and report["shm_growths"] == [], proc.stderr[-3000:]
+    assert report["diagnosis"]["verdict"] in ("shared-memory", "likely-shared-memory"), report["diagnosis"]
+    assert report["elastic"]["reason"] == "--no-elastic"
+
+
+# --- faults ---------------------------------------------------------------------------------------------
+
+def test_a_pinned_memory_limit_stops_the_growth_says_so_once_and_the_exit_code_is_the_jobs(docker_client, state,
+                                                                                       name):
+    proc = shmguard("run", *NO_JOB, "--shm-size", "64m", "--memory", "256m", "--json", "--name", name, BASE, "--",
+                    "python3", "-c", GROWER, str(16 * MIB), str(400 * MIB), "0.05", env=state)
+    report = json.loads(proc.stdout)
+    said = [line for line in proc.stderr.splitlines() if "cannot grow past" in line]
+    assert len(said) == 1, proc.stderr[-3000:]
+    assert "--memory 256m holds the processes'" in said[0] and "Fix: run it with --memory " in said[0]
+    assert report["elastic"]["note"] == said[0].removeprefix("shmguard: ")
+    # The job met a full /dev/shm (ENOSPC: python's exit 1), not the OOM killer: the ceiling kept it under the limit.
+    assert proc.returncode == report["exit_code"] == 1, proc.stderr[-3000:]
+    assert "No space left on device" in proc.stderr
+    assert report["shm_final_bytes"] < 256 * MIB
+    assert gone(docker_client, name) and records(state) == [] and no_orphan_samplers()
+
+
+def test_the_container_ending_while_it_grows_is_not_an_error(docker_client, state):
+    """The job fills /dev/shm past the threshold and exits at once: the remount meets a container that is ending."""
+    for attempt in range(4):
+        name = f"shmguard-elastic-{uuid.uuid4().hex[:10]}"
+        proc = shmguard("run", *NO_JOB, "--shm-size", "64m", "--name", name, BASE, "--", "python3", "-c",
+                        "import os\nfd = os.open('/dev/shm/x', os.O_CREAT | os.O_RDWR)\n"
+                        "os.posix_fallocate(fd, 0, 60 * 2**20)\nos._exit(3)", env=state, timeout=300)
+        assert proc.returncode == 3, proc.stderr[-3000:]
+        assert "Traceback" not in proc.stderr and "elastic /dev/shm stopped" not in proc.stderr, proc.stderr
+        assert gone(docker_client, name)
+    assert records(state) == [] and no_orphan_samplers()
+
+
+def test_ctrl_c_during_growth_stops_the_job_and_leaves_nothing(docker_client, state, name):
+    err_path = os.path.join(state["XDG_STATE_HOME"] + ".stderr")
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "shmguard", "run", *NO_JOB, "--shm-size", "64m", "--name", name,
+                                 BASE, "--", "python3", "-c", GROWER, str(16 * MIB), str(4096 * MIB), "0.2"],
+                                stdout=subprocess.PIPE, stderr=err, text=True, env=state)
+    try:
+        deadline = time.monotonic() + 120
+        while len(GROWTH_LINE.findall(open(err_path).read())) < 2:  # growing, with a record kept on the host
+            assert proc.poll() is None and time.monotonic() < deadline, open(err_path).read()[-3000:]
+            time.sleep(0.05)
+        assert len(records(state)) == 1
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    stderr = open(err_path).read()
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "interrupted; stopping" in stderr and "Traceback" not in stderr
+    assert gone(docker_client, name) and records(state) == [] and no_orphan_samplers()
+
+
+# --- explain ----------------------------------------------------------------------------------------------
+
+def test_explain_names_the_growths_of_a_kept_container(docker_client, state, name):
+    proc = shmguard("run", *NO_JOB, "--shm-size", "64m", "--keep", "--name", name, BASE, "--", "python3", "-c",
+                    GROWER, str(32 * MIB), str(160 * MIB), "0.05", "1", env=state)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    grew = GROWTH_LINE.findall(proc.stderr)
+    assert grew and len(records(state)) == 1  # kept with the container
+    text = shmguard("explain", name, env=state)
+    assert "  /dev/shm grew under shmguard run: " + "; ".join(g.removeprefix("shmguard: ") for g in grew) in \
+        text.stdout.splitlines(), text.stdout
+    data = json.loads(shmguard("explain", "--json", name, env=state).stdout)
+    entry = data["diagnoses"][0]
+    assert len(entry["shm_growths"]) == len(grew) and entry["shm_size_bytes"] == entry["shm_growths"][-1]["to_bytes"]
+    assert entry["verdict"] not in ("shared-memory", "likely-shared-memory"), entry  # it grew: shm was not short
+
+
+# --- Podman --------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def podman(tmp_path_factory, demo_image):
+    from tests.integration.podman_engine import missing, podman_service
+
+    reason = missing()
+    if reason:
+        unavailable(reason)
+    with podman_service(tmp_path_factory.mktemp("podman"), images=(DEMO_IMAGE,)) as env:
+        yield env
+
+
+def test_the_demo_job_grows_under_podman(podman, state):
+    import docker
+
+    env = {**state, **podman}
+    name = f"shmguard-elastic-podman-{SESSION}"
+    proc = shmguard("run", *DEMO_JOB, "--shm-size", "64m", "--json", "--name", name, DEMO_IMAGE, "--", *TRAIN,
+                    env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["elastic"]["on"] and report["shm_growths"], report
+    assert len(GROWTH_LINE.findall(proc.stderr)) == len(report["shm_growths"])
+    client = docker.DockerClient(base_url=podman["DOCKER_HOST"])
+    try:
+        assert not client.containers.list(all=True, filters={"name": name})
+    finally:
+        client.close()
+    assert records(state) == [] and no_orphan_samplers()
