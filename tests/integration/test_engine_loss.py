@@ -14,6 +14,7 @@ the machine's. What a real dockerd does here, and what `run` must do about it:
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -77,13 +78,13 @@ def name(engine):
 class Run:
     """`shmguard run` on the throwaway engine, its stderr in a file that can be read while it runs."""
 
-    def __init__(self, engine, name, tmp_path, *extra):
-        env = dict(os.environ, DOCKER_HOST=engine.url, XDG_CACHE_HOME=str(tmp_path))
+    def __init__(self, engine, name, tmp_path, *extra, command=JOB):
+        env = dict(os.environ, DOCKER_HOST=engine.url, XDG_CACHE_HOME=str(tmp_path), XDG_STATE_HOME=str(tmp_path))
         self.err_path = tmp_path / "stderr"
         with open(self.err_path, "w") as err:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "shmguard", "run", "--workers", "2", "--batch-size", "4", "--sample-bytes", "1M",
-                 "--name", name, *extra, IMAGE, "--", *JOB],
+                 "--name", name, *extra, IMAGE, "--", *command],
                 env=env, stdout=subprocess.PIPE, stderr=err, text=True)
 
     def stderr(self) -> str:
@@ -213,3 +214,67 @@ def test_restart_with_a_log_that_cannot_be_read_says_what_is_lost(engine, name, 
     assert numbers == sorted(set(numbers)) and numbers[0] == 0 and numbers[-1] == LINES - 1  # in order, no repeat
     assert "Traceback" not in err
     assert containers(engine, name) == []
+
+
+# --- elastic /dev/shm (issue 29): the growth needs no engine, only the container's process ------------------------
+
+# Writes 8 MiB into /dev/shm every 0.2 s, 400 MiB in all (10 s): /dev/shm grows from 64 MiB several times meanwhile.
+GROW = ["python3", "-c", "import os, time\n"
+        "for i in range(50):\n"
+        "    fd = os.open(f'/dev/shm/g{i}', os.O_CREAT | os.O_RDWR); os.posix_fallocate(fd, 0, 8 << 20); os.close(fd)\n"
+        "    print(i, flush=True); time.sleep(0.2)"]
+GROWTH = re.compile(r"^shmguard: /dev/shm [\d.]+ MiB -> [\d.]+ MiB at ", re.MULTILINE)
+
+
+def elastic_leftovers(tmp_path) -> list[str]:
+    """Growth records left on the host, and elastic samplers whose shmguard is gone."""
+    left = [str(p) for p in (tmp_path / "shmguard" / "elastic").glob("*")] if (tmp_path / "shmguard").exists() else []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
+            ppid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if b"shm_sampler\0--elastic" in cmdline and ppid == 1:
+            left.append(f"sampler {pid}")
+    return left
+
+
+def test_shm_grows_while_the_engine_is_away(engine, name, tmp_path):
+    """The remount goes through the container's process, not the engine: a job keeps growing while dockerd is gone."""
+    engine.restart(live_restore=True)
+    run = Run(engine, name, tmp_path, "--shm-size", "64m", command=GROW)
+    run.wait_for("shmguard: /dev/shm 64.0 MiB -> ")
+    engine.kill_dockerd()
+    run.wait_for("waiting up to")
+    deadline = time.monotonic() + 60
+    while not GROWTH.findall(run.stderr()[run.stderr().index("waiting up to"):]):
+        assert time.monotonic() < deadline, run.stderr()
+        time.sleep(0.1)
+    engine.start_dockerd(live_restore=True)
+    code, out, err = run.finish()
+
+    assert code == 0, err
+    away = err[err.index("lost the Docker engine"):err.index("is back after")]
+    assert GROWTH.findall(away), err  # grown with no engine to ask
+    assert out.split() == [str(i) for i in range(50)]
+    assert "Traceback" not in err
+    assert containers(engine, name) == [] and elastic_leftovers(tmp_path) == []
+
+
+def test_a_growing_job_stopped_by_a_restart_leaves_nothing(engine, name, tmp_path):
+    engine.restart(live_restore=False)
+    run = Run(engine, name, tmp_path, "--shm-size", "64m", command=GROW)
+    run.wait_for("shmguard: /dev/shm 64.0 MiB -> ")
+    engine.kill_dockerd()
+    run.wait_for("waiting up to")
+    engine.start_dockerd(live_restore=False)
+    code, out, err = run.finish()
+
+    assert code in (137, 143), err
+    assert f"{name} exited {code} while it was away" in err and "Traceback" not in err
+    assert containers(engine, name) == []
+    deadline = time.monotonic() + 10
+    while elastic_leftovers(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert elastic_leftovers(tmp_path) == []
