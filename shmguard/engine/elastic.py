@@ -563,6 +563,8 @@ def raise_memory_of(container) -> Callable[[int], str | None]:
             container.update(**kwargs)
             return None
         except Exception as exc:  # the engine refused, or is gone: growing stops there, and says why
+            if getattr(getattr(exc, "response", None), "status_code", None) == 404:
+                return "its API has no container update call (Podman 4.3's Docker API has none), or the container is gone"
             return str(getattr(exc, "explanation", None) or exc or type(exc).__name__).replace("\n", " ")[:300]
 
     return raise_to

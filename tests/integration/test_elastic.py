@@ -344,3 +344,35 @@ def test_the_demo_job_grows_under_podman(podman, state):
     finally:
         client.close()
     assert records(state) == [] and no_orphan_samplers()
+
+
+def test_podman_cannot_raise_a_limit_so_the_growth_stops_at_the_ceiling_and_says_why(podman):
+    """Podman 4.3's Docker-compatible API has no container update call (404): a limit that is not pinned cannot be
+    raised there, and the growth stops at what it holds, once, with the fix."""
+    import docker
+    from shmguard.engine.elastic import ElasticSampler, memory_levels, raise_memory_of
+    from shmguard.engine.elastic_policy import Policy
+
+    client = docker.DockerClient(base_url=podman["DOCKER_HOST"], timeout=300)
+    container = client.containers.create(DEMO_IMAGE, ["python", "-c", GROWER, str(32 * MIB), str(512 * MIB), "0.05"],
+                                         shm_size="64m", mem_limit="384m", labels={TEST_LABEL: SESSION})
+    said: list[str] = []
+    sampler = ElasticSampler(Policy(batch_bytes=0), said.append, raise_memory_of(container)).spawn()
+    try:
+        container.start()
+        started = time.time()
+        container.reload()
+        pid = container.attrs["State"]["Pid"]
+        sampler.start(container.id, pid, memory_levels(pid), started)
+        code = container.wait(timeout=300)["StatusCode"]
+        sampler.stop()
+        assert code == 1, said  # the writer met a full /dev/shm (ENOSPC), within the limit
+        assert [why for _, _, why in sampler.raises] == [
+            "its API has no container update call (Podman 4.3's Docker API has none), or the container is gone"]
+        capped = [line for line in said if "cannot grow past" in line]
+        assert len(capped) == 1 and "the engine did not raise it (its API has no container update call" in capped[0]
+        assert sampler.growths and sampler.growths[-1].to_bytes < 384 * MIB
+    finally:
+        sampler.stop()
+        container.remove(force=True)
+        client.close()
