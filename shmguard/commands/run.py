@@ -170,10 +170,12 @@ def report_lines(result) -> list[str]:
                          f"shorter peaks are missed, so this is a lower bound; size from the model, not from it)")
         else:
             lines.append(f"shmguard: peak /dev/shm {format_size(result.peak_shm)} of {format_size(size)}{pct}")
-    if result.shm_growths:
+    if result.shm_growths or result.shm_next:
+        grew = summary(result.shm_growths) or "did not grow"
         peak = f" (peak {format_size(result.peak_shm)})" if result.peak_shm is not None else ""
+        held = ", and could not grow as far as the job wanted" if result.elastic_note and result.shm_next else ""
         advice = f": start with --shm-size {docker_size(result.shm_next)} next time" if result.shm_next else ""
-        lines.append(f"shmguard: /dev/shm {summary(result.shm_growths)}{peak}{advice}")
+        lines.append(f"shmguard: /dev/shm {grew}{peak}{held}{advice}")
     if result.engine_note:
         lines.append(f"shmguard: {result.engine_note}")
     if result.diagnosis:

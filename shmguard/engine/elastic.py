@@ -297,7 +297,7 @@ class Grower:
         if decision.capped is not None:
             if not self.capped_said:
                 self.capped_said = True
-                self.emit({"event": "capped", "message": decision.capped, "size": self.size})
+                self.emit({"event": "capped", "message": decision.capped, "size": self.size, "wanted": decision.wanted})
             self.quiet_until = now + CAPPED_QUIET
 
     def decide(self, used: int, size: int, memory: Memory, now: float) -> Decision:
@@ -371,6 +371,7 @@ class ElasticSampler:
         self.growths: list = []  # growths.Growth, in order
         self.raises: list[tuple[int | None, int, str | None]] = []  # (from, to, why it failed or None)
         self.capped: str | None = None
+        self.capped_wanted: int | None = None  # the size that was wanted when it could not grow
         self.stopped: str | None = None  # why growing stopped early (a remount refused), when it was not the job's end
         self.final: dict = {}
         self.samples = 0
@@ -459,6 +460,7 @@ class ElasticSampler:
                     pass  # the sampler is stopping
         elif kind == "capped":
             self.capped = str(event["message"])
+            self.capped_wanted = int(event.get("wanted") or 0) or None
             self.say(f"shmguard: {self.capped}")
         elif kind == "stopped":
             self.ready.set()
@@ -646,6 +648,7 @@ def outcome(watcher, plan, peak: int | None) -> Outcome:
     final = items[-1].to_bytes if items else plan.shm_bytes
     raised = [to for _, to, why in watcher.raises if why is None]
     ended = plan.replace(shm_bytes=final, mem_limit=raised[-1] if raised else plan.mem_limit)
-    return Outcome(plan=ended, final=final, growths=items,
-                   next_start=next_start(peak, final, watcher.policy.batch_bytes) if items else None,
-                   note=watcher.capped or watcher.stopped)
+    advice = next_start(peak, final, watcher.policy.batch_bytes) if items else None
+    if watcher.capped_wanted:  # it could not grow as far as the job wanted: that, not the peak it was held to
+        advice = max(advice or 0, watcher.capped_wanted)
+    return Outcome(plan=ended, final=final, growths=items, next_start=advice, note=watcher.capped or watcher.stopped)

@@ -114,3 +114,19 @@ def test_explain_names_the_growths_and_judges_the_size_it_ended_with(as_json):
                 "/dev/shm 74.0 MiB -> 131.0 MiB at 00:00:04 (used 57.0 MiB)") in text.splitlines()
         assert "/dev/shm 131.0 MiB" in text
     assert container_evidence(attrs, logs, {}).shm_size == 64 * MIB  # no record: what the engine says
+
+
+def test_a_run_held_at_the_ceiling_advises_what_the_job_wanted_not_its_peak():
+    from shmguard.engine.elastic import ElasticSampler
+
+    plan = make_plan(make_job(workers=0, batch_size=1, sample_bytes="1"), RunOptions(image="i", shm_size=64 * MIB))
+    watcher = ElasticSampler(Policy(batch_bytes=0), print, lambda limit: None)
+    watcher.growths = [Growth(at=1.0, elapsed=0.1, from_bytes=64 * MIB, to_bytes=188 * MIB, used_bytes=110 * MIB)]
+    watcher.handle({"event": "capped", "message": "/dev/shm cannot grow past 188.0 MiB ...", "size": 188 * MIB,
+                    "wanted": 221 * MIB})
+    found = outcome(watcher, plan, 188 * MIB)
+    assert found.next_start == 221 * MIB
+    lines = report_lines(result(shm_final=188 * MIB, shm_growths=tuple(watcher.growths), shm_next=found.next_start,
+                                peak_shm=188 * MIB, elastic_note=found.note))
+    assert lines[-1] == ("shmguard: /dev/shm grew once, 64.0 MiB -> 188.0 MiB (peak 188.0 MiB), and could not grow as "
+                         "far as the job wanted: start with --shm-size 221m next time")
