@@ -318,3 +318,28 @@ def test_a_parents_limit_is_not_the_containers_own(tree):
     assert memory.limit == GIB and not memory.own_limit
     Path(root.join(f"{cg}/memory.limit_in_bytes")).write_text("536870912\n")  # its own, lower: its own binds
     assert memory_reader(files, root)().own_limit
+
+
+def sampler_process(stdin: str) -> tuple[int, list[dict]]:
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "shmguard.engine.shm_sampler", "--elastic", "0.001"], input=stdin,
+                          capture_output=True, text=True, timeout=60)
+    return proc.returncode, [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def test_the_elastic_sampler_ends_quietly_when_run_gives_up_before_the_start():
+    assert sampler_process("") == (0, [])
+
+
+def test_the_elastic_sampler_says_a_container_that_is_gone_and_ends():
+    import json
+
+    config = {"pid": 2**22 + 7, "container_id": "a" * 64, "batch_bytes": 0, "threshold": 0.75, "memory_pinned": False,
+              "memory_levels": [], "started_at": 0}
+    code, lines = sampler_process(json.dumps(config) + "\n")
+    assert code == 0
+    assert lines[0]["event"] == "stopped" and lines[0]["gone"]
+    assert lines[1] == {"peak": None, "samples": 0, "size": None, "realtime": False}
