@@ -36,7 +36,6 @@ import statistics
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -46,6 +45,7 @@ from shmguard import model  # noqa: E402
 from shmguard.engine.elastic import ElasticSampler, memory_levels  # noqa: E402
 from shmguard.engine.elastic_policy import THRESHOLD, Policy  # noqa: E402
 from shmguard.job import make_job  # noqa: E402
+from tests.integration.cpu_burners import burners  # noqa: E402
 
 MIB = 2**20
 BASE = "shmguard-base:bookworm"
@@ -111,18 +111,6 @@ def client():
     import docker
 
     return docker.from_env(timeout=300)
-
-
-@contextmanager
-def burners(count: int):
-    """count CPU-bound processes beside the job (children of this script, stopped on the way out)."""
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
-    try:
-        yield
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
 
 
 def elastic_run(docker_client, image, command, shm, threshold=THRESHOLD, batch_bytes=0, realtime=True,

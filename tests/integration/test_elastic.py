@@ -23,13 +23,16 @@ import subprocess
 import sys
 import time
 import uuid
-from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
+from tests.integration import test_podman
 from tests.integration.conftest import DEMO_IMAGE, SESSION, TEST_LABEL, unavailable
+from tests.integration.cpu_burners import burners
 
 pytestmark = pytest.mark.integration
+podman = test_podman.podman  # its Podman service (module-scoped fixture), for the Podman tests here
 
 MIB = 2**20
 BASE = "shmguard-base:bookworm"
@@ -40,7 +43,12 @@ GROWTH_LINE = re.compile(r"^shmguard: /dev/shm [\d.]+ [KMG]iB -> [\d.]+ [KMG]iB 
                          re.MULTILINE)
 NO_JOB = ["--workers", "0", "--batch-size", "1", "--sample-bytes", "1"]
 # Writes /dev/shm in steps (posix_fallocate, as PyTorch allocates a shared tensor): STEP bytes every PAUSE seconds.
+# It starts once /dev/shm/go appears, or after 3 s (the time a training job takes to import its libraries): the
+# sampler runs by then even on a loaded machine.
 GROWER = ("import os, sys, time\n"
+          "start = time.monotonic()\n"
+          "while not os.path.exists('/dev/shm/go') and time.monotonic() - start < 3:\n"
+          "    time.sleep(0.01)\n"
           "step, total, pause = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])\n"
           "for i in range(total // step):\n"
           "    fd = os.open(f'/dev/shm/g{i}', os.O_CREAT | os.O_RDWR)\n"
@@ -102,17 +110,6 @@ def no_orphan_samplers(seconds: float = 10) -> bool:
 
 def gone(client, name) -> bool:
     return not client.containers.list(all=True, filters={"name": f"^/{name}$"})
-
-
-@contextmanager
-def burners(count: int):
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
-    try:
-        yield
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture
@@ -182,25 +179,39 @@ def test_a_process_of_another_container_is_refused(sleeper):
     assert caught.value.errno == errno.ENXIO
 
 
-def test_an_unpinned_memory_limit_is_raised_through_the_engine(docker_client):
-    """A container with a memory limit the user did not pin: at the ceiling, the engine's update raises it and the
-    growth goes on (run pins every limit it sets today: --memory is the user's; this is the path for the rest)."""
-    from shmguard.engine.elastic import ElasticSampler, memory_levels, raise_memory_of
+def watched(container, raise_memory) -> tuple[int, Any, list[str]]:
+    """Start a created container under an unpinned elastic sampler (as run does, with this raise call) and wait for
+    its end: (exit code, the sampler, the lines it said)."""
+    from shmguard.engine.elastic import ElasticSampler, memory_levels
     from shmguard.engine.elastic_policy import Policy
 
-    container = docker_client.containers.create(BASE, ["python3", "-c", GROWER, str(64 * MIB), str(768 * MIB), "0.1"],
-                                                shm_size="64m", mem_limit="512m", init=True,
-                                                labels={TEST_LABEL: SESSION})
     said: list[str] = []
-    sampler = ElasticSampler(Policy(batch_bytes=0), said.append, raise_memory_of(container)).spawn()
+    sampler = ElasticSampler(Policy(batch_bytes=0), said.append, raise_memory).spawn()
     try:
         container.start()
         started = time.time()
         container.reload()
         pid = container.attrs["State"]["Pid"]
         sampler.start(container.id, pid, memory_levels(pid), started)
+        assert sampler.ready.wait(60), "the elastic sampler did not start"
+        with open(f"/proc/{pid}/root/dev/shm/go", "w"):
+            pass
         code = container.wait(timeout=300)["StatusCode"]
+    finally:
         sampler.stop()
+    return code, sampler, said
+
+
+def test_an_unpinned_memory_limit_is_raised_through_the_engine(docker_client):
+    """A container with a memory limit the user did not pin: at the ceiling, the engine's update raises it and the
+    growth goes on (run pins every limit it sets today: --memory is the user's; this is the path for the rest)."""
+    from shmguard.engine.elastic import raise_memory_of
+
+    container = docker_client.containers.create(BASE, ["python3", "-c", GROWER, str(64 * MIB), str(768 * MIB), "0.1"],
+                                                shm_size="64m", mem_limit="512m", init=True,
+                                                labels={TEST_LABEL: SESSION})
+    try:
+        code, sampler, said = watched(container, raise_memory_of(container))
         container.reload()
         assert code == 0, (container.logs()[-2000:], said)
         assert sampler.raises and all(why is None for _, _, why in sampler.raises), sampler.raises
@@ -209,7 +220,6 @@ def test_an_unpinned_memory_limit_is_raised_through_the_engine(docker_client):
         assert raised and raised[0].memory_limit_before == 512 * MIB
         assert sampler.growths[-1].to_bytes >= 768 * MIB and sampler.capped is None
     finally:
-        sampler.stop()
         container.remove(force=True)
 
 
@@ -316,17 +326,6 @@ def test_explain_names_the_growths_of_a_kept_container(docker_client, state, nam
 
 # --- Podman --------------------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def podman(tmp_path_factory, demo_image):
-    from tests.integration.podman_engine import missing, podman_service
-
-    reason = missing()
-    if reason:
-        unavailable(reason)
-    with podman_service(tmp_path_factory.mktemp("podman"), images=(DEMO_IMAGE,)) as env:
-        yield env
-
-
 def test_the_demo_job_grows_under_podman(podman, state):
     import docker
 
@@ -350,22 +349,13 @@ def test_podman_cannot_raise_a_limit_so_the_growth_stops_at_the_ceiling_and_says
     """Podman 4.3's Docker-compatible API has no container update call (404): a limit that is not pinned cannot be
     raised there, and the growth stops at what it holds, once, with the fix."""
     import docker
-    from shmguard.engine.elastic import ElasticSampler, memory_levels, raise_memory_of
-    from shmguard.engine.elastic_policy import Policy
+    from shmguard.engine.elastic import raise_memory_of
 
     client = docker.DockerClient(base_url=podman["DOCKER_HOST"], timeout=300)
     container = client.containers.create(DEMO_IMAGE, ["python", "-c", GROWER, str(32 * MIB), str(512 * MIB), "0.05"],
                                          shm_size="64m", mem_limit="384m", labels={TEST_LABEL: SESSION})
-    said: list[str] = []
-    sampler = ElasticSampler(Policy(batch_bytes=0), said.append, raise_memory_of(container)).spawn()
     try:
-        container.start()
-        started = time.time()
-        container.reload()
-        pid = container.attrs["State"]["Pid"]
-        sampler.start(container.id, pid, memory_levels(pid), started)
-        code = container.wait(timeout=300)["StatusCode"]
-        sampler.stop()
+        code, sampler, said = watched(container, raise_memory_of(container))
         assert code == 1, said  # the writer met a full /dev/shm (ENOSPC), within the limit
         assert [why for _, _, why in sampler.raises] == [
             "its API has no container update call (Podman 4.3's Docker API has none), or the container is gone"]
@@ -373,6 +363,5 @@ def test_podman_cannot_raise_a_limit_so_the_growth_stops_at_the_ceiling_and_says
         assert len(capped) == 1 and "the engine did not raise it (its API has no container update call" in capped[0]
         assert sampler.growths and sampler.growths[-1].to_bytes < 384 * MIB
     finally:
-        sampler.stop()
         container.remove(force=True)
         client.close()

@@ -240,13 +240,19 @@ def elastic_leftovers(tmp_path) -> list[str]:
     return left
 
 
-def test_shm_grows_while_the_engine_is_away(engine, name, tmp_path):
-    """The remount goes through the container's process, not the engine: a job keeps growing while dockerd is gone."""
-    engine.restart(live_restore=True)
+def growing_when_the_engine_dies(engine, name, tmp_path, live_restore):
+    """`shmguard run` a job whose /dev/shm grows; SIGKILL dockerd once it has grown; return when run waits."""
+    engine.restart(live_restore=live_restore)
     run = Run(engine, name, tmp_path, "--shm-size", "64m", command=GROW)
     run.wait_for("shmguard: /dev/shm 64.0 MiB -> ")
     engine.kill_dockerd()
     run.wait_for("waiting up to")
+    return run
+
+
+def test_shm_grows_while_the_engine_is_away(engine, name, tmp_path):
+    """The remount goes through the container's process, not the engine: a job keeps growing while dockerd is gone."""
+    run = growing_when_the_engine_dies(engine, name, tmp_path, live_restore=True)
     deadline = time.monotonic() + 60
     while not GROWTH.findall(run.stderr()[run.stderr().index("waiting up to"):]):
         assert time.monotonic() < deadline, run.stderr()
@@ -263,11 +269,7 @@ def test_shm_grows_while_the_engine_is_away(engine, name, tmp_path):
 
 
 def test_a_growing_job_stopped_by_a_restart_leaves_nothing(engine, name, tmp_path):
-    engine.restart(live_restore=False)
-    run = Run(engine, name, tmp_path, "--shm-size", "64m", command=GROW)
-    run.wait_for("shmguard: /dev/shm 64.0 MiB -> ")
-    engine.kill_dockerd()
-    run.wait_for("waiting up to")
+    run = growing_when_the_engine_dies(engine, name, tmp_path, live_restore=False)
     engine.start_dockerd(live_restore=False)
     code, out, err = run.finish()
 
