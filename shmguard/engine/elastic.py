@@ -249,6 +249,8 @@ class Grower:
         self.memory: Memory | None = None
         self.memory_at = float("-inf")
         self.first = True
+        self.last_reading: float | None = None
+        self.gap_max = 0.0  # the longest time between two readings (how late a crossing can be seen)
         load_libc()
 
     def __call__(self, used: int, size: int) -> None:
@@ -256,6 +258,9 @@ class Grower:
         if self.stopped:
             return
         now = self.clock()
+        if self.last_reading is not None and now - self.last_reading > self.gap_max:
+            self.gap_max = now - self.last_reading
+        self.last_reading = now
         if now - self.memory_at > MEMORY_FRESH:
             self.memory, self.memory_at = self.read_memory(), now
             if self.limit_before is False:

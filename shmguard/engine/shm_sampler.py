@@ -114,7 +114,8 @@ def main_elastic(interval: float, realtime: bool) -> int:
     threading.Thread(target=read_commands, daemon=True).start()
     print(json.dumps({"event": "ready", "realtime": realtime}), flush=True)
     peak, samples = sample(elastic.shm_path(grower.proc_fd), interval, done, grower)
-    print(json.dumps({"peak": peak, "samples": samples, "size": grower.size or None, "realtime": realtime}), flush=True)
+    print(json.dumps({"peak": peak, "samples": samples, "size": grower.size or None, "realtime": realtime,
+                      "gap_max": round(grower.gap_max, 6)}), flush=True)
     return 0
 
 

@@ -342,4 +342,13 @@ def test_the_elastic_sampler_says_a_container_that_is_gone_and_ends():
     code, lines = sampler_process(json.dumps(config) + "\n")
     assert code == 0
     assert lines[0]["event"] == "stopped" and lines[0]["gone"]
-    assert lines[1] == {"peak": None, "samples": 0, "size": None, "realtime": False}
+    assert lines[1] == {"peak": None, "samples": 0, "size": None, "realtime": False}  # before any reading
+
+
+def test_the_longest_gap_between_readings_is_kept():
+    fakes = Fakes()
+    grow = fakes.grower()
+    for step in (0.0002, 0.0003, 0.002, 0.0002):
+        grow(0, 64 * MIB)
+        fakes.now += step
+    assert grow.gap_max == pytest.approx(0.002)
