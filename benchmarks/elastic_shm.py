@@ -231,20 +231,32 @@ def throughput(args) -> None:
              "elastic from 512 MiB (no growth)": ("512m", True)}
     rates: dict[str, list[float]] = {name: [] for name in cases}
     growths: dict[str, list[int]] = {name: [] for name in cases}
+    cpu: dict[str, list[float]] = {name: [] for name in cases}  # the sampler's CPU seconds per second of the run
     for _ in range(args.runs):
         for name, (shm, elastic) in cases.items():
+            before, started = children_cpu(), time.monotonic()
             code, logs, sampler = elastic_run(c, DEMO, command, shm, batch_bytes=batch, elastic=elastic, go=False)
+            cpu[name].append((children_cpu() - before) / (time.monotonic() - started))
             if code != 0:
                 raise SystemExit(f"{name}: exit {code}: {logs[-1500:]}")
             rates[name].append(json.loads(logs.strip().splitlines()[-1])["batches_per_second"])
             growths[name].append(len(getattr(sampler, "growths", [])))
     base = statistics.median(rates[next(iter(cases))])
     print(f"load average {load()}, {args.runs} runs each in turns, {args.steps} steps a run")
-    print("| case | growths a run | median batches/s | vs no elastic |")
-    print("|---|---|---|---|")
+    print("| case | growths a run | median batches/s | vs no elastic | sampler's CPU (share of one core) |")
+    print("|---|---|---|---|---|")
     for name, values in rates.items():
         median = statistics.median(values)
-        print(f"| {name} | {statistics.median(growths[name]):g} | {median:.2f} | {100 * (median / base - 1):+.1f}% |")
+        print(f"| {name} | {statistics.median(growths[name]):g} | {median:.2f} | {100 * (median / base - 1):+.1f}% | "
+              f"{100 * statistics.median(cpu[name]):.1f}% |")
+
+
+def children_cpu() -> float:
+    """CPU seconds of this script's ended children: the sampler processes (the containers are the engine's)."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def soak(args) -> None:
