@@ -37,11 +37,13 @@ def used_bytes(path: str) -> int | None:
 
 def sample(path: str, interval: float, done: threading.Event, hook=None) -> tuple[int | None, int]:
     """Peak used bytes of the filesystem at path, and the number of samples, until done is set.
-    `hook(used, size)` is called with each reading (the elastic grower)."""
+    `hook(used, size)` is called with each reading (the elastic grower); it returns the seconds to wait before the
+    next one, or None for `interval`."""
     peak: int | None = None
     samples = 0
     statvfs, sleep = os.statvfs, time.sleep
     while True:  # one sample at least, however soon done is set
+        wait = interval
         try:
             st = statvfs(path)
         except OSError:  # not there yet, or the container is gone: the peak so far stands
@@ -52,10 +54,10 @@ def sample(path: str, interval: float, done: threading.Event, hook=None) -> tupl
                 peak = used
             samples += 1
             if hook is not None:
-                hook(used, st.f_blocks * st.f_frsize)
+                wait = hook(used, st.f_blocks * st.f_frsize) or interval
         if done.is_set():
             break
-        sleep(interval)
+        sleep(wait)
     return peak, samples
 
 

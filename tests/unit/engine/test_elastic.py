@@ -17,6 +17,8 @@ from shmguard.engine.elastic import (
     CAPPED_QUIET,
     MEMORY_FRESH,
     RAISE_POLL,
+    SLOW_BELOW,
+    SLOW_INTERVAL,
     ElasticSampler,
     Grower,
     MemoryFiles,
@@ -27,7 +29,7 @@ from shmguard.engine.elastic import (
     parse_meminfo,
     parse_memory_stat,
 )
-from shmguard.engine.elastic_policy import Memory, Policy, wanted
+from shmguard.engine.elastic_policy import THRESHOLD, Memory, Policy, wanted
 from shmguard.engine.growths import Growth
 
 MIB = 2**20
@@ -349,6 +351,15 @@ def test_the_longest_gap_between_readings_is_kept():
     fakes = Fakes()
     grow = fakes.grower()
     for step in (0.0002, 0.0003, 0.002, 0.0002):
-        grow(0, 64 * MIB)
+        grow(40 * MIB, 64 * MIB)  # half-way to the threshold: read at the sampler's own pace
         fakes.now += step
     assert grow.gap_max == pytest.approx(0.002)
+
+
+def test_far_below_the_threshold_it_reads_less_often():
+    fakes = Fakes()
+    grow = fakes.grower()
+    assert grow(0, 64 * MIB) is None  # the first reading: at the sampler's own pace
+    assert grow(1 * MIB, 64 * MIB) == SLOW_INTERVAL
+    assert grow(int(64 * MIB * THRESHOLD * SLOW_BELOW) + 4096, 64 * MIB) is None  # half-way to the threshold
+    assert grow(63 * MIB, 64 * MIB) is None
