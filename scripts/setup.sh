@@ -42,8 +42,8 @@ if ! docker info >/dev/null 2>&1; then
     # Pid files left by an engine that was killed make a new one refuse to start.
     rm -f /var/run/docker.pid /var/run/docker/containerd/containerd.pid
   fi
-  log "starting dockerd (log: /var/log/shmguard-dockerd.log)"
-  nohup dockerd >/var/log/shmguard-dockerd.log 2>&1 &
+  log "starting dockerd (log: /var/log/shmguard-dockerd.log) with $(scripts/start-dockerd --print-limit) open files"
+  nohup scripts/start-dockerd >/var/log/shmguard-dockerd.log 2>&1 &
   for _ in $(seq 60); do
     docker info >/dev/null 2>&1 && break
     sleep 1

@@ -15,7 +15,8 @@ the sizes to give, with one set of floors and roundings:
   processes' estimate (the job will be OOM-killed), WARN below the full estimate
   (the process estimate is a model; the job may fit), PASS from there;
 - open files: under the file_descriptor strategy, one descriptor per shared
-  segment in flight (sender and receiver) on top of a base.
+  segment of every batch in flight, on top of a base (the result pipe bounds what
+  is in transit only while batches arrive in order).
 
 Each tool prints the answer in its own units (units.docker_size,
 units.k8s_quantity, units.compose_size). Standard library only: `health` imports it.
@@ -75,24 +76,67 @@ def memory_shortfall(job, limit: int, flag: str, unit) -> str:
 
 
 def fds_needed(job) -> int:
-    """Open files the job needs: a base, plus under file_descriptor one per shared segment in flight
-    and a second one for each worker's batch being sent."""
+    """Open files the job can hold at the most: a base, plus under file_descriptor one per shared segment of
+    every batch the prefetch allows, and a second one for the batch each worker is still sending. When a slow
+    worker holds up the order, the trainer takes every other batch out of the result pipe and keeps it (with
+    its descriptors) until its turn; measured under load, jobs held more than the in-order count below."""
     if job.sharing_strategy != "file_descriptor" or job.workers == 0:
         return FD_BASE
     held = model.batches_in_flight(job) + job.workers
     return FD_BASE + job.procs_per_node * held * model.segments_per_batch(job)
 
 
-def nofile_limit(job) -> int | None:
-    """The open-file ulimit to set, or None to keep the engine's: only when the job needs more than 1024.
+# The batches a DataLoader's workers send reach the trainer through one pipe (the result queue), which holds
+# 16 pages (Linux's default pipe capacity); a shared tensor's handle pickles to about 74 bytes (BENCHMARKS.md
+# section 7: the descriptor's address at the worker's resource sharer). So while batches arrive in order and are
+# many small tensors, fewer are in transit than the prefetch asks for: the rest wait in the worker unpickled,
+# holding no descriptor. TENSOR_HANDLE_BYTES is below the 74 measured, to count no fewer batches than fit.
+PIPE_BYTES = 16 * model.PAGE
+TENSOR_HANDLE_BYTES = 64
 
-    Setting it otherwise could lower what the engine would give, and above the
-    engine's own hard limit the container cannot start.
+
+def fds_in_order(job) -> int:
+    """Open files the job holds while its batches arrive in order: those in the result pipe (which bounds them)
+    or held by the trainer, and each worker's batch being sent, twice (its segments and their duplicates waiting
+    at the worker's resource sharer). An estimate, not a bound (see fds_needed): it says how likely a limit
+    between the two is to do."""
+    if job.sharing_strategy != "file_descriptor" or job.workers == 0:
+        return FD_BASE
+    segments = model.segments_per_batch(job)
+    in_pipe = -(-PIPE_BYTES // (TENSOR_HANDLE_BYTES * segments)) + 1  # and one half written
+    received = model.batches_in_flight(job) - job.prefetch_factor * job.workers  # the trainer's own
+    held = min(model.batches_in_flight(job), in_pipe + received + job.workers)
+    return FD_BASE + job.procs_per_node * (held + job.workers) * segments
+
+
+def nofile_limit(job, ceiling: int | None = None) -> int | None:
+    """The open-file ulimit to set, or None to keep the engine's: only when the job may need more than 1024.
+
+    Enough for fds_needed (a power of two), never above `ceiling`, the most the engine gives a container
+    (shmguard.engine.nofile): above it the container cannot start, and the job is better run with what the
+    engine allows (see nofile_shortfall). Setting it when not needed could lower what the engine would give.
     """
-    needed = fds_needed(job)
-    if job.sharing_strategy != "file_descriptor" or needed <= NOFILE_COMMON_SOFT:
+    wanted = fds_needed(job)
+    if job.sharing_strategy != "file_descriptor" or wanted <= NOFILE_COMMON_SOFT:
         return None
-    return 1 << (needed - 1).bit_length()
+    limit = 1 << (wanted - 1).bit_length()
+    return limit if ceiling is None else min(limit, ceiling)
+
+
+def nofile_shortfall(job, limit: int, where: str) -> str | None:
+    """What to say when `limit` (the most `where` gives) is below what the job may hold: None when it is enough;
+    else how likely it is to matter (below even the in-order count, likely) and the two fixes."""
+    most = fds_needed(job)
+    if limit >= most:
+        return None
+    in_order = fds_in_order(job)
+    likely = (f"even while batches arrive in order it holds about {in_order:,}, so expect 'Too many open files' or "
+              f"'received 0 items of ancdata'" if limit < in_order else
+              f"enough while batches arrive in order (about {in_order:,}), not when a slow worker holds up the rest")
+    return (f"the open-file limit {limit:,} ({where}) is below the {most:,} descriptors this job can hold under "
+            f"the file_descriptor strategy: {likely}. Fix: --sharing-strategy file_system (torch.multiprocessing."
+            f"set_sharing_strategy('file_system'): no descriptor per segment), or raise the engine's limit "
+            f"(dockerd's LimitNOFILE, or --default-ulimit nofile=N:N)")
 
 
 # Ray keeps its object store in /dev/shm. Unless `object-store-memory` is given, a node

@@ -87,7 +87,9 @@ def launch(job, options, dry_run: bool, as_json: bool, out=None, err=None) -> in
             client = connect()
             engine_info = client.info()
             image = local_image(client, options.image, options.pull, err)
-        plan = make_plan(job, options, engine_info.get("MemTotal"), host_cpus=engine_info.get("NCPU"))
+            ceiling = engine_nofile(client, image, job)
+        plan = make_plan(job, options, engine_info.get("MemTotal"), host_cpus=engine_info.get("NCPU"),
+                         nofile_ceiling=ceiling)
     for warning in plan.warnings:
         print(f"shmguard: warning: {warning}", file=err)
     if dry_run:
@@ -121,6 +123,16 @@ def launch(job, options, dry_run: bool, as_json: bool, out=None, err=None) -> in
             print(f"shmguard: {result.name} could not be removed (does the engine answer?): "
                   f"remove it with docker rm -f {result.name}", file=err)
     return result.exit_code
+
+
+def engine_nofile(client, image, job) -> int | None:
+    """The most open files the engine gives a container, asked only when the job needs more than the common
+    default (shmguard.engine.nofile); None: not asked."""
+    from shmguard import sizing
+    from shmguard.engine import nofile
+
+    wanted = sizing.nofile_limit(job)
+    return None if wanted is None else nofile.ceiling(client, image.id, wanted)
 
 
 def plan_json(plan, job) -> dict[str, Any]:

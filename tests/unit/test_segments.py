@@ -94,11 +94,15 @@ def test_open_files_follow_the_segments():
     stacked = make_job(workers=4, batch_size=512, sample_bytes="100")
     listed = stacked.replace(collate="list")
     assert sizing.fds_needed(listed) > sizing.fds_needed(stacked)
-    # 4 workers x prefetch 2 + 2 held = 10 batches of 512 segments, one descriptor each, and a second one for
-    # the batch each of the 4 workers is still sending.
+    # At most: 4 workers x prefetch 2 + 2 held = 10 batches of 512 segments, one descriptor each, and a second one
+    # for the batch each of the 4 workers is still sending.
     assert model.batches_in_flight(listed) == 10 and model.segments_per_batch(listed) == 512
     assert sizing.fds_needed(listed) == sizing.FD_BASE + (10 + 4) * 512
-    assert sizing.nofile_limit(listed) is not None and sizing.nofile_limit(stacked) is None
+    # In order, the result pipe (64 KiB) holds 2 batches of 512 handles (64 bytes counted each) and one half
+    # written: 3 in transit, 2 held by the trainer, 4 being sent (twice).
+    assert sizing.fds_in_order(listed) == sizing.FD_BASE + (3 + 2 + 4 + 4) * 512
+    assert sizing.nofile_limit(listed) == 8192 and sizing.nofile_limit(stacked) is None
+    assert sizing.nofile_limit(listed, ceiling=5000) == 5000
 
 
 def test_collate_options_validate_and_round_trip_through_the_environment():
