@@ -32,6 +32,9 @@ JOB_OPTIONS = (
                                            "(SIZE[xCOUNT],...): replaces the estimate from --collate."),
     ("--nccl-transport", "nccl_transport", "How the job's GPUs talk, for NCCL's own /dev/shm: shm (default: through host "
                                            "memory, the most /dev/shm) or p2p (NVLink/PCIe peer-to-peer: none)."),
+    ("--nccl-version", "nccl_version", "The NCCL version the job's torch uses, e.g. 2.21.5 (python -c 'import torch; "
+                                       "print(torch.cuda.nccl.version())'): NCCL's own /dev/shm depends on it. Default: "
+                                       "found in the container (check, health), else sized for the version that needs most."),
 )
 PIN_MEMORY_HELP = "The DataLoader pins memory."
 DATASET_HELP = ("Measure the sample size from real batches of this dataset factory (needs torch) "
