@@ -75,12 +75,11 @@ Standard library only: `shmguard health` imports the model, which imports this.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from shmguard.errors import UsageError
 from shmguard.record import Record
 from shmguard.segments import round_up  # tmpfs holds whole pages
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (health must not); type checkers read it so
 if TYPE_CHECKING:
     from shmguard.job import Job
 

@@ -63,8 +63,9 @@ def wheel_version(names: list[str]) -> str | None:
     """The version of the one nvidia-nccl-cu* wheel among a directory's entries (None: none, or several disagree)."""
     found = set()
     for name in names:
-        if name.startswith(WHEEL_PREFIX) and name.endswith(".dist-info") and "-" in name:
-            version = _canonical(name[: -len(".dist-info")].split("-", 1)[1])
+        stem = name[: -len(".dist-info")] if name.endswith(".dist-info") else ""
+        if stem.startswith(WHEEL_PREFIX) and "-" in stem:
+            version = _canonical(stem.split("-", 1)[1])
             if version:
                 found.add(version)
     return found.pop() if len(found) == 1 else None
