@@ -413,8 +413,7 @@ def connects_at_init(row: NcclVersion, env: dict) -> str:
     if cumem == 0:
         return "NCCL_CUMEM_ENABLE=0 turns off runtime connection: NCCL connects at init"
     if cumem == _UNSET and row.runtime_connect == "gdr":
-        return (f"NCCL {row.name} connects at runtime only on GPUs with GPUDirect RDMA over cuMem "
-                f"(NCCL_CUMEM_ENABLE=1 says so), else at init")
+        return f"NCCL {row.name} connects at init unless the GPUs have GPUDirect RDMA over cuMem: NCCL_CUMEM_ENABLE=1 says they do"
     return ""
 
 
