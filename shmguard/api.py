@@ -25,6 +25,7 @@ from shmguard.errors import ShmguardWarning, ShmTooSmall
 from shmguard.job import Job
 from shmguard.loader import one_batch, rebuild, settings_of
 from shmguard.probe import Root
+from shmguard.probe.nccl_version import with_installed_version
 from shmguard.probe.snapshot import Snapshot, take_snapshot
 from shmguard.segments import tensor_sizes
 from shmguard.units import docker_size, format_size
@@ -65,7 +66,7 @@ def _too_small(job: Job, snapshot: Snapshot, report: Report) -> ShmTooSmall | No
 
 
 def _assess(loader: Any, procs_per_node: int | None, root: str | None) -> tuple[Job, Snapshot, Report]:
-    job = loader_job(loader, procs_per_node)
+    job = with_installed_version(loader_job(loader, procs_per_node), Root(root))  # torch's NCCL, for NCCL's /dev/shm
     snapshot = _snapshot(root)
     return job, snapshot, evaluate(job, snapshot)
 

@@ -90,6 +90,10 @@ def assess(min_free: int | None, job, root) -> tuple[bool, str]:
         needed = min_free
         what = f"--min-free {format_size(min_free)}"
     elif job is not None:
+        if min(job.procs_per_node, job.gpus) >= 2 and not job.nccl_version:  # NCCL's /dev/shm depends on its version
+            from shmguard.probe.nccl_version import with_installed_version
+
+            job = with_installed_version(job, root)
         required = model.shm_bytes(job)
         needed = required - min(job_own_bytes(root, total - free), required)
         what = f"the job's {format_size(required)}"

@@ -6,6 +6,7 @@ import json
 
 from shmguard.jsonout import stamp
 from shmguard.probe import Root
+from shmguard.probe.nccl_version import with_installed_version
 from shmguard.probe.snapshot import take_snapshot
 from shmguard.verdict import Report, evaluate, exit_code
 
@@ -38,6 +39,7 @@ def report_text(report: Report) -> str:
 
 
 def check(job, as_json: bool, strict: bool, root: Root | None = None, echo=print) -> int:
+    job = with_installed_version(job, root)  # the NCCL torch would use here, when the job does not say
     snapshot = take_snapshot(root)
     report = evaluate(job, snapshot)
     if as_json:
