@@ -150,7 +150,7 @@ class JobOptions(Record):
             raise UsageError("give the batch once: --dataset (measured) or --batch-segments")
         from shmguard.commands.measure import measure
 
-        measured = measure(self.dataset, parse_count("batch_size", self.batch_size, 1), collate_spec=self.collate_fn,
+        measured = measure(str(self.dataset), parse_count("batch_size", self.batch_size, 1), collate_spec=self.collate_fn,
                            sharing_strategy=self.sharing_strategy or "file_descriptor")
         (note or (lambda text: print(text, file=sys.stderr)))(
             f"shmguard: measured {self.dataset}: largest batch {measured.max_batch_bytes:,} bytes in "

@@ -58,7 +58,7 @@ def tuned(job_options: JobOptions, opts, signals) -> JobOptions:
     from shmguard.job import parse_count
 
     batch_size = parse_count("batch_size", job_options.batch_size, 1)
-    result = tune_in_container(opts.replace(command=()), job_options.dataset, batch_size, job_options.collate_fn,
+    result = tune_in_container(opts.replace(command=()), str(job_options.dataset), batch_size, job_options.collate_fn,
                                signals=signals)
     recommended = result["recommended"]["workers"]
     say(f"shmguard: tuned: num_workers={recommended} ({result['recommended']['batches_per_second']:.1f} batches/s)")
