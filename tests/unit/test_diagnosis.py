@@ -21,6 +21,7 @@ from shmguard.job import job_from_env, make_job
 from shmguard.units import GIB, MIB
 
 from .conftest import DATA
+from .test_explain_public import read_case
 
 CAPTURED = DATA / "explain"
 PUBLIC = CAPTURED / "public"
@@ -124,7 +125,7 @@ def test_enospc_inside_a_shared_memory_call_is_shm():
     ("nccl-1589-attach.log", UNDETERMINED, "nccl-shm-attach", None),
 ])
 def test_public_nccl_logs(name, verdict, cause, size):
-    found = diagnose(Evidence(exit_code=1, logs=(PUBLIC / name).read_text(), shm_size=64 * MIB))
+    found = diagnose(Evidence(exit_code=1, logs=read_case(PUBLIC / name)[1], shm_size=64 * MIB))
     assert (found.verdict, found.cause) == (verdict, cause), found
     if size:
         assert "NCCL_SHM_DISABLE=1" in found.fix and f"{size / MIB:.1f} MiB" in found.summary
