@@ -75,7 +75,7 @@ def classify(line: str, before: list[str]) -> Signal | None:
 
 # Kinds that only mark a line for the rules (an error nothing names, the exit code, df's /dev/shm): not signals
 # of a failure of their own, so `scan` leaves them out.
-MARKS = ("error", "exit-code", "df-shm")
+MARKS = ("error", "exit-code", "df-shm", "job-memory")
 
 
 def scan(logs: str) -> list[Signal]:
@@ -99,7 +99,7 @@ def read_log(logs: str) -> list[Signal]:
 
 def with_log_facts(ev: Evidence, signals: list[Signal]) -> tuple[Evidence, tuple[str, ...]]:
     """The evidence with what the log states and the evidence does not: the exit code (the last one the log
-    gives), the size df shows of /dev/shm."""
+    gives), the size df shows of /dev/shm, the memory Slurm gave the job."""
     seen: list[str] = []
     if ev.exit_code is None and not ev.running:
         codes = [s.details["code"] for s in signals if s.kind == "exit-code"]
@@ -111,6 +111,11 @@ def with_log_facts(ev: Evidence, signals: list[Signal]) -> tuple[Evidence, tuple
         if sizes:
             ev = ev.replace(shm_size=sizes[-1])
             seen.append("shm_size")
+    if ev.memory_limit is None:
+        limits = [s.details["bytes"] for s in signals if s.kind == "job-memory"]
+        if limits:
+            ev = ev.replace(memory_limit=limits[-1])
+            seen.append("memory_limit")
     return ev, tuple(seen)
 
 

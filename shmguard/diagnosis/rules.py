@@ -28,7 +28,7 @@ from shmguard.diagnosis.advice import (
     peak_of,
     shm_advice,
 )
-from shmguard.diagnosis.knobs import Want, shm_knobs
+from shmguard.diagnosis.knobs import Want, shm_knobs, slurm_size
 from shmguard.diagnosis.records import (
     LIKELY,
     NO_FAILURE,
@@ -42,7 +42,8 @@ from shmguard.diagnosis.records import (
     Signal,
 )
 from shmguard.record import Record
-from shmguard.units import GIB, format_size
+from shmguard.terminal import printable, strip_sequences
+from shmguard.units import GIB, format_size, parse_size
 
 
 class Context(Record):
@@ -62,8 +63,10 @@ class Context(Record):
 
     def make(self, verdict: str, cause: str, summary: str, fix: str | None = None, signal: Signal | None = None,
              shm_needed: int | None = None, memory_needed: int | None = None) -> Diagnosis:
-        evidence = [*self.base, *advice.signal_quote(signal)]
-        return Diagnosis(verdict, cause, summary, fix, tuple(evidence), shm_needed, memory_needed)
+        # Log text is printed by explain and run: no terminal escape or control character gets through.
+        evidence = tuple(printable(e) for e in [*self.base, *advice.signal_quote(signal)])
+        return Diagnosis(verdict, cause, printable(summary), printable(fix) if fix else fix, evidence, shm_needed,
+                         memory_needed)
 
 
 Decide = Callable[[Context, "Signal | None"], "Diagnosis | None"]
@@ -197,6 +200,14 @@ def parse_df_size(text: str) -> int | None:
     return int(float(m.group(1).replace(",", ".")) * DF_UNITS[m.group(2)])
 
 
+def job_memory(match: re.Match[str], line: str, before: list[str]) -> dict | None:
+    """Slurm's memory for the job (`#SBATCH --mem=256M`, scontrol's `MinMemoryNode=256M`): M is MiB there."""
+    try:
+        return {"bytes": parse_size(match.group("mem").upper())}
+    except ValueError:
+        return None
+
+
 def exit_code_of(match: re.Match[str], line: str, before: list[str]) -> dict:
     return {"code": int(match.group("code"))}
 
@@ -284,7 +295,8 @@ def nccl(ctx: Context, _: Signal | None) -> Diagnosis | None:
     return None
 
 
-SHM_IN_LOG = re.compile(r"/dev/shm|</?torch_\d+_|\bshm\b.*%")
+DF_SHM = re.compile(r"^\s*(?:shm|tmpfs|none)\s+(?P<size>[\d.,]+[KMGT]?)\s+\S+\s+\S+\s+(?P<use>\d+)%\s+/dev/shm\s*$")
+SHM_IN_LOG = re.compile(r"/dev/shm|</?torch_\d+_")
 
 
 def oom(ctx: Context, _: Signal | None) -> Diagnosis | None:
@@ -299,32 +311,42 @@ def oom(ctx: Context, _: Signal | None) -> Diagnosis | None:
     large_tmpfs = ev.shm_unbounded or (ev.memory_limit is not None and ev.shm_size is not None
                                        and ev.shm_size * 2 >= ev.memory_limit)
     shm_filled = (ev.shm_peak is not None and ev.memory_limit is not None and ev.shm_peak * 2 >= ev.memory_limit)
-    shm_line = next((s for s in ctx.signals if s is not said and SHM_IN_LOG.search(s.line)), None)
+    shm_line = next((Signal("shm-use", line.strip()) for line in strip_sequences(ev.logs).splitlines()
+                     if SHM_IN_LOG.search(line) and not DF_SHM.search(line)
+                     and (said is None or line.strip() != said.line)), None)
     limit = (f"its memory limit of {format_size(ev.memory_limit)}" if ev.memory_limit is not None
              else "the job's memory (--mem)" if slurm else "its memory")
     who = "Slurm's cgroup out-of-memory handler ended the job" if slurm else "The kernel's OOM killer ended the container"
     if shm_filled or large_tmpfs or (slurm and shm_line is not None):
-        tmpfs = ("/dev/shm has no size limit" if ev.shm_unbounded else
-                 f"/dev/shm ({format_size(ev.shm_size or 0)}) can hold half the limit or more" if large_tmpfs else
-                 "the log shows the job writing to /dev/shm, whose pages Slurm charges to the job")
-        why = (f"/dev/shm held {format_size(ev.shm_peak or 0)} of it" if shm_filled else tmpfs)
+        if slurm and shm_line is not None and not shm_filled:
+            why = (f"the log shows the job using /dev/shm ({advice.quote(shm_line.line, 120)}), and Slurm charges "
+                   f"its pages to the job; the tmpfs's own size does not limit it")
+        else:
+            tmpfs = ("/dev/shm has no size limit" if ev.shm_unbounded else
+                     f"/dev/shm ({format_size(ev.shm_size or 0)}) can hold half the limit or more")
+            why = (f"/dev/shm held {format_size(ev.shm_peak or 0)} of it" if shm_filled else tmpfs)
         shm_fix = ""
-        if ev.job is not None:
+        if ev.job is not None and not slurm:  # under Slurm the tmpfs's size caps nothing: no cap to give
             shm_needed = sizing.shm_size(ev.job)
             if ev.shm_unbounded or (ev.shm_size is not None and ev.shm_size > shm_needed):
                 shm_fix = (f" Cap /dev/shm at what the job needs, {format_size(shm_needed)} "
                            f"({shm_knobs(Want(size=shm_needed), ctx.platforms)}), so that leaked segments fail as "
                            f"a clear shm error and not as an OOM kill.")
-        default = ("raise the memory limit so it holds /dev/shm's pages and the processes"
-                   + (" (#SBATCH --mem)" if slurm else "") + ", or describe the job (--workers, --batch-size, "
-                   "--sample-shape) to get the size.")
+        if slurm:
+            above = f" above {slurm_size(ev.memory_limit)}" if ev.memory_limit is not None else "=…"
+            default = (f"#SBATCH --mem{above}, with room for what the job keeps in /dev/shm on top of its processes, "
+                       f"or keep less there. {advice.DESCRIBE}")
+        else:
+            default = ("raise the memory limit so it holds /dev/shm's pages and the processes, or describe the job "
+                       "(--workers, --batch-size, --sample-shape) to get the size.")
         return ctx.make(SHARED_MEMORY if shm_filled else LIKELY, "oom-shm",
                         f"{who}: {limit} was full, and tmpfs pages count against it: {why}.",
                         ((fix or default) + shm_fix).strip(), said or ctx.first("worker-killed") or shm_line,
                         memory_needed=needed)
     small = (ev.shm_peak is not None) or (ev.shm_size is not None and ev.memory_limit is not None)
-    default = ("raise the job's memory (#SBATCH --mem), or lower what the processes hold; /dev/shm's pages count "
-               "against it too" if slurm else
+    above = f" above {slurm_size(ev.memory_limit)}" if ev.memory_limit is not None else "=…"
+    default = (f"#SBATCH --mem{above}, or lower what the processes hold; /dev/shm's pages count against it "
+               f"too." if slurm else
                "raise the memory limit, or lower what the processes hold (batch size, workers, caches).")
     return ctx.make(NOT_SHARED_MEMORY if small else UNDETERMINED, "oom",
                     f"{who}: {limit} was full"
@@ -561,7 +583,8 @@ RULES: tuple[Rule, ...] = (
                                                                       or "OUT_OF_ME" in line else ""},
          patterns=compile_all(r"Memory cgroup out of memory|\boom-kill:|Out of memory: Kill(?:ed)? process",
                               r"\"OOMKilled\": true|Reason:\s+OOMKilled|\breason: OOMKilled\b",
-                              r"slurmstepd: error: Detected \d+ oom[-_]kill event",
+                              r"slurmstepd(?:-\S+)?: error: Detected \d+ oom[-_]kill event",
+                              r"\bExitCode=0:125\b",
                               r"srun: error: .*: task \d+: Out Of Memory",
                               r"\bOUT_OF_ME(?:MORY|\+)", r"The node was low on resource: memory")),
     Rule("oom", decide=oom, case=PUBLIC + "arjuna-52-slurm-oom-kill.log"),
@@ -655,8 +678,9 @@ RULES: tuple[Rule, ...] = (
     Rule("", kind="exit-code", where=exit_code_of, patterns=compile_all(
         r"(?:command terminated|container exited|\bexited) with (?:exit )?code (?P<code>\d+)",
         r"\"ExitCode\": (?P<code>\d+)", r"\bEXIT CODE: (?P<code>\d+)", r"\bExit Code:\s+(?P<code>\d+)")),
-    Rule("", kind="df-shm", where=df_size, patterns=compile_all(
-        r"^\s*(?:shm|tmpfs|none)\s+(?P<size>[\d.,]+[KMGT]?)\s+\S+\s+\S+\s+(?P<use>\d+)%\s+/dev/shm\s*$")),
+    Rule("", kind="job-memory", where=job_memory, patterns=compile_all(
+        r"\bMinMemoryNode=(?P<mem>\d+[KMGT]?)\b", r"#SBATCH --mem=(?P<mem>\d+[KMGTkmgt]?)[bB]?\b")),
+    Rule("", kind="df-shm", where=df_size, patterns=(DF_SHM,)),
     Rule("unknown", kind="error", decide=unknown_failure, always=True,
          patterns=compile_all(r"Traceback \(most recent call last\)", r"^\s*[\w.]*(?:Error|Exception)\b: ",
                               r"Segmentation fault|core dumped|Fatal Python error|terminate called after throwing",
