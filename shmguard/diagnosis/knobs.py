@@ -51,15 +51,18 @@ class Want(Record):
     at_least: bool = False  # size is a lower bound the evidence supports, not the job's size
     above: int | None = None  # no size: more than this (what it had)
 
-    def flag(self, name: str, unit, default: str) -> str:
+    def flag(self, name: str, unit) -> str:
         """The flag with its value: `--shm-size=368m`, `--shm-size=74m or more`, `--shm-size above 64m`,
-        or `--shm-size=SIZE` and what the platform gives by default."""
+        or `--shm-size=SIZE`."""
         if self.size is not None:
             return f"{name}{unit(self.size)}" + (" or more" if self.at_least else "")
-        bare = name.rstrip("=: ")
         if self.above is not None:
-            return f"{bare} above {unit(self.above)}"
-        return f"{name}SIZE ({default})"
+            return f"{name.rstrip('=: ')} above {unit(self.above)}"
+        return f"{name}SIZE"
+
+    @property
+    def known(self) -> bool:
+        return self.size is not None or self.above is not None
 
 
 def slurm_size(n: int) -> str:
@@ -67,32 +70,34 @@ def slurm_size(n: int) -> str:
     return f"{max(1, ceil_div(n, MIB))}M"
 
 
-DOCKER_DEFAULT = "Docker gives 64m unless told"
-K8S_DEFAULT = "without a volume at /dev/shm a pod gets the runtime's 64Mi"
+DOCKER_DEFAULT = "; Docker gives 64m unless told"
+K8S_DEFAULT = " (without one a pod gets the runtime's 64Mi)"
 
 
 def shm_knob(want: Want, platform: str | None, memory_note: str = "") -> str:
     """How to give /dev/shm the wanted size on one platform."""
+    unknown = not want.known
     if platform == "run":
         if want.size is not None and not want.at_least:
             return (f"shmguard run gives it {format_size(want.size)} (drop --shm-size, or "
                     f"--shm-size={docker_size(want.size)})")
-        return "shmguard run " + want.flag("--shm-size=", docker_size, "or describe the job and let it size it")
+        return "shmguard run " + want.flag("--shm-size=", docker_size)
     if platform == "docker":
-        compose = want.flag("shm_size: ", compose_size, "the same") if want.size is not None else "shm_size"
-        return f"docker run {want.flag('--shm-size=', docker_size, DOCKER_DEFAULT)} (compose: {compose})"
+        compose = want.flag("shm_size: ", compose_size) if want.size is not None else "shm_size"
+        return (f"docker run {want.flag('--shm-size=', docker_size)} (compose: {compose}"
+                f"{DOCKER_DEFAULT if unknown else ''})")
     if platform == "kubernetes":
-        return (f"in Kubernetes, an emptyDir with medium: Memory and {want.flag('sizeLimit: ', k8s_quantity, K8S_DEFAULT)} "
-                f"mounted at /dev/shm, as shmguard patch writes it (the container's memory limit must hold it too)")
+        return (f"in Kubernetes, an emptyDir with medium: Memory and {want.flag('sizeLimit: ', k8s_quantity)} "
+                f"mounted at /dev/shm{K8S_DEFAULT if unknown else ''}, as shmguard patch writes it (the container's "
+                f"memory limit must hold it too)")
     if platform == "slurm":
         return ("under Slurm, /dev/shm's pages are charged to the job's memory: ask for more with #SBATCH --mem="
                 + (memory_note or "…") + " (the tmpfs's own size means nothing there)")
     if platform == "ray":
         return (f"Ray keeps its object store in /dev/shm: give the node more /dev/shm than the store (docker run "
-                f"{want.flag('--shm-size=', docker_size, DOCKER_DEFAULT)}, also in run_options of a Ray cluster "
-                f"config; KubeRay: an emptyDir with medium: Memory and "
-                f"{want.flag('sizeLimit: ', k8s_quantity, K8S_DEFAULT)} at /dev/shm), or make the store smaller "
-                f"(ray start --object-store-memory=BYTES, ray.init(object_store_memory=BYTES))")
+                f"{want.flag('--shm-size=', docker_size)}, also in run_options of a Ray cluster config; KubeRay: an "
+                f"emptyDir with medium: Memory and {want.flag('sizeLimit: ', k8s_quantity)} at /dev/shm), or make "
+                f"the store smaller (ray start --object-store-memory=BYTES, ray.init(object_store_memory=BYTES))")
     return shm_knobs(want, CONTAINER_PLATFORMS)
 
 

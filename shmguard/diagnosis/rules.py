@@ -459,7 +459,15 @@ def loader_timeout(ctx: Context, s: Signal | None) -> Diagnosis:
 
 def ray_object_store(ctx: Context, s: Signal | None) -> Diagnosis:
     assert s is not None
-    fix, needed = shm_advice(ctx, "Ray's node")
+    # Ray's own figure is the store it wants; with the job described, its DataLoader's shm comes on top.
+    asked = s.details.get("asked")
+    needed = None
+    want = advice.evidence_want(ctx)
+    if ctx.ev.job is not None and isinstance(asked, int):
+        needed = sizing.pod_shm_size(ctx.ev.job, extra=asked)
+        want = Want(size=needed, at_least=True)
+    platforms = ctx.platforms if "ray" in ctx.platforms else ("ray", *ctx.platforms)
+    fix = shm_knobs(want, platforms) + "."
     if s.kind == "ray-object-store-crash":
         summary = ("Ray refused to start: the object store it was configured with does not fit in /dev/shm"
                    + (f" ({s.details['shm']} GB)" if s.details.get("shm") else "") + ".")

@@ -242,7 +242,7 @@ def test_without_the_job_the_fix_names_the_smallest_size_the_evidence_supports()
     df = diagnose(Evidence(logs=read_case(PUBLIC / "travis-docker-17-bus-error-df.log")[1]))
     assert "--shm-size above 64m" in df.fix and "/dev/shm 64.0 MiB (df in the log)" in df.evidence
     bare = diagnose(Evidence(logs="RuntimeError: unable to write to file </torch_1_2>"))
-    assert "--shm-size=SIZE (Docker gives 64m unless told)" in bare.fix and "Describing the job" in bare.fix
+    assert "--shm-size=SIZE (compose: shm_size; Docker gives 64m unless told)" in bare.fix and "Describing the job" in bare.fix
 
 
 @pytest.mark.parametrize("line, platform, knob, absent", [
