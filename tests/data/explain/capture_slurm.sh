@@ -2,7 +2,7 @@
 # Capture what a real Slurm prints when a job's /dev/shm outgrows its --mem (issue 32 item 4), for
 # `shmguard explain`: a one-node Slurm (Debian's slurmctld, slurmd and munge, cgroup v1, as
 # shared/SLURM.md describes) started here on private ports and paths, one sbatch --mem=256M job that
-# writes 400 MB into /dev/shm, then the job's output and `scontrol show job`. Everything it starts is
+# writes 400 MB into /dev/shm (slurm-shm-oom/job.sh), then the job's output and `scontrol show job`. Everything it starts is
 # stopped on exit, pass or fail.
 #
 #     sh tests/data/explain/capture_slurm.sh        # as root; writes tests/data/explain/slurm-shm-oom/
@@ -13,10 +13,13 @@ S=$(mktemp -d /var/tmp/shmguard-explain-slurm.XXXXXX)
 mkdir -p "$S/etc" "$S/state" "$S/spool" "$S/run" "$S/log" "$S/jobs"
 NODE=$(slurmd -C | head -1)
 stop() {
-    for pid in "$S/run/slurmd.pid" "$S/run/slurmctld.pid" "$S/run/munged.pid"; do
-        [ -f "$pid" ] && kill -TERM "$(cat "$pid")" 2>/dev/null || true
+    for file in "$S/run/slurmd.pid" "$S/run/slurmctld.pid" "$S/run/munged.pid"; do
+        [ -f "$file" ] || continue
+        pid=$(cat "$file")
+        kill -TERM "$pid" 2>/dev/null || continue
+        i=0
+        while kill -0 "$pid" 2>/dev/null && [ $i -lt 30 ]; do i=$((i + 1)); sleep 0.5; done
     done
-    sleep 1
     rm -rf "$S"
 }
 trap stop EXIT INT TERM
@@ -57,21 +60,7 @@ slurmctld -c -i -f "$SLURM_CONF"
 slurmd -f "$SLURM_CONF"
 i=0
 until sinfo -h -N -o %t 2>/dev/null | grep -q idle; do i=$((i + 1)); [ $i -lt 120 ] || exit 1; sleep 0.5; done
-cat > "$S/jobs/fill-shm.sh" <<'JOB'
-#!/bin/sh
-#SBATCH --mem=256M
-#SBATCH -c1
-df -h /dev/shm
-echo "writing 400 MB to /dev/shm/fill-$SLURM_JOB_ID"
-python3 -c "
-import os, sys
-with open('/dev/shm/fill-' + os.environ['SLURM_JOB_ID'], 'wb') as f:
-    for i in range(400):
-        f.write(b'\1' * 2**20)
-print('written')
-"
-rm -f "/dev/shm/fill-$SLURM_JOB_ID"
-JOB
+cp "$OUT/job.sh" "$S/jobs/fill-shm.sh"  # the job: 400 MB into /dev/shm under --mem=256M
 cd "$S/jobs"
 JOB=$(sbatch --parsable -o "$S/jobs/slurm-%j.out" fill-shm.sh)
 i=0
@@ -79,8 +68,6 @@ while [ -z "$(scontrol show job "$JOB" 2>/dev/null | grep -E 'JobState=(OUT_OF_M
     i=$((i + 1)); [ $i -lt 240 ] || { scancel "$JOB"; exit 1; }; sleep 0.5
 done
 rm -f /dev/shm/fill-"$JOB"
-mkdir -p "$OUT"
-cp "$S/jobs/fill-shm.sh" "$OUT/job.sh"
 cp "$S/jobs/slurm-$JOB.out" "$OUT/slurm.out"
 scontrol show job "$JOB" | grep -E 'JobState|ExitCode|MinMemory|TRES' > "$OUT/scontrol.txt"
 echo "captured job $JOB into $OUT"
