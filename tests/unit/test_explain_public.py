@@ -68,20 +68,19 @@ def score_shm(name: str) -> list[str]:
     return wrong + [f"no {KNOBS[p]}" for p in platforms(meta) if KNOBS[p] not in (found.fix or "")]
 
 
+# Shared-memory cases explain misses today, with why: the score allows 5%, and this list says which they are, so
+# that a new miss is a failure that names its case.
+KNOWN_MISSES: dict[str, str] = {}
+
+
 def test_shared_memory_deaths_get_their_verdict_with_the_knob():
     assert len(SHM) >= 20
     families = Counter(p for meta, _ in SHM.values() for p in meta.get("platform", "").split())
     for family in ("docker", "kubernetes", "ray", "nccl", "mpi", "semlock"):
         assert families[family] >= 1, f"no shared-memory case from {family}"
-    wrong = {name: score_shm(name) for name in SHM}
-    missed = {name: why for name, why in wrong.items() if why}
+    missed = {name: why for name in SHM if (why := score_shm(name))}
     assert len(SHM) - len(missed) >= 0.95 * len(SHM), missed
-
-
-@pytest.mark.parametrize("name", sorted(SHM))
-def test_each_shared_memory_death(name):
-    """Each case on its own, so that a regression names it (the score above allows 5% of misses)."""
-    assert score_shm(name) == []
+    assert missed.keys() == KNOWN_MISSES.keys(), missed
 
 
 @pytest.mark.parametrize("name", sorted(LOOKALIKES))

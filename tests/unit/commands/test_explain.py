@@ -291,3 +291,15 @@ def test_run_connects_through_the_same_client(monkeypatch):
     with pytest.raises(RunError, match="no Docker engine answers at the local socket .*Start it") as caught:
         running.connect()
     assert caught.value.exit_code == 125
+
+
+def test_a_slurm_job_log_on_stdin(monkeypatch, capsys):
+    """A real Slurm 22.05 job's output and scontrol (tests/data/explain/capture_slurm.sh): its memory, in Slurm's
+    terms."""
+    slurm = CAPTURED / "slurm-shm-oom"
+    logs = (slurm / "slurm.out").read_text() + (slurm / "scontrol.txt").read_text()
+    code, out, _ = run_cli(monkeypatch, capsys, ["--json"], logs)
+    found = json.loads(out)["diagnoses"][0]
+    assert code == 1 and found["cause"] == "oom-shm" and "#SBATCH --mem above 256M" in found["fix"]
+    code, out, _ = run_cli(monkeypatch, capsys, ["--platform", "slurm", *JOB_FLAGS], logs)
+    assert code == 1 and "#SBATCH --mem=853M or more" in out
