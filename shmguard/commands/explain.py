@@ -4,15 +4,20 @@ Three sources of evidence, each turned into shmguard.diagnosis.Evidence (pure
 functions here; the engine and stdin are read by the thin `explain` below):
 
 - a container, through the Docker API (Docker, or Podman's Docker-compatible
-  socket): `docker inspect` (exit code, OOMKilled, ShmSize, a tmpfs or bind at
-  /dev/shm, --ipc host, the memory limit, SHMGUARD_* env) and the log's tail;
+  socket) as `run` reaches it (shmguard.engine.client): `docker inspect` (exit
+  code, OOMKilled, ShmSize, a tmpfs or bind at /dev/shm, --ipc host, the memory
+  limit, SHMGUARD_* env) and the log's tail;
 - a Pod object (`kubectl get pod -o yaml|json`) on stdin: per container, its
   termination (state, else lastState: exit code, reason OOMKilled, the message),
   the volume mounted at /dev/shm (an emptyDir's medium and sizeLimit; none: the
   runtime's 64 MiB), its memory limit, and the job from shmguard.io/* annotations
   and SHMGUARD_* env (shmguard.manifests.annotations.resolve_job);
 - anything else on stdin is a log, with --shm-size, --memory-limit, --exit-code
-  and --oom-killed saying what the log cannot.
+  and --oom-killed saying what the log cannot. stdin is read in bounded memory:
+  a Pod object whole, a log as its last --tail lines (read_stdin).
+
+Everything it prints, text or JSON, has the terminal escapes and control
+characters of logs, names and Pod objects neutralised (shmguard.terminal).
 
 The job options fill what the container's own description (env, annotations)
 leaves out, as for `patch`. Exit 1 when a diagnosis blames shared memory, else 0.

@@ -272,3 +272,11 @@ def test_torch_write_without_a_reason_is_its_own_kind_and_with_one_stays_enospc_
     assert [s.kind for s in scan("RuntimeError: unable to write to file </torch_5_6>")] == ["torch-shm-write"]
     assert [s.kind for s in scan("RuntimeError: unable to write to file </torch_5_6>: No space left on device (28)")
             ] == ["enospc-shm"]
+
+
+@pytest.mark.parametrize("line", ['        "OOMKilled": true,', "    Reason:       OOMKilled",
+                                  "srun: error: node107: task 0: Out Of Memory",
+                                  "[ 1.0] Out of memory: Killed process 4242 (python) total-vm:1kB"])
+def test_the_words_of_an_oom_kill(line):
+    found = diagnose(Evidence(logs=line))
+    assert found.cause == "oom" and found.verdict == UNDETERMINED and found.shm_needed is None
