@@ -341,13 +341,15 @@ def fn_command() -> int:
 @job_options
 @click.option("--host", metavar="URL", help="The Docker API to ask (default: DOCKER_HOST, else the local socket); "
                                             "Podman's socket works too, e.g. unix:///run/podman/podman.sock.")
-@click.option("--tail", type=click.IntRange(min=1, max=1_000_000), default=2000, show_default=True, help="Log lines of the container to read.")
+@click.option("--tail", type=click.IntRange(min=1, max=1_000_000), default=2000, show_default=True,
+              help="Log lines to read: the container's last N, or a log on stdin's last N.")
 @click.option("--shm-size", "shm_size", metavar="SIZE", help="A log on stdin: the /dev/shm the container had (64m, 64Mi).")
 @click.option("--memory-limit", "memory_limit", metavar="SIZE", help="A log on stdin: the container's memory limit.")
 @click.option("--exit-code", "exit_code", type=int, help="A log on stdin: the container's exit code.")
 @click.option("--oom-killed", "oom_killed", is_flag=True, help="A log on stdin: the container was OOM-killed.")
-@click.option("--platform", type=click.Choice(["docker", "kubernetes"]),
-              help="A log on stdin: spell the fix for this platform (default: both).")
+@click.option("--platform", type=click.Choice(["docker", "kubernetes", "slurm", "ray"]),
+              help="A log on stdin: spell the fix for this platform (default: what the log shows, else Docker's "
+                   "and Kubernetes').")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.argument("container", required=False)
 def explain_command(job, container, host, tail, shm_size, memory_limit, exit_code, oom_killed, platform,
@@ -365,12 +367,12 @@ def explain_command(job, container, host, tail, shm_size, memory_limit, exit_cod
     from shmguard.commands.explain import describe_sizes, explain
 
     flag_values = job.values(note)
-    stdin_text = None
+    stdin = None
     if not container and not sys.stdin.isatty():
-        stdin_text = sys.stdin.read()
+        stdin = getattr(sys.stdin, "buffer", sys.stdin)  # read in bounded memory by explain (--tail)
     facts = {"shm_size": describe_sizes(shm_size, "--shm-size"), "memory_limit": describe_sizes(memory_limit, "--memory-limit"),
              "exit_code": exit_code, "oom_killed": oom_killed, "platform": platform}
-    return explain(container, flag_values, stdin_text, host, tail, facts, as_json, echo=click.echo)
+    return explain(container, flag_values, stdin, host, tail, facts, as_json, echo=click.echo)
 
 
 @cli.command("measure")

@@ -257,15 +257,12 @@ def host_shm_path(engine_info: dict, container) -> str | None:
 
 
 def connect():
-    import docker
+    from shmguard.engine import client
 
     try:
-        client = docker.from_env()
-        client.ping()
-    except docker.errors.DockerException as exc:
-        raise RunError(f"no Docker engine answers ({exc}). Start it (sudo systemctl start docker, or dockerd) "
-                       f"or point DOCKER_HOST at one") from None
-    return client
+        return client.connect()
+    except client.EngineUnreachable as exc:
+        raise RunError(f"{exc}. Start it (sudo systemctl start docker, or dockerd) or point DOCKER_HOST at one") from None
 
 
 def cache_dir() -> str:
