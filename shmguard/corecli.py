@@ -64,7 +64,9 @@ def check_main(argv: list[str]) -> int:
         from shmguard.probe import Root
 
         as_json, strict, root = args.pop("as_json"), args.pop("strict"), args.pop("root")
-        notes = infer_procs(args, (), os.environ, gpu_option(args))
+        from shmguard.slurm import fill_gpus
+
+        notes = fill_gpus(args, os.environ) + infer_procs(args, (), os.environ, gpu_option(args))
         job = job_from_options(args, nccl_env=os.environ)
         for line in notes:
             print(line, file=sys.stderr)
