@@ -15,13 +15,14 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from shmguard.record import Record
+from shmguard.record import Record, field
 
 TOOLS = ("slurmctld", "slurmd", "sbatch", "srun", "squeue", "scancel", "sinfo", "sacct", "munged")
 SETUP_HINT = "apt-get install -y --no-install-recommends slurmctld slurmd slurm-client munge (scripts/setup.sh does)"
@@ -49,13 +50,21 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+JOB_USER = "nobody"  # jobs run as a user who is not root, as on a real cluster
+
+
 class Cluster(Record, frozen=False):
-    """A running cluster: its directory, its config and the environment its clients need."""
+    """A running cluster: its directory, its config and the environment its clients need.
+
+    `python` is this interpreter as the job user can run it, `job_env` what its jobs need to import torch and
+    the shmguard under test (PYTHONPATH)."""
 
     path: Path
     conf: Path
     env: dict[str, str]
     node: str
+    python: str = ""
+    job_env: dict[str, str] = field(default_factory=dict)
 
     def run(self, *args: str, timeout: float = 60, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
         """A Slurm client command against this cluster (text output)."""
@@ -66,13 +75,17 @@ class Cluster(Record, frozen=False):
         return proc
 
     def sbatch(self, script: str | Path, *options: str, env: dict[str, str] | None = None) -> str:
-        """Submit a batch script (a path or its text) and return the job id."""
+        """Submit a batch script (a path or its text) as the job user and return the job id."""
         path = Path(script) if isinstance(script, Path) else None
         if path is None:
-            path = Path(tempfile.mkstemp(suffix=".sh", dir=self.path / "jobs")[1])
+            fd, name = tempfile.mkstemp(suffix=".sh", dir=self.path / "jobs")
+            os.close(fd)
+            path = Path(name)
             path.write_text(str(script))
-        proc = self.run("sbatch", "--parsable", f"--chdir={self.path / 'jobs'}",
-                        f"--output={self.path / 'jobs'}/%j.out", *options, str(path), env=env or {})
+        path.chmod(0o755)
+        proc = self.run("sbatch", "--parsable", f"--uid={JOB_USER}", f"--chdir={self.path / 'jobs'}",
+                        f"--output={self.path / 'jobs'}/%j.out", *options, str(path),
+                        env={**self.job_env, **(env or {})})
         return proc.stdout.strip().split(";")[0]
 
     def state(self, job_id: str) -> tuple[str, str]:
@@ -196,9 +209,67 @@ def _wait_for(what: str, ready, timeout: float, log: Path | None = None) -> None
         time.sleep(0.1)
 
 
+def _open_to_all(path: Path) -> bool:
+    """Every directory up to path can be entered by any user (/root, for one, cannot)."""
+    return all(p.stat().st_mode & 0o001 for p in [path, *path.parents])
+
+
+def python_for_jobs(path: Path, source_tree: Path) -> tuple[str, dict[str, str], Path | None]:
+    """(interpreter, environment, bind mount) with which the job user runs this Python, its torch and shmguard.
+
+    An interpreter under /root (pyenv) is bind-mounted read-only under `path` for the duration."""
+    import site
+
+    prefix = Path(sys.base_prefix).resolve()
+    site_dirs = [Path(d).resolve() for d in site.getsitepackages()]
+    executable = Path(sys.executable).resolve()
+    mount = None
+    if not _open_to_all(prefix):
+        mount = path / "python"
+        mount.mkdir()
+        subprocess.run(["mount", "--bind", str(prefix), str(mount)], check=True, capture_output=True, timeout=60)
+        try:
+            subprocess.run(["mount", "-o", "remount,bind,ro", str(mount)], check=True, capture_output=True, timeout=60)
+        except BaseException:
+            _unmount(mount)
+            raise
+
+        def moved(p: Path) -> Path:
+            return mount / p.relative_to(prefix) if p.is_relative_to(prefix) else p
+
+        executable, site_dirs = moved(executable), [moved(d) for d in site_dirs]
+    env = {"PYTHONPATH": ":".join([str(source_tree), *map(str, site_dirs)]), "HOME": "/tmp",
+           "SHMGUARD": f"{executable} -m shmguard"}
+    return str(executable), env, mount
+
+
+def _mounts_under(path: Path) -> list[str]:
+    """Mount points at or under path (mountinfo field 5; spaces are escaped as \\040 there)."""
+    prefix = str(path)
+    points = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4].replace("\\040", " ")
+        if point == prefix or point.startswith(prefix + "/"):
+            points.append(point)
+    return points
+
+
+def _unmount(mount: Path | None) -> None:
+    if mount is None:
+        return
+    for _ in range(50):  # a torch_shm_manager of a job may still be leaving
+        if subprocess.run(["umount", str(mount)], capture_output=True, timeout=60).returncode == 0:
+            return
+        time.sleep(0.2)
+    subprocess.run(["umount", "-l", str(mount)], capture_output=True, timeout=60)
+
+
 @contextmanager
-def slurm_cluster(epilog: Path | None = None) -> Iterator[Cluster]:
-    """Start munged, slurmctld and slurmd on private paths and free ports; yield the Cluster; always stop them."""
+def slurm_cluster(source_tree: Path, epilog: str | None = None) -> Iterator[Cluster]:
+    """Start munged, slurmctld and slurmd on private paths and free ports; yield the Cluster; always stop them.
+
+    source_tree: the shmguard the jobs import. epilog: the text of an Epilog script, if any (`@DIR@` in it
+    stands for the cluster's directory)."""
     path = Path(tempfile.mkdtemp(prefix="sg-slurm-", dir="/var/tmp"))
     os.chmod(path, 0o755)
     for sub in ("state", "spool", "run", "log", "munge", "jobs"):
@@ -213,7 +284,12 @@ def slurm_cluster(epilog: Path | None = None) -> Iterator[Cluster]:
     host = socket.gethostname().split(".")[0]
     node_line = subprocess.run(["slurmd", "-C"], capture_output=True, text=True, timeout=60).stdout.splitlines()[0]
     conf = path / "slurm.conf"
-    conf.write_text(slurm_conf(path, node_line, host, free_port(), free_port(), epilog))
+    epilog_path = None
+    if epilog is not None:
+        epilog_path = path / "epilog.sh"
+        epilog_path.write_text(epilog.replace("@DIR@", str(path)))
+        epilog_path.chmod(0o755)
+    conf.write_text(slurm_conf(path, node_line, host, free_port(), free_port(), epilog_path))
     (path / "cgroup.conf").write_text(CGROUP_CONF)
     env = {**os.environ, "SLURM_CONF": str(conf)}
     for name in [n for n in env if n.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")) and n != "SLURM_CONF"]:
@@ -221,6 +297,7 @@ def slurm_cluster(epilog: Path | None = None) -> Iterator[Cluster]:
     cluster = Cluster(path=path, conf=conf, env=env, node=host)
     munge_pid = None
     try:
+        cluster.python, cluster.job_env, _mount = python_for_jobs(path, source_tree)
         subprocess.run(["runuser", "-u", "munge", "--", "munged", "--force", f"--socket={munge_dir}/munge.socket",
                         f"--key-file={munge_dir}/munge.key", f"--pid-file={munge_dir}/munged.pid",
                         f"--seed-file={munge_dir}/munged.seed", f"--log-file={munge_dir}/munged.log"],
@@ -245,7 +322,10 @@ def slurm_cluster(epilog: Path | None = None) -> Iterator[Cluster]:
             _stop(_pid(path / "run" / "slurmctld.pid"))
             _stop(munge_pid)
             _remove_cgroups(host)
-            shutil.rmtree(path, ignore_errors=True)
+            for point in _mounts_under(path):  # os.path.ismount misses a bind mount within one filesystem
+                _unmount(Path(point))
+            if not _mounts_under(path):  # never delete through a mount (the bound interpreter's files)
+                shutil.rmtree(path, ignore_errors=True)
 
 
 def _remove_cgroups(host: str) -> None:
