@@ -193,6 +193,8 @@ class ProcsPerNode(Record):
 def nproc_in_command(command) -> str | None:
     """The literal value of --nproc_per_node / --nproc-per-node (`=` or space form) given to torchrun or
     `python -m torch.distributed.run` in the command (also inside a `sh -c "..."` string); None if absent."""
+    if not command:
+        return None  # no shlex (and its re) for `health`, which has no command
     import shlex
 
     args: list[str] = []

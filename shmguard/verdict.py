@@ -219,13 +219,14 @@ def check_gpu(job, gpu, platform: str | None = None, slurm=None) -> list[Finding
         return [Finding(id="gpu.visible", status=PASS, message=f"the job asks for no GPU ({gpu.visible} visible)",
                         found=str(gpu.visible), needed="0")]
     notes = list(gpu.notes)
-    if given is not None:
-        notes.append(f"Slurm gave the job {given} ({slurm.gpus_source})")
-    note = f" ({'; '.join(notes)})" if notes else ""
     if given is not None and given < job.gpus:
+        note = f"; {'; '.join(notes)}" if notes else ""
         return [Finding(id="gpu.visible", status=FAIL,
-                        message=f"the job needs {job.gpus} GPUs but Slurm gave it {given}{note}",
+                        message=f"the job needs {job.gpus} GPUs but Slurm gave it {given} ({slurm.gpus_source}{note})",
                         found=str(min(given, gpu.visible)), needed=str(job.gpus), fix=fixes.gpu_fix(job, platform, slurm))]
+    if given is not None:
+        notes.append(f"Slurm gave the job {given}: {slurm.gpus_source}")
+    note = f" ({'; '.join(notes)})" if notes else ""
     if gpu.visible >= job.gpus:
         return [Finding(id="gpu.visible", status=PASS, message=f"{gpu.visible} GPUs visible{note}",
                         found=str(gpu.visible), needed=str(job.gpus))]

@@ -145,16 +145,16 @@ def candidate_of(name: str, st: os.stat_result) -> Candidate | None:
                      bytes=st.st_blocks * 512, device=st.st_dev, inode=st.st_ino, modified=st.st_mtime)
 
 
-def _open_dir(path: str) -> int:
+def _open_dir(root: Root, directory: str) -> int:
     try:
-        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        return os.open(root.join(directory), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
-        raise UsageError(f"--dir {path}: {exc.strerror}") from None
+        raise UsageError(f"--dir {directory}: {exc.strerror}") from None
 
 
 def survey(directory: str, uid: int, root: Root) -> Survey:
     """The user's PyTorch segments in the directory, and (only when there are some) what holds files there."""
-    dir_fd = _open_dir(root.join(directory))
+    dir_fd = _open_dir(root, directory)
     try:
         device = os.fstat(dir_fd).st_dev
         mine, others = [], 0
@@ -184,8 +184,10 @@ def notes_for(survey_: Survey) -> tuple[str, ...]:
     if holders is not None and holders.blind:
         strangers = [uid for _pid, uid in holders.blind if uid is not None and uid != survey_.uid]
         if strangers:
-            notes.append(f"{len(strangers)} processes of other users could not be inspected; they are taken not "
-                         f"to hold this user's owner-only (0600) segments, which only root could open")
+            many = len(strangers) > 1
+            notes.append(f"{len(strangers)} process{'es' if many else ''} of other users could not be inspected; "
+                         f"{'they are' if many else 'it is'} taken not to hold this user's owner-only (0600) "
+                         f"segments, which only root could open")
     return tuple(notes)
 
 
@@ -205,7 +207,7 @@ def clean(directory: str, uid: int, dry_run: bool = False, root: Root | None = N
     decisions = [decide(c, seen.holders) for c in seen.candidates] if seen.holders is not None else []
     errors = []
     if not dry_run and any(d.action == REMOVE for d in decisions):
-        dir_fd = _open_dir(root.join(directory))
+        dir_fd = _open_dir(root, directory)
         try:
             by_name = {c.name: c for c in seen.candidates}
             for i, decision in enumerate(decisions):

@@ -17,6 +17,7 @@ import os
 from shmguard.record import Record, field
 
 GONE_STATES = ("Z", "X")  # a zombie or dead task holds no files and keeps its pid only until it is reaped
+PF_KTHREAD = 0x00200000  # a kernel thread (include/linux/sched.h): no memory map, no files of a user
 
 
 class Holders(Record):
@@ -34,6 +35,16 @@ def parse_stat_state(text: str) -> str | None:
     _, _, rest = text.rpartition(")")
     fields = rest.split()
     return fields[0] if fields else None
+
+
+def parse_stat_flags(text: str) -> int | None:
+    """The flags of /proc/PID/stat (field 9)."""
+    _, _, rest = text.rpartition(")")
+    fields = rest.split()
+    try:
+        return int(fields[6])
+    except (IndexError, ValueError):
+        return None
 
 
 def parse_stat_start(text: str) -> int | None:
@@ -118,6 +129,8 @@ def scan(root, device: int) -> Holders:
         start = parse_stat_start(stat)
         if btime is not None and start is not None:
             started[pid] = btime + start / ticks
+        if (parse_stat_flags(stat) or 0) & PF_KTHREAD:
+            continue
         readable = True
         maps = root.read_or_none(f"/proc/{pid}/maps")
         if maps is None:

@@ -56,15 +56,14 @@ def parse_tasks_per_node(text: str) -> list[int]:
     counts: list[int] = []
     for part in str(text).strip().split(","):
         part = part.strip()
-        value, _, repeat = part.partition("(x")
-        if repeat:
-            if not repeat.endswith(")"):
-                raise ValueError(f"{part!r} is not N or N(xM)")
-            times = int(repeat[:-1])
-        else:
-            times = 1
+        value, paren, repeat = part.partition("(x")
+        if paren and not (repeat.endswith(")") and repeat[:-1].isdigit()):
+            raise ValueError(f"{part!r} is not N or N(xM)")
+        if not value.isdigit():
+            raise ValueError(f"{part!r} is not N or N(xM)")
+        times = int(repeat[:-1]) if paren else 1
         count = int(value)
-        if count < 0 or count > MAX_TASKS or times < 1 or times > MAX_TASKS or len(counts) + times > MAX_TASKS:
+        if count > MAX_TASKS or times < 1 or len(counts) + times > MAX_TASKS:
             raise ValueError(f"{part!r} is out of range")
         counts.extend([count] * times)
     return counts
