@@ -202,7 +202,7 @@ def check_cpu(job, cpu, platform: str | None = None, slurm=None) -> list[Finding
     if cpu.quota is not None:
         sources.append(f"quota {cpu.quota:g}")
     if cpu.affinity is not None:
-        sources.append(f"affinity {cpu.affinity}" + (" (this srun task's own CPUs)" if own_share else ""))
+        sources.append(f"affinity {cpu.affinity}" + (": this srun task's own CPUs" if own_share else ""))
     detail = f"{cpu.effective:g} CPUs ({', '.join(sources) or 'host'}; the host has {cpu.host})"
     if job.workers <= usable:
         return [Finding(id="cpu.workers", status=PASS, message=f"{job.workers} workers per process on {detail}",
