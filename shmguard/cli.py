@@ -160,6 +160,29 @@ def render_compose_command(job, image, name, cpus, memory, env, command) -> int:
     return 0
 
 
+@render.command("slurm", context_settings={"allow_interspersed_args": False})
+@job_options
+@click.option("--launcher", type=click.Choice(["srun", "torchrun"]), default="srun", show_default=True,
+              help="srun: one task per training process; torchrun: one task per node that starts them.")
+@click.option("--name", default="train", show_default=True, help="The job's name (--job-name).")
+@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True, help="Nodes (--nodes).")
+@click.option("--time", "time_limit", metavar="TIME", help="Time limit (--time), as sbatch takes it.")
+@click.option("--partition", metavar="NAME", help="Partition (--partition).")
+@click.option("--memory", metavar="SIZE", help="--mem per node; at least the shm plus the processes (default: that, "
+                                              "with Slurm's headroom).")
+@click.option("-e", "--env", "env", multiple=True, metavar="NAME=VALUE", help="Environment variable (repeatable).")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def render_slurm_command(job, launcher, name, nodes, time_limit, partition, memory, env, command) -> int:
+    """Print an sbatch script: #SBATCH --mem (the shm, the processes and Slurm's headroom), --cpus-per-task,
+    --ntasks-per-node and --gres for the job, a `shmguard check` preflight that stops it with the fix, and
+    COMMAND through srun (or torchrun, one task per node)."""
+    from shmguard.commands.render import render_slurm
+
+    click.echo(render_slurm(job, strip_dashes(command), launcher, name, nodes, time_limit, partition, memory, env,
+                            say=note), nl=False)
+    return 0
+
+
 @render.command("webhook")
 @click.option("--namespace", default="shmguard", show_default=True, help="Namespace the webhook runs in.")
 @click.option("--name", default="shmguard-webhook", show_default=True, help="Name of the Deployment, Service and configurations.")
@@ -373,6 +396,25 @@ def explain_command(job, container, host, tail, shm_size, memory_limit, exit_cod
     facts = {"shm_size": describe_sizes(shm_size, "--shm-size"), "memory_limit": describe_sizes(memory_limit, "--memory-limit"),
              "exit_code": exit_code, "oom_killed": oom_killed, "platform": platform}
     return explain(container, flag_values, stdin, host, tail, facts, as_json, echo=click.echo)
+
+
+@cli.command("clean")
+@click.option("--dir", "directory", default="/dev/shm", show_default=True, metavar="DIR", help="The directory to clean.")
+@click.option("--uid", metavar="UID", help="Whose segments: a uid or user name (default: SLURM_JOB_UID, else yours).")
+@click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--root", hidden=True, help="Read /proc and DIR under this root (tests).")
+def clean_command(directory, uid, dry_run, as_json, root) -> int:
+    """Remove PyTorch segments (torch_<pid>_*, …) in /dev/shm that no process can use any more.
+
+    Only the given user's files, only when their creator pid is gone and no process has them open or
+    mapped; what cannot be decided (a container's pid namespace, processes it cannot inspect) is kept
+    and said. For a Slurm Epilog, a Docker host or any shared node. Exit 0, or 1 when a file to remove
+    could not be removed.
+    """
+    from shmguard.commands.clean import run as run_clean
+
+    return run_clean(directory, uid, dry_run, as_json, root, echo=click.echo)
 
 
 @cli.command("measure")

@@ -10,7 +10,8 @@ with hand-built snapshots:
 - fit: lower prefetch_factor first (down to 1), then num_workers (down to 0,
   which needs no /dev/shm), until the verdict's shm check passes;
 - the worker count the CPU quota and /dev/shm both allow;
-- training processes sharing this /dev/shm: torchrun's LOCAL_WORLD_SIZE.
+- training processes sharing this /dev/shm: torchrun's LOCAL_WORLD_SIZE, else shmguard.sizing's other
+  sources (WORLD_SIZE, the tasks Slurm runs on the node).
 
 Whether a job fits is asked of shmguard.verdict.check_shm, the rule `shmguard
 check` applies; no size arithmetic is repeated here. Standard library only.
@@ -20,12 +21,11 @@ from __future__ import annotations
 
 import os
 
-from shmguard import model
+from shmguard import model, sizing
 from shmguard.errors import UsageError
 from shmguard.job import Job, make_job
-from shmguard.probe.cpu import workers_for
 from shmguard.units import format_size
-from shmguard.verdict import FAIL, Finding, Report, check_shm
+from shmguard.verdict import FAIL, Finding, Report, check_shm, usable_workers
 
 MODES = ("raise", "warn", "fit")
 SHORTFALL_IDS = ("shm.mount", "shm.size", "shm.free")
@@ -43,7 +43,8 @@ def check_mode(on_short: str) -> str:
 
 
 def procs_per_node(given: int | None = None, environ=None) -> int:
-    """Training processes sharing this container's /dev/shm: given, else LOCAL_WORLD_SIZE, else 1."""
+    """Training processes sharing this container's /dev/shm: given, else LOCAL_WORLD_SIZE or
+    SHMGUARD_PROCS_PER_NODE, else what sizing.procs_per_node infers (WORLD_SIZE, Slurm's tasks), else 1."""
     if given is not None:
         if isinstance(given, bool) or not isinstance(given, int) or given < 1:
             raise UsageError(f"procs_per_node must be a whole number of at least 1, not {given!r}")
@@ -59,7 +60,7 @@ def procs_per_node(given: int | None = None, environ=None) -> int:
             if value < 1:
                 raise UsageError(f"{name} must be at least 1, not {value}")
             return value
-    return 1
+    return sizing.procs_per_node(None, (), environ).value  # the other sources: WORLD_SIZE, Slurm's tasks on the node
 
 
 def loader_job(workers: int, batch_size: int, prefetch_factor: int | None, tensor_sizes: list[int],
@@ -116,10 +117,10 @@ def workers_allowed(job: Job, snapshot) -> int:
     """The most workers per process that the CPUs keep busy and /dev/shm holds at the job's prefetch_factor.
 
     The CPU bound is the one `shmguard check` recommends (effective CPUs per process,
-    at least 1); with the CPUs unknown, the job's own num_workers. With /dev/shm unknown,
+    at least 1; an srun task's affinity is already its own); with the CPUs unknown, the job's own num_workers. With /dev/shm unknown,
     the CPU bound alone. 0 when not even one worker fits in /dev/shm.
     """
-    cpu_bound = workers_for(snapshot.cpu.effective, job.procs_per_node)
+    cpu_bound = usable_workers(job, snapshot)
     top = job.workers if cpu_bound is None else cpu_bound
     if snapshot.shm.total is None:
         return top

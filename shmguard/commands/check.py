@@ -35,6 +35,8 @@ def report_text(report: Report) -> str:
                 lines.append(f"      fix: {finding.fix}")
     rec = report.recommended
     lines.append(f"required: /dev/shm {rec['shm_size'] or '0'}, memory {rec['memory']}; recommended num_workers: {rec['workers']}")
+    if rec.get("sbatch"):
+        lines.append(f"under Slurm: #SBATCH {rec['sbatch']} (--mem with Slurm's headroom; /dev/shm's size means nothing)")
     return "\n".join(lines)
 
 
