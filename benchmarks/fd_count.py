@@ -32,23 +32,27 @@ IMAGE = os.environ.get("SHMGUARD_DEMO_IMAGE", "shmguard-demo:latest")
 SAMPLER = r'''
 import json, os, subprocess, sys, time
 proc = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL)
-most_fds = most_shm = samples = 0
-def count():
-    total = 0
+most_fds = most_shm = samples = most_trainer = most_worker = 0
+def counts():
+    found = {}
     for pid in os.listdir("/proc"):
         if pid.isdigit() and int(pid) != os.getpid():
             try:
-                total += len(os.listdir(f"/proc/{pid}/fd"))
+                found[int(pid)] = len(os.listdir(f"/proc/{pid}/fd"))
             except OSError:
                 pass
-    return total
+    return found
 while proc.poll() is None:
     st = os.statvfs("/dev/shm")
     most_shm = max(most_shm, (st.f_blocks - st.f_bfree) * st.f_frsize)
-    most_fds = max(most_fds, count())
+    found = counts()
+    most_fds = max(most_fds, sum(found.values()))
+    most_trainer = max(most_trainer, found.get(proc.pid, 0))
+    most_worker = max([most_worker] + [n for pid, n in found.items() if pid not in (proc.pid, 1)])
     samples += 1
     time.sleep(0.001)
-print(json.dumps({"returncode": proc.returncode, "max_fds": most_fds, "max_shm_bytes": most_shm, "samples": samples}))
+print(json.dumps({"returncode": proc.returncode, "max_fds": most_fds, "max_fds_trainer": most_trainer,
+                  "max_fds_worker": most_worker, "max_shm_bytes": most_shm, "samples": samples}))
 '''
 
 # workers, batch size, prefetch, sample shape, collate, sharing strategy[, data]
@@ -95,13 +99,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--only", type=int, nargs="*", help="Only these configurations (0-based indexes).")
     args = parser.parse_args()
     rows = []
-    for config in CONFIGS:
+    for index, config in enumerate(CONFIGS):
+        if args.only and index not in args.only:
+            continue
         runs = [measure(*config) for _ in range(args.repeat)]
         row = max(runs, key=lambda r: r["max_fds"])
         rows.append(row)
-        print(f"{config}: max fds {row['max_fds']} (runs {[r['max_fds'] for r in runs]}), shm "
+        print(f"{config}: max fds {row['max_fds']} (runs {[r['max_fds'] for r in runs]}; one process at most: "
+              f"trainer {row['max_fds_trainer']}, a worker {row['max_fds_worker']}), shm "
               f"{row['max_shm_bytes'] / 2**20:.2f} MiB; shmguard counts {row['shmguard_fds']} at most, "
               f"{row['shmguard_fds_in_order']} in order (nofile {row['shmguard_nofile']})", flush=True)
     if args.out:

@@ -14,9 +14,8 @@ the sizes to give, with one set of floors and roundings:
 - a memory limit is FAIL when it cannot even hold the shm peak plus half of the
   processes' estimate (the job will be OOM-killed), WARN below the full estimate
   (the process estimate is a model; the job may fit), PASS from there;
-- open files: under the file_descriptor strategy, one descriptor per shared
-  segment of every batch in flight, on top of a base (the result pipe bounds what
-  is in transit only while batches arrive in order).
+- open files, per process (the limit is): under the file_descriptor strategy, one
+  descriptor per shared segment the trainer or a worker may hold, on top of a base.
 
 Each tool prints the answer in its own units (units.docker_size,
 units.k8s_quantity, units.compose_size). Standard library only: `health` imports it.
@@ -80,38 +79,50 @@ def memory_shortfall(job, limit: int, flag: str, unit, needed: int | None = None
             f"included (tmpfs pages are charged to the memory limit); use {flag} {unit(needed)} or more")
 
 
-def fds_needed(job) -> int:
-    """Open files the job can hold at the most: a base, plus under file_descriptor one per shared segment of
-    every batch the prefetch allows, and a second one for the batch each worker is still sending. When a slow
-    worker holds up the order, the trainer takes every other batch out of the result pipe and keeps it (with
-    its descriptors) until its turn; measured under load, jobs held more than the in-order count below."""
-    if job.sharing_strategy != "file_descriptor" or job.workers == 0:
-        return FD_BASE
-    held = model.batches_in_flight(job) + job.workers
-    return FD_BASE + job.procs_per_node * held * model.segments_per_batch(job)
-
-
-# The batches a DataLoader's workers send reach the trainer through one pipe (the result queue), which holds
-# 16 pages (Linux's default pipe capacity); a shared tensor's handle pickles to about 74 bytes (BENCHMARKS.md
-# section 7: the descriptor's address at the worker's resource sharer). So while batches arrive in order and are
-# many small tensors, fewer are in transit than the prefetch asks for: the rest wait in the worker unpickled,
-# holding no descriptor. TENSOR_HANDLE_BYTES is below the 74 measured, to count no fewer batches than fit.
+# The open-file limit is per process, so the count is too: the most any one process of a training process's
+# DataLoader holds (benchmarks/fd_count.py counts each process; BENCHMARKS.md section 7). Under file_descriptor
+# every shared segment is a descriptor:
+# - the trainer holds those of the batches it received and has not freed: the one the step uses and the one
+#   before it (TRAINER_HELD_BATCHES, and the pinning thread's), and, when a slow worker holds up the order,
+#   every batch the other workers made meanwhile (up to prefetch_factor each), kept until its turn;
+# - a worker holds its batch being sent twice (its segments, and the duplicates waiting at its resource sharer
+#   for the trainer to fetch) and the duplicates of its batches still in the result pipe. That pipe holds 16
+#   pages (Linux's default capacity) and a shared tensor's handle pickles to about 74 bytes: batches of many
+#   small tensors wait in the worker unpickled, holding nothing. TENSOR_HANDLE_BYTES is below the 74 measured,
+#   so that no fewer batches are counted in the pipe than fit.
 PIPE_BYTES = 16 * model.PAGE
 TENSOR_HANDLE_BYTES = 64
 
 
-def fds_in_order(job) -> int:
-    """Open files the job holds while its batches arrive in order: those in the result pipe (which bounds them)
-    or held by the trainer, and each worker's batch being sent, twice (its segments and their duplicates waiting
-    at the worker's resource sharer). An estimate, not a bound (see fds_needed): it says how likely a limit
-    between the two is to do."""
+def _batches_in_pipe(segments: int) -> int:
+    return -(-PIPE_BYTES // (TENSOR_HANDLE_BYTES * segments)) + 1  # and one half written
+
+
+def _worker_batches(job) -> int:
+    """Batches' worth of descriptors one worker holds at the most (see above)."""
+    return min(job.prefetch_factor - 1, _batches_in_pipe(model.segments_per_batch(job))) + 2
+
+
+def _trainer_own_batches(job) -> int:
+    return model.batches_in_flight(job) - job.prefetch_factor * job.workers
+
+
+def fds_needed(job) -> int:
+    """Open files one process of the job can hold at the most (the limit is per process): a base, plus under
+    file_descriptor one per shared segment of the batches the trainer may hold out of order, or of a worker's,
+    whichever is more."""
     if job.sharing_strategy != "file_descriptor" or job.workers == 0:
         return FD_BASE
-    segments = model.segments_per_batch(job)
-    in_pipe = -(-PIPE_BYTES // (TENSOR_HANDLE_BYTES * segments)) + 1  # and one half written
-    received = model.batches_in_flight(job) - job.prefetch_factor * job.workers  # the trainer's own
-    held = min(model.batches_in_flight(job), in_pipe + received + job.workers)
-    return FD_BASE + job.procs_per_node * (held + job.workers) * segments
+    trainer = (job.workers - 1) * job.prefetch_factor + _trainer_own_batches(job)
+    return FD_BASE + max(trainer, _worker_batches(job)) * model.segments_per_batch(job)
+
+
+def fds_in_order(job) -> int:
+    """Open files one process holds while the batches arrive in order: the trainer then holds only its own.
+    An estimate, not a bound (fds_needed is): it says how likely a limit between the two is to do."""
+    if job.sharing_strategy != "file_descriptor" or job.workers == 0:
+        return FD_BASE
+    return FD_BASE + max(_trainer_own_batches(job), _worker_batches(job)) * model.segments_per_batch(job)
 
 
 def nofile_limit(job, ceiling: int | None = None) -> int | None:
@@ -135,11 +146,11 @@ def nofile_shortfall(job, limit: int, where: str) -> str | None:
     if limit >= most:
         return None
     in_order = fds_in_order(job)
-    likely = (f"even while batches arrive in order it holds about {in_order:,}, so expect 'Too many open files' or "
+    likely = (f"even while batches arrive in order one holds about {in_order:,}, so expect 'Too many open files' or "
               f"'received 0 items of ancdata'" if limit < in_order else
               f"enough while batches arrive in order (about {in_order:,}), not when a slow worker holds up the rest")
-    return (f"the open-file limit {limit:,} ({where}) is below the {most:,} descriptors this job can hold under "
-            f"the file_descriptor strategy: {likely}. Fix: --sharing-strategy file_system (torch.multiprocessing."
+    return (f"the open-file limit {limit:,} ({where}) is below the {most:,} descriptors one process of this job can "
+            f"hold under the file_descriptor strategy: {likely}. Fix: --sharing-strategy file_system (torch.multiprocessing."
             f"set_sharing_strategy('file_system'): no descriptor per segment), or raise the engine's limit "
             f"(dockerd's LimitNOFILE, or --default-ulimit nofile=N:N)")
 
