@@ -39,7 +39,6 @@ from shmguard.terminal import printable
 from shmguard.units import KIB, MIB, parse_quantity
 
 RUNTIME_DEFAULT_SHM = 64 * MIB  # containerd's and CRI-O's /dev/shm for a pod without a volume there
-LOG_TAIL_LINES = 2000
 POD_HINT = re.compile(r'^\s*kind:\s*["\']?(Pod|List)["\']?\s*$|"kind"\s*:\s*"(Pod|List)"', re.MULTILINE)
 TMPFS_SIZE = re.compile(r"(?:^|,)size=([^,]+)")
 
