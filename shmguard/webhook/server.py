@@ -395,6 +395,7 @@ class WebhookServer:
         self.deferred: list[Connection] = []  # answered in this turn of the loop, sent at its end
         self._wake_in: socket.socket | None = None
         self.reviewer: ReviewThread | None = None
+        self._signalled: float | None = None  # the drain seconds of a stop signal not yet acted on
 
     @property
     def selector(self) -> selectors.BaseSelector:
@@ -453,6 +454,8 @@ class WebhookServer:
         stopped_at: float | None = None
         try:
             while True:
+                if self._signalled is not None and self.ready:
+                    self.begin_shutdown(self._signalled)  # here, not in the signal handler (see request_shutdown)
                 if self._shutdown_request or self.stopping:
                     self._accept_off()
                     if stopped_at is None:
@@ -899,6 +902,11 @@ class WebhookServer:
 
     # Shutdown.
 
+    def request_shutdown(self, drain_seconds: float = 0.0) -> None:
+        """From a signal handler: the loop begins the shutdown at its next turn. The handler runs between two
+        bytecodes of the main thread, maybe while it holds the log's lock: logging from there would deadlock."""
+        self._signalled = drain_seconds
+
     def begin_shutdown(self, drain_seconds: float = 0.0) -> threading.Thread:
         """Not ready at once; after drain_seconds stop accepting, answer what idle connections were sent, close
         them and finish the busy ones."""
@@ -971,13 +979,14 @@ def serve(config: Config, port: int, cert: str, key: str, host: str = "0.0.0.0",
 
             shutil.rmtree(metrics_dir, ignore_errors=True)
         raise
-    stopper: list[threading.Thread] = []
+    stopped: list[int] = []
     children: list[int] = []
     is_child = False
 
     def on_signal(signum: int, _frame: Any) -> None:
-        if not stopper:
-            stopper.append(server.begin_shutdown(drain_seconds))
+        if not stopped:
+            stopped.append(signum)
+            server.request_shutdown(drain_seconds)
             for pid in () if is_child else children:
                 try:
                     os.kill(pid, signal.SIGTERM)
