@@ -54,7 +54,7 @@ def start_server(certs: str, processes: int, server: str = "shmguard",
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     if not os.path.exists(f"{certs}/tls.crt"):
         subprocess.run([sys.executable, "-m", "shmguard", "webhook", "certs", certs, "--san", "localhost"], env=env,
-                       check=True, capture_output=True, timeout=60)
+                       check=True, capture_output=True, timeout=60, cwd=ROOT)
     tls = ["--tls-cert", f"{certs}/tls.crt", "--tls-key", f"{certs}/tls.key"]
     if server == "shmguard":
         command = [sys.executable, "-m", "shmguard", "webhook", "serve", "--host", "127.0.0.1", "--port", "0", *tls,
@@ -63,7 +63,7 @@ def start_server(certs: str, processes: int, server: str = "shmguard",
         command = [sys.executable, str(ROOT / "benchmarks" / "webhook_stacks.py"), server, "--port", "0", *tls, *extra]
     # The log goes to a file (the benchmark reads only its first line): a pipe would need a reader in this process.
     log = open(f"{certs}/server.log", "w+")
-    proc = subprocess.Popen(command, env=env, stderr=log)
+    proc = subprocess.Popen(command, env=env, stderr=log, cwd=ROOT)  # `-m shmguard` imports from the folder it runs in
     deadline = time.monotonic() + 60
     while True:
         log.seek(0)

@@ -84,7 +84,12 @@ class Running:
         self.session.close()
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=30)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()  # a server that does not stop fails the test, and is not left behind
+            self.proc.wait()
+            raise
         self.reader.join(30)
         return self.proc.returncode, [line if isinstance(line, dict) else json.loads(line)
                                       for line in self.log_lines if isinstance(line, dict) or line.startswith("{")]
