@@ -6,7 +6,6 @@ exit code, and Ctrl-C becomes 130. Command logic lives in shmguard.commands.
 
 from __future__ import annotations
 
-import os
 import sys
 
 import click
@@ -199,22 +198,11 @@ def render_slurm_command(job, launcher, name, nodes, time_limit, partition, memo
 def render_webhook_command(namespace, name, image, replicas, certs_dir, failure_policy, timeout_seconds, mode) -> int:
     """Print the manifests that run the admission webhook: ServiceAccount, Deployment, PodDisruptionBudget, Service,
     Mutating- and ValidatingWebhookConfiguration (and cert-manager's Issuer and Certificate without --certs-dir)."""
-    from shmguard.errors import UsageError
+    from shmguard.commands.webhook import render
     from shmguard.manifests.yamlio import dump
-    from shmguard.webhook.deploy import render_webhook
 
-    ca_bundle = None
-    if certs_dir is not None:
-        path = os.path.join(certs_dir, "ca.crt")
-        try:
-            with open(path, "rb") as f:
-                ca_bundle = f.read(1024 * 1024)
-        except OSError as exc:
-            raise UsageError(f"{path}: cannot read: {exc.strerror} (make it with: shmguard webhook certs {certs_dir})") from None
-        if b"-----BEGIN CERTIFICATE-----" not in ca_bundle:
-            raise UsageError(f"{path} is not a PEM certificate")
-    docs = render_webhook(namespace=namespace, name=name, image=image, replicas=replicas, ca_bundle=ca_bundle,
-                          failure_policy=failure_policy, timeout_seconds=timeout_seconds, mode=mode)
+    docs = render(namespace=namespace, name=name, image=image, replicas=replicas, certs_dir=certs_dir,
+                  failure_policy=failure_policy, timeout_seconds=timeout_seconds, mode=mode)
     click.echo(dump(docs), nl=False)
     return 0
 
@@ -236,47 +224,33 @@ def webhook() -> None:
 @click.option("--default", "defaults", multiple=True, metavar="NAME=VALUE",
               help="A job default for every Pod, e.g. prefetch_factor=4 (annotations and env override it).")
 @click.option("--max-body", "max_body", default="3m", show_default=True, metavar="SIZE", help="Largest request body; larger ones get 413.")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True, metavar="SECONDS",
-              help="Per socket operation (handshake, read, write); a slower client is disconnected.")
-@click.option("--max-connections", "max_connections", type=click.IntRange(min=1), default=128, show_default=True,
-              help="Connections served at once; more wait in the listen backlog.")
-@click.option("--drain-seconds", "drain_seconds", type=click.FloatRange(min=0), default=0.0, show_default=True,
+@click.option("--max-buffer", "max_buffer", default="auto", show_default=True, metavar="SIZE|auto",
+              help="Request bodies held at once (per process); past it, 503. auto: an eighth of the container's memory "
+                   "limit (64 MiB without one), shared by the processes.")
+@click.option("--timeout", default="10", show_default=True, metavar="SECONDS",
+              help="For a request's head (from its first byte), for its body, for the answer's write, the TLS "
+                   "handshake and an idle keep-alive connection; a slower client is disconnected.")
+@click.option("--max-connections", "max_connections", type=int, default=128, show_default=True,
+              help="Connections served at once; at the cap the one waiting longest on its client gives its place up, "
+                   "else new ones wait in the listen backlog.")
+@click.option("--drain-seconds", "drain_seconds", default="0", show_default=True, metavar="SECONDS",
               help="On SIGTERM, keep serving this long with /readyz failing before closing the listener.")
 @click.option("--processes", type=click.IntRange(min=1, max=64), default=1, show_default=True,
               help="Processes accepting on the port (more than one uses more cores; needs a writable TMPDIR for metrics).")
-def webhook_serve(port, host, tls_cert, tls_key, mode, on_error, defaults, max_body, timeout, max_connections,
-                  drain_seconds, processes) -> int:
+def webhook_serve(port, host, tls_cert, tls_key, mode, on_error, defaults, max_body, max_buffer, timeout,
+                  max_connections, drain_seconds, processes) -> int:
     """Serve the admission webhook over HTTPS: POST /mutate, POST /validate, GET /healthz, /readyz, /metrics."""
     import importlib.util
-    import ssl
 
+    from shmguard.commands.webhook import serve, serve_options
     from shmguard.errors import UsageError
-    from shmguard.job import ENV_VARS
-    from shmguard.units import parse_size
 
     # Found, not imported: --processes sets prometheus_client up first.
     if importlib.util.find_spec("prometheus_client") is None:
         raise UsageError("`webhook serve` needs the webhook extra (prometheus_client is missing): pip install 'shmguard[webhook]'")
-    from shmguard.webhook.review import Config
-    from shmguard.webhook.server import serve
-
-    values = {}
-    for item in defaults:
-        key, eq, value = item.partition("=")
-        key = key.strip().replace("-", "_")
-        if not eq or key not in ENV_VARS:
-            raise UsageError(f"--default {item!r}: use NAME=VALUE with NAME one of {', '.join(ENV_VARS)}")
-        values[key] = value
-    try:
-        body_limit = parse_size(max_body)
-    except ValueError as exc:
-        raise UsageError(f"--max-body: {exc}") from None
-    try:
-        return serve(Config(defaults=values, mode=mode, on_error=on_error), port, tls_cert, tls_key, host,
-                     max_body=body_limit, timeout=timeout, max_connections=max_connections, drain_seconds=drain_seconds,
-                     processes=processes)
-    except (OSError, ssl.SSLError) as exc:
-        raise UsageError(f"cannot serve on {host}:{port} with {tls_cert} and {tls_key}: {exc}") from None
+    return serve(serve_options(port=port, host=host, tls_cert=tls_cert, tls_key=tls_key, mode=mode, on_error=on_error,
+                               defaults=defaults, max_body=max_body, max_buffer=max_buffer, timeout=timeout,
+                               max_connections=max_connections, drain_seconds=drain_seconds, processes=processes))
 
 
 @webhook.command("certs")
@@ -289,10 +263,10 @@ def webhook_serve(port, host, tls_cert, tls_key, mode, on_error, defaults, max_b
 @click.option("--force", is_flag=True, help="Replace certificates that are already there.")
 def webhook_certs(directory, namespace, name, sans, days, force) -> int:
     """Write a self-signed CA (ca.crt, ca.key) and a serving certificate for the Service (tls.crt, tls.key) into DIRECTORY."""
-    from shmguard.webhook.certs import service_names, write_certs
+    from shmguard.commands.webhook import certs
 
-    paths = write_certs(directory, name, namespace, list(sans), force=force, days=days)
-    click.echo(f"shmguard: wrote {', '.join(paths)} for {', '.join(service_names(name, namespace) + list(sans))}", err=True)
+    paths, names = certs(directory, name, namespace, sans, days, force)
+    click.echo(f"shmguard: wrote {', '.join(paths)} for {', '.join(names)}", err=True)
     return 0
 
 @cli.command()
