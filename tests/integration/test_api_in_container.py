@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from shmguard import fit, sizing
+from shmguard import sizing
+from shmguard.api import fit
 from shmguard.units import docker_size
 from tests.integration.conftest import SESSION, TEST_LABEL
 

@@ -1,11 +1,12 @@
-"""The Python API's pure decisions (shmguard/fit.py, shmguard/api_messages.py) on hand-built snapshots."""
+"""The Python API's pure decisions (shmguard/api/fit.py, shmguard/api/messages.py) on hand-built snapshots."""
 
 from __future__ import annotations
 
 import pytest
 
-from shmguard import api_messages as diagnosis
-from shmguard import fit, model, sizing
+from shmguard import model, sizing
+from shmguard.api import fit
+from shmguard.api import messages as diagnosis
 from shmguard.errors import UsageError
 from shmguard.probe.cgroup import MemoryInfo
 from shmguard.probe.cpu import CpuInfo
