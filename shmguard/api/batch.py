@@ -21,6 +21,9 @@ before it runs the user's code:
   kills the child instead of reaching the trainer;
 - signal handlers the trainer set (a SIGTERM that saves a checkpoint) go back to
   the default, so a signal to the process group does not run them twice;
+- every object the trainer had is frozen out of garbage collection: its uncollected
+  garbage (a DataLoader iterator, whose __del__ would tell the trainer's workers to
+  stop) is not finalised, even when the dataset calls gc.collect();
 - it leaves with os._exit: no atexit handler, no flush of the trainer's buffers.
 
 Whatever goes wrong in the child (the dataset raises, needs what was cut, uses
@@ -33,6 +36,7 @@ queue that deletes what it hands out.
 from __future__ import annotations
 
 import fcntl
+import gc
 import json
 import os
 import select
@@ -167,6 +171,8 @@ def _decode(message: bytes) -> Measurement:
 # --- in the child ------------------------------------------------------------------------------------------
 
 def _child(loader: Any, write_end: int) -> None:
+    gc.freeze()  # the trainer's garbage (a DataLoader iterator, whose __del__ stops its workers) is never collected
+    gc.disable()
     try:
         _reset_signals()
         _isolate_files(keep=write_end)

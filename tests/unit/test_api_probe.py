@@ -10,12 +10,14 @@ datasets with their own random generator (the probe advanced it).
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import random
 import struct
 import time
 import warnings
+import weakref
 from pathlib import Path
 
 import pytest
@@ -246,6 +248,32 @@ def test_memory_shared_with_the_trainer_is_not_written(roomy, caplog):
         guarded = shmguard.guard(DataLoader(dataset, batch_size=4, num_workers=2))
     assert (dataset.cache == -1).all()  # the probe could not write it: it was not measured, and said so
     assert guarded.loader.num_workers == 2 and guarded.job is None
+
+
+def test_the_trainers_garbage_is_not_finalised_in_the_child(roomy):
+    # Another loader's iterator, with its workers running, left in a reference cycle: garbage the trainer has not
+    # collected yet. Finalised in the child, its __del__ would tell the trainer's workers to stop.
+    class Collecting(Numbers):
+        def __getitem__(self, index):
+            gc.collect()
+            return super().__getitem__(index)
+
+    other = iter(DataLoader(Numbers(), batch_size=4, num_workers=1, persistent_workers=True))
+    first = next(other)
+    gc.disable()
+    try:
+        cycle: list = [other]
+        cycle.append(cycle)
+        alive = weakref.ref(other)
+        del other, cycle  # garbage now, not collected: the collector is off
+        guarded = shmguard.guard(DataLoader(Collecting(), batch_size=4))
+        assert guarded.job is not None  # measured: the child did not trip over the trainer's shared memory
+        survivor = alive()
+        assert survivor is not None
+        assert [first.tolist()] + [batch.tolist() for batch in survivor] == [[[4 * b + i] for i in range(4)]
+                                                                           for b in range(4)]
+    finally:
+        gc.enable()
 
 
 # --- when the probe batch cannot be made: say so once, change nothing ------------------------------------
