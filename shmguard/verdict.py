@@ -185,12 +185,12 @@ def check_memory(job, memory, shm, platform: str | None = None, slurm=None) -> l
                     found=_size(limit), needed=_size(needed))]
 
 
-def usable_workers(job, snapshot) -> int | None:
-    """num_workers each training process can keep busy (probe.cpu.cpus_per_process): in an srun task its affinity
-    is already its share and is not divided by the ranks again."""
+def usable_workers(procs_per_node: int, snapshot) -> int | None:
+    """num_workers each of the training processes can keep busy (probe.cpu.cpus_per_process): in an srun task its
+    affinity is already its share and is not divided by the ranks again."""
     slurm = getattr(snapshot, "slurm", None)
     own_share = slurm is not None and slurm.in_task
-    return workers_for(cpus_per_process(snapshot.cpu, job.procs_per_node, own_share))
+    return workers_for(cpus_per_process(snapshot.cpu, procs_per_node, own_share))
 
 
 def check_cpu(job, cpu, platform: str | None = None, slurm=None) -> list[Finding]:
@@ -261,7 +261,7 @@ def evaluate(job, snapshot) -> Report:
         *check_nofile(job, snapshot.nofile, platform),
     ]
     verdict = max((f.status for f in findings), key=_RANK.__getitem__, default=PASS)
-    usable = usable_workers(job, snapshot)
+    usable = usable_workers(job.procs_per_node, snapshot)
     recommended = {
         "workers": min(job.workers, usable) if usable is not None else job.workers,
         "shm_size": docker_size(sizing.shm_size(job)),

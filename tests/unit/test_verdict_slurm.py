@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from shmguard import fit, model, sizing
+from shmguard import model, sizing
+from shmguard.api import fit
 from shmguard.job import make_job
 from shmguard.probe.snapshot import take_snapshot
 from shmguard.units import format_size, slurm_size
@@ -97,16 +98,16 @@ def test_the_size_of_shm_means_nothing_under_slurm(tree):
 def test_an_srun_tasks_cpus_are_its_own(tree):
     task = snapshot(tree, "task")  # affinity 1, two ranks on the node
     one = job(workers=1, procs_per_node=2)
-    assert usable_workers(one, task) == 1 and finding(evaluate(one, task), "cpu.workers").status == PASS
+    assert usable_workers(one.procs_per_node, task) == 1 and finding(evaluate(one, task), "cpu.workers").status == PASS
     # Two CPUs each (srun -c2): two workers each, not one.
     wide = task.replace(cpu=task.cpu.replace(affinity=2, effective=2.0))
     two = job(workers=2, procs_per_node=2)
-    assert usable_workers(two, wide) == 2 and finding(evaluate(two, wide), "cpu.workers").status == PASS
+    assert usable_workers(two.procs_per_node, wide) == 2 and finding(evaluate(two, wide), "cpu.workers").status == PASS
     assert fit.workers_allowed(two, wide) == 2  # the Python API asks the same rule
     # The batch script's affinity is the whole job's: shared among the ranks.
     batch = snapshot(tree, "batch")
     f = finding(evaluate(two, batch), "cpu.workers")
-    assert usable_workers(two, batch) == 1 and f.status == WARN
+    assert usable_workers(two.procs_per_node, batch) == 1 and f.status == WARN
     assert f.fix == "DataLoader(num_workers=1), or more CPUs: #SBATCH --ntasks-per-node=2 --cpus-per-task=3"
 
 

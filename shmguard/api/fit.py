@@ -1,7 +1,7 @@
 """The Python API's decisions, as plain functions on a Job and a probe snapshot: what to do when /dev/shm is short.
 
-`shmguard.guard` and `check_loader` (shmguard/api.py) read the real DataLoader and
-the container; everything they then decide is here, so that unit tests drive it
+`shmguard.guard` and `check_loader` (shmguard/api/check.py) read the real DataLoader
+and the container; everything they then decide is here, so that unit tests drive it
 with hand-built snapshots:
 
 - which of the verdict's findings mean "this /dev/shm cannot hold the job"
@@ -20,12 +20,18 @@ check` applies; no size arithmetic is repeated here. Standard library only.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from shmguard import model, sizing
 from shmguard.errors import UsageError
 from shmguard.job import Job, make_job
 from shmguard.units import format_size
 from shmguard.verdict import FAIL, Finding, Report, check_shm, usable_workers
+
+if TYPE_CHECKING:
+    from shmguard.probe.shm import ShmInfo
+    from shmguard.probe.snapshot import Snapshot
 
 MODES = ("raise", "warn", "fit")
 SHORTFALL_IDS = ("shm.mount", "shm.size", "shm.free")
@@ -42,7 +48,7 @@ def check_mode(on_short: str) -> str:
     return on_short
 
 
-def procs_per_node(given: int | None = None, environ=None) -> int:
+def procs_per_node(given: int | None = None, environ: Mapping[str, str] | None = None) -> int:
     """Training processes sharing this container's /dev/shm: given, else LOCAL_WORLD_SIZE or
     SHMGUARD_PROCS_PER_NODE, else what sizing.procs_per_node infers (WORLD_SIZE, Slurm's tasks), else 1."""
     if given is not None:
@@ -89,12 +95,12 @@ def shortfall(report: Report) -> list[Finding]:
     return [f for f in report.findings if f.id in SHORTFALL_IDS and f.status == FAIL and f.found is not None]
 
 
-def shm_fits(job: Job, shm) -> bool:
+def shm_fits(job: Job, shm: ShmInfo) -> bool:
     """Whether /dev/shm (a probe.shm.ShmInfo) holds the job, by the rule `shmguard check` applies."""
     return not any(f.status == FAIL for f in check_shm(job, shm))
 
 
-def fit_job(job: Job, shm) -> Job:
+def fit_job(job: Job, shm: ShmInfo) -> Job:
     """The job with prefetch_factor lowered first, then num_workers, until /dev/shm holds it.
 
     The job itself when it fits already, or when the size of /dev/shm is unknown
@@ -113,15 +119,19 @@ def fit_job(job: Job, shm) -> Job:
     return job.replace(prefetch_factor=1, workers=0)  # not reached: check_shm passes workers=0
 
 
-def workers_allowed(job: Job, snapshot) -> int:
-    """The most workers per process that the CPUs keep busy and /dev/shm holds at the job's prefetch_factor.
+def cpu_workers(workers: int, procs: int, snapshot: Snapshot) -> int:
+    """The workers per process the CPUs keep busy: the bound `shmguard check` recommends (effective CPUs per
+    process, at least 1; an srun task's affinity is already its own); with the CPUs unknown, the loader's own
+    num_workers."""
+    cpu_bound = usable_workers(procs, snapshot)
+    return workers if cpu_bound is None else cpu_bound
 
-    The CPU bound is the one `shmguard check` recommends (effective CPUs per process,
-    at least 1; an srun task's affinity is already its own); with the CPUs unknown, the job's own num_workers. With /dev/shm unknown,
-    the CPU bound alone. 0 when not even one worker fits in /dev/shm.
+
+def workers_allowed(job: Job, snapshot: Snapshot) -> int:
+    """The most workers per process that the CPUs keep busy (cpu_workers) and /dev/shm holds at the job's
+    prefetch_factor. With /dev/shm unknown, the CPU bound alone. 0 when not even one worker fits in /dev/shm.
     """
-    cpu_bound = usable_workers(job, snapshot)
-    top = job.workers if cpu_bound is None else cpu_bound
+    top = cpu_workers(job.workers, job.procs_per_node, snapshot)
     if snapshot.shm.total is None:
         return top
     for workers in range(top, 0, -1):

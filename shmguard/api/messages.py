@@ -20,17 +20,23 @@ errors) is not a shared-memory crash and is left alone.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from shmguard import diagnosis, model, sizing
-from shmguard.fit import describe
+from shmguard.api.fit import describe
 from shmguard.job import Job
 from shmguard.units import format_size
 from shmguard.verdict import Finding, shm_fix
 
+if TYPE_CHECKING:
+    from shmguard.probe.shm import ShmInfo
+
 BUS, ALLOC, ENOSPC = "bus error", "shared memory allocation", "no space left in /dev/shm"
 TIMEOUT = "a batch that never came"  # a worker's queue thread failed to share it; only a diagnosis when shm was short
 # shmguard.diagnosis's signal kinds that are a DataLoader's shared-memory crash, as the API words them.
-_KINDS = {"worker-bus-error": BUS, "bus-error": BUS, "torch-shm-enospc": ALLOC, "enospc-shm": ENOSPC}
+# The diagnosis's signal kinds (shmguard.diagnosis.rules) that are a DataLoader's shared-memory crash.
+_KINDS = {"worker-bus-error": BUS, "bus-error": BUS, "torch-shm-enospc": ALLOC, "torch-shm-write": ALLOC,
+          "enospc-shm": ENOSPC, "enospc-semlock": ENOSPC}
 _TIMEOUT = re.compile(r"DataLoader timed out after \d+ seconds")
 
 
@@ -69,7 +75,7 @@ def headline(text: str, kind: str) -> str:
     return text.strip().splitlines()[0] if text.strip() else kind
 
 
-def size_to_ask(job: Job, shm) -> int:
+def size_to_ask(job: Job, shm: ShmInfo) -> int:
     """The /dev/shm size to ask for: the job's (sizing.shm_size), or, when that is what /dev/shm already has and
     something else fills it, room for the job on top of what is in use."""
     size = sizing.shm_size(job)
@@ -79,7 +85,7 @@ def size_to_ask(job: Job, shm) -> int:
     return size
 
 
-def shm_state(shm) -> str:
+def shm_state(shm: ShmInfo) -> str:
     """What /dev/shm holds: `64.0 MiB, 40.0 MiB used, 24.0 MiB free (3.0 MiB in segments of dead processes)`."""
     if shm.total is None:
         return f"unknown ({'; '.join(shm.errors) or 'cannot statvfs /dev/shm'})"
@@ -97,7 +103,7 @@ def fit_hint(fitted: Job | None, job: Job) -> str:
             f"num_workers={fitted.workers}{prefetch}")
 
 
-def shortfall_message(job: Job, shm, failures: list[Finding], fitted: Job | None = None) -> str:
+def shortfall_message(job: Job, shm: ShmInfo, failures: list[Finding], fitted: Job | None = None) -> str:
     """Why this /dev/shm cannot hold the loader, and the size to ask for (ShmTooSmall's message)."""
     size = size_to_ask(job, shm)
     lines = ["shmguard: /dev/shm is too small for this DataLoader"]
@@ -110,7 +116,7 @@ def shortfall_message(job: Job, shm, failures: list[Finding], fitted: Job | None
     return "\n".join(lines) + fit_hint(fitted, job)
 
 
-def crash_message(job: Job, shm, text: str, kind: str, fitted: Job | None = None) -> str:
+def crash_message(job: Job, shm: ShmInfo, text: str, kind: str, fitted: Job | None = None) -> str:
     """The diagnosis of a shared-memory crash: what /dev/shm holds now, what the job needs, the fix."""
     needed = model.shm_bytes(job)
     size = size_to_ask(job, shm)
@@ -123,3 +129,24 @@ def crash_message(job: Job, shm, text: str, kind: str, fitted: Job | None = None
     lines.append(f"  fix: {shm_fix(size)}")
     return "\n".join(lines) + fit_hint(fitted, job)
 
+
+
+def unmeasured_crash_message(shm: ShmInfo, text: str, kind: str, reason: str) -> str:
+    """The diagnosis of a shared-memory crash of a loader whose batch could not be measured: no size to name."""
+    grow = f"more than its {format_size(shm.total)}" if shm.total is not None else "more room"
+    return "\n".join([
+        f"shmguard: the DataLoader ran out of shared memory ({kind}): {headline(text, kind)}",
+        f"  /dev/shm: {shm_state(shm)}",
+        f"  the loader's batch was not measured ({reason}), so shmguard cannot say how much it needs",
+        f"  fix: give /dev/shm {grow} (docker run --shm-size; Kubernetes: an emptyDir {{medium: Memory}} at "
+        f"/dev/shm), or lower num_workers or prefetch_factor; shmguard measure finds what a batch takes"])
+
+
+def unmeasured_note(reason: str, options: str | None, unchecked: str = "the loader is used unchecked") -> str:
+    """The one warning of a loader whose probe batch could not be made safely: why, and what stands in for it
+    (the sample size of the job options, or nothing: `unchecked` says what follows)."""
+    head = f"shmguard: could not measure this DataLoader's batch ({reason})"
+    if options is not None:
+        return f"{head}; checked against the sample size the job options give instead ({options})"
+    return (f"{head}; {unchecked} (SHMGUARD_SAMPLE_BYTES or SHMGUARD_SAMPLE_SHAPE, as `shmguard run` sets "
+            f"them, would be checked instead)")
