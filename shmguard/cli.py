@@ -6,7 +6,6 @@ exit code, and Ctrl-C becomes 130. Command logic lives in shmguard.commands.
 
 from __future__ import annotations
 
-import os
 import sys
 
 import click
@@ -164,6 +163,29 @@ def render_compose_command(job, image, name, cpus, memory, env, command) -> int:
     return 0
 
 
+@render.command("slurm", context_settings={"allow_interspersed_args": False})
+@job_options
+@click.option("--launcher", type=click.Choice(["srun", "torchrun"]), default="srun", show_default=True,
+              help="srun: one task per training process; torchrun: one task per node that starts them.")
+@click.option("--name", default="train", show_default=True, help="The job's name (--job-name).")
+@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True, help="Nodes (--nodes).")
+@click.option("--time", "time_limit", metavar="TIME", help="Time limit (--time), as sbatch takes it.")
+@click.option("--partition", metavar="NAME", help="Partition (--partition).")
+@click.option("--memory", metavar="SIZE", help="--mem per node; at least the shm plus the processes (default: that, "
+                                              "with Slurm's headroom).")
+@click.option("-e", "--env", "env", multiple=True, metavar="NAME=VALUE", help="Environment variable (repeatable).")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def render_slurm_command(job, launcher, name, nodes, time_limit, partition, memory, env, command) -> int:
+    """Print an sbatch script: #SBATCH --mem (the shm, the processes and Slurm's headroom), --cpus-per-task,
+    --ntasks-per-node and --gres for the job, a `shmguard check` preflight that stops it with the fix, and
+    COMMAND through srun (or torchrun, one task per node)."""
+    from shmguard.commands.render import render_slurm
+
+    click.echo(render_slurm(job, strip_dashes(command), launcher, name, nodes, time_limit, partition, memory, env,
+                            say=note), nl=False)
+    return 0
+
+
 @render.command("webhook")
 @click.option("--namespace", default="shmguard", show_default=True, help="Namespace the webhook runs in.")
 @click.option("--name", default="shmguard-webhook", show_default=True, help="Name of the Deployment, Service and configurations.")
@@ -180,22 +202,11 @@ def render_compose_command(job, image, name, cpus, memory, env, command) -> int:
 def render_webhook_command(namespace, name, image, replicas, certs_dir, failure_policy, timeout_seconds, mode) -> int:
     """Print the manifests that run the admission webhook: ServiceAccount, Deployment, PodDisruptionBudget, Service,
     Mutating- and ValidatingWebhookConfiguration (and cert-manager's Issuer and Certificate without --certs-dir)."""
-    from shmguard.errors import UsageError
+    from shmguard.commands.webhook import render
     from shmguard.manifests.yamlio import dump
-    from shmguard.webhook.deploy import render_webhook
 
-    ca_bundle = None
-    if certs_dir is not None:
-        path = os.path.join(certs_dir, "ca.crt")
-        try:
-            with open(path, "rb") as f:
-                ca_bundle = f.read(1024 * 1024)
-        except OSError as exc:
-            raise UsageError(f"{path}: cannot read: {exc.strerror} (make it with: shmguard webhook certs {certs_dir})") from None
-        if b"-----BEGIN CERTIFICATE-----" not in ca_bundle:
-            raise UsageError(f"{path} is not a PEM certificate")
-    docs = render_webhook(namespace=namespace, name=name, image=image, replicas=replicas, ca_bundle=ca_bundle,
-                          failure_policy=failure_policy, timeout_seconds=timeout_seconds, mode=mode)
+    docs = render(namespace=namespace, name=name, image=image, replicas=replicas, certs_dir=certs_dir,
+                  failure_policy=failure_policy, timeout_seconds=timeout_seconds, mode=mode)
     click.echo(dump(docs), nl=False)
     return 0
 
@@ -217,47 +228,33 @@ def webhook() -> None:
 @click.option("--default", "defaults", multiple=True, metavar="NAME=VALUE",
               help="A job default for every Pod, e.g. prefetch_factor=4 (annotations and env override it).")
 @click.option("--max-body", "max_body", default="3m", show_default=True, metavar="SIZE", help="Largest request body; larger ones get 413.")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True, metavar="SECONDS",
-              help="Per socket operation (handshake, read, write); a slower client is disconnected.")
-@click.option("--max-connections", "max_connections", type=click.IntRange(min=1), default=128, show_default=True,
-              help="Connections served at once; more wait in the listen backlog.")
-@click.option("--drain-seconds", "drain_seconds", type=click.FloatRange(min=0), default=0.0, show_default=True,
+@click.option("--max-buffer", "max_buffer", default="auto", show_default=True, metavar="SIZE|auto",
+              help="Request bodies held at once (per process); past it, 503. auto: an eighth of the container's memory "
+                   "limit (64 MiB without one), shared by the processes.")
+@click.option("--timeout", default="10", show_default=True, metavar="SECONDS",
+              help="For a request's head (from its first byte), for its body, for the answer's write, the TLS "
+                   "handshake and an idle keep-alive connection; a slower client is disconnected.")
+@click.option("--max-connections", "max_connections", type=int, default=128, show_default=True,
+              help="Connections served at once; at the cap the one waiting longest on its client gives its place up, "
+                   "else new ones wait in the listen backlog.")
+@click.option("--drain-seconds", "drain_seconds", default="0", show_default=True, metavar="SECONDS",
               help="On SIGTERM, keep serving this long with /readyz failing before closing the listener.")
 @click.option("--processes", type=click.IntRange(min=1, max=64), default=1, show_default=True,
               help="Processes accepting on the port (more than one uses more cores; needs a writable TMPDIR for metrics).")
-def webhook_serve(port, host, tls_cert, tls_key, mode, on_error, defaults, max_body, timeout, max_connections,
-                  drain_seconds, processes) -> int:
+def webhook_serve(port, host, tls_cert, tls_key, mode, on_error, defaults, max_body, max_buffer, timeout,
+                  max_connections, drain_seconds, processes) -> int:
     """Serve the admission webhook over HTTPS: POST /mutate, POST /validate, GET /healthz, /readyz, /metrics."""
     import importlib.util
-    import ssl
 
+    from shmguard.commands.webhook import serve, serve_options
     from shmguard.errors import UsageError
-    from shmguard.job import ENV_VARS
-    from shmguard.units import parse_size
 
     # Found, not imported: --processes sets prometheus_client up first.
     if importlib.util.find_spec("prometheus_client") is None:
         raise UsageError("`webhook serve` needs the webhook extra (prometheus_client is missing): pip install 'shmguard[webhook]'")
-    from shmguard.webhook.review import Config
-    from shmguard.webhook.server import serve
-
-    values = {}
-    for item in defaults:
-        key, eq, value = item.partition("=")
-        key = key.strip().replace("-", "_")
-        if not eq or key not in ENV_VARS:
-            raise UsageError(f"--default {item!r}: use NAME=VALUE with NAME one of {', '.join(ENV_VARS)}")
-        values[key] = value
-    try:
-        body_limit = parse_size(max_body)
-    except ValueError as exc:
-        raise UsageError(f"--max-body: {exc}") from None
-    try:
-        return serve(Config(defaults=values, mode=mode, on_error=on_error), port, tls_cert, tls_key, host,
-                     max_body=body_limit, timeout=timeout, max_connections=max_connections, drain_seconds=drain_seconds,
-                     processes=processes)
-    except (OSError, ssl.SSLError) as exc:
-        raise UsageError(f"cannot serve on {host}:{port} with {tls_cert} and {tls_key}: {exc}") from None
+    return serve(serve_options(port=port, host=host, tls_cert=tls_cert, tls_key=tls_key, mode=mode, on_error=on_error,
+                               defaults=defaults, max_body=max_body, max_buffer=max_buffer, timeout=timeout,
+                               max_connections=max_connections, drain_seconds=drain_seconds, processes=processes))
 
 
 @webhook.command("certs")
@@ -270,10 +267,10 @@ def webhook_serve(port, host, tls_cert, tls_key, mode, on_error, defaults, max_b
 @click.option("--force", is_flag=True, help="Replace certificates that are already there.")
 def webhook_certs(directory, namespace, name, sans, days, force) -> int:
     """Write a self-signed CA (ca.crt, ca.key) and a serving certificate for the Service (tls.crt, tls.key) into DIRECTORY."""
-    from shmguard.webhook.certs import service_names, write_certs
+    from shmguard.commands.webhook import certs
 
-    paths = write_certs(directory, name, namespace, list(sans), force=force, days=days)
-    click.echo(f"shmguard: wrote {', '.join(paths)} for {', '.join(service_names(name, namespace) + list(sans))}", err=True)
+    paths, names = certs(directory, name, namespace, sans, days, force)
+    click.echo(f"shmguard: wrote {', '.join(paths)} for {', '.join(names)}", err=True)
     return 0
 
 @cli.command()
@@ -345,13 +342,15 @@ def fn_command() -> int:
 @job_options
 @click.option("--host", metavar="URL", help="The Docker API to ask (default: DOCKER_HOST, else the local socket); "
                                             "Podman's socket works too, e.g. unix:///run/podman/podman.sock.")
-@click.option("--tail", type=click.IntRange(min=1, max=1_000_000), default=2000, show_default=True, help="Log lines of the container to read.")
+@click.option("--tail", type=click.IntRange(min=1, max=1_000_000), default=2000, show_default=True,
+              help="Log lines to read: the container's last N, or a log on stdin's last N.")
 @click.option("--shm-size", "shm_size", metavar="SIZE", help="A log on stdin: the /dev/shm the container had (64m, 64Mi).")
 @click.option("--memory-limit", "memory_limit", metavar="SIZE", help="A log on stdin: the container's memory limit.")
 @click.option("--exit-code", "exit_code", type=int, help="A log on stdin: the container's exit code.")
 @click.option("--oom-killed", "oom_killed", is_flag=True, help="A log on stdin: the container was OOM-killed.")
-@click.option("--platform", type=click.Choice(["docker", "kubernetes"]),
-              help="A log on stdin: spell the fix for this platform (default: both).")
+@click.option("--platform", type=click.Choice(["docker", "kubernetes", "slurm", "ray"]),
+              help="A log on stdin: spell the fix for this platform (default: what the log shows, else Docker's "
+                   "and Kubernetes').")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.argument("container", required=False)
 def explain_command(job, container, host, tail, shm_size, memory_limit, exit_code, oom_killed, platform,
@@ -369,12 +368,31 @@ def explain_command(job, container, host, tail, shm_size, memory_limit, exit_cod
     from shmguard.commands.explain import describe_sizes, explain
 
     flag_values = job.values(note)
-    stdin_text = None
+    stdin = None
     if not container and not sys.stdin.isatty():
-        stdin_text = sys.stdin.read()
+        stdin = getattr(sys.stdin, "buffer", sys.stdin)  # read in bounded memory by explain (--tail)
     facts = {"shm_size": describe_sizes(shm_size, "--shm-size"), "memory_limit": describe_sizes(memory_limit, "--memory-limit"),
              "exit_code": exit_code, "oom_killed": oom_killed, "platform": platform}
-    return explain(container, flag_values, stdin_text, host, tail, facts, as_json, echo=click.echo)
+    return explain(container, flag_values, stdin, host, tail, facts, as_json, echo=click.echo)
+
+
+@cli.command("clean")
+@click.option("--dir", "directory", default="/dev/shm", show_default=True, metavar="DIR", help="The directory to clean.")
+@click.option("--uid", metavar="UID", help="Whose segments: a uid or user name (default: SLURM_JOB_UID, else yours).")
+@click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--root", hidden=True, help="Read /proc and DIR under this root (tests).")
+def clean_command(directory, uid, dry_run, as_json, root) -> int:
+    """Remove PyTorch segments (torch_<pid>_*, …) in /dev/shm that no process can use any more.
+
+    Only the given user's files, only when their creator pid is gone and no process has them open or
+    mapped; what cannot be decided (a container's pid namespace, processes it cannot inspect) is kept
+    and said. For a Slurm Epilog, a Docker host or any shared node. Exit 0, or 1 when a file to remove
+    could not be removed.
+    """
+    from shmguard.commands.clean import run as run_clean
+
+    return run_clean(directory, uid, dry_run, as_json, root, echo=click.echo)
 
 
 @cli.command("measure")

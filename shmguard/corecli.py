@@ -71,8 +71,11 @@ def check_command(argv: list[str]) -> int:
         if args.get(name) is None:
             args[name] = value
     as_json, strict, root = args.pop("as_json"), args.pop("strict"), args.pop("root")
-    given = JobOptions.take(args)
+    from shmguard.slurm import fill_gpus
+
+    given, gpu_notes = fill_gpus(JobOptions.take(args), os.environ)
     job_options, notes = given.with_procs((), os.environ, given.gpu_count())
+    notes = gpu_notes + notes
     job = job_options.resolve(nccl_env=os.environ)
     for line in notes:
         print(line, file=sys.stderr)

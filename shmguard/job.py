@@ -42,6 +42,7 @@ ENV_VARS = {
     "collate": "SHMGUARD_COLLATE",
     "tensors_per_sample": "SHMGUARD_TENSORS_PER_SAMPLE",
     "batch_segments": "SHMGUARD_BATCH_SEGMENTS",
+    "nccl_version": "SHMGUARD_NCCL_VERSION",
 }
 
 
@@ -67,6 +68,8 @@ class Job(Record):
     nccl_env: tuple = ()
     collate: str = "default"
     tensors_per_sample: int = 1
+    # The NCCL version the job's torch uses (`2.21.5`), which changes NCCL's /dev/shm; None: not known.
+    nccl_version: str | None = None
 
     @property
     def batch_bytes(self) -> int:
@@ -91,6 +94,8 @@ class Job(Record):
         }
         if self.nccl_transport != "shm":
             values["nccl_transport"] = self.nccl_transport
+        if self.nccl_version:
+            values["nccl_version"] = self.nccl_version
         if self.sample_shape:
             values["sample_shape"] = ",".join(map(str, self.sample_shape))
             values["dtype"] = self.dtype or "float32"
@@ -162,6 +167,7 @@ def make_job(
     workers=None, batch_size=None, sample_shape=None, dtype=None, sample_bytes=None,
     prefetch_factor=None, procs_per_node=None, gpus=None, pin_memory=None, sharing_strategy=None,
     nccl_transport=None, nccl_env=None, collate=None, tensors_per_sample=None, batch_segments=None,
+    nccl_version=None,
 ) -> Job:
     """Validate raw option values (strings or numbers; None = not given) into a Job.
 
@@ -239,6 +245,7 @@ def make_job(
         batch_segments=segments,
         collate=collate_name,
         tensors_per_sample=parse_count("tensors_per_sample", 1 if tensors_per_sample is None else tensors_per_sample, 1),
+        nccl_version=parse_nccl_version(nccl_version),
     )
 
 
@@ -249,6 +256,15 @@ def parse_transport(value) -> str:
     from shmguard import nccl
 
     return nccl.parse_transport(value)
+
+
+def parse_nccl_version(value) -> str | None:
+    """--nccl-version (`2.21.5`, `v2.21.5-1`, `(2, 21, 5)`) as `2.21.5`; None: not given (the module loads only when given)."""
+    if value is None or value == "" or value == ():
+        return None
+    from shmguard import nccl
+
+    return nccl.parse_version(value)
 
 
 def nccl_pairs(values) -> tuple:

@@ -38,6 +38,9 @@ JOB_OPTIONS = (
                                            "(SIZE[xCOUNT],...): replaces the estimate from --collate."),
     ("--nccl-transport", "nccl_transport", "How the job's GPUs talk, for NCCL's own /dev/shm: shm (default: through host "
                                            "memory, the most /dev/shm) or p2p (NVLink/PCIe peer-to-peer: none)."),
+    ("--nccl-version", "nccl_version", "The NCCL version the job's torch uses, e.g. 2.21.5 (python -c 'import torch; "
+                                       "print(torch.cuda.nccl.version())'): NCCL's own /dev/shm depends on it. Default: "
+                                       "found in the container (check, health), else sized for the version that needs most."),
 )
 PIN_MEMORY_HELP = "The DataLoader pins memory."
 DATASET_HELP = ("Measure the sample size from real batches of this dataset factory (needs torch) "
@@ -69,6 +72,7 @@ class JobOptions(Record):
     tensors_per_sample: str | None = None
     batch_segments: str | None = None
     nccl_transport: str | None = None
+    nccl_version: str | None = None
     pin_memory: str | bool | None = None
     dataset: str | None = None  # MODULE:CALLABLE whose batches are measured (needs torch)
     collate_fn: str | None = None  # with dataset: the DataLoader's collate_fn
@@ -146,7 +150,7 @@ class JobOptions(Record):
             raise UsageError("give the batch once: --dataset (measured) or --batch-segments")
         from shmguard.commands.measure import measure
 
-        measured = measure(self.dataset, parse_count("batch_size", self.batch_size, 1), collate_spec=self.collate_fn,
+        measured = measure(str(self.dataset), parse_count("batch_size", self.batch_size, 1), collate_spec=self.collate_fn,
                            sharing_strategy=self.sharing_strategy or "file_descriptor")
         (note or (lambda text: print(text, file=sys.stderr)))(
             f"shmguard: measured {self.dataset}: largest batch {measured.max_batch_bytes:,} bytes in "

@@ -1,4 +1,4 @@
-"""`shmguard render k8s|compose`: print manifests sized for the job."""
+"""`shmguard render k8s|compose|slurm`: print manifests (or an sbatch script) sized for the job."""
 
 from __future__ import annotations
 
@@ -50,3 +50,13 @@ def target(job_options: JobOptions, image: str, name: str, cpus: float | None, m
     values: dict[str, Any] = {"image": image, "name": name, "cpus": cpus, "memory": memory_bytes, "gpus": job.gpus,
                               "env": variables, "command": list(command)}
     return job, values
+
+
+def render_slurm(job_options: JobOptions, command: tuple, launcher: str, name: str, nodes: int, time: str | None,
+                 partition: str | None, memory: str | None, env, say: Callable[[str], None]) -> str:
+    """The sbatch script (shmguard.slurm.sbatch_script) for the job, with the same job as render k8s makes."""
+    from shmguard.slurm import sbatch_script
+
+    job, values = target(job_options, "", name, None, memory, env, command, say)
+    return sbatch_script(job, list(command), launcher=launcher, name=name, nodes=nodes, time=time,
+                         partition=partition, memory=values["memory"], env=values["env"])

@@ -59,7 +59,7 @@ def tuned(job_options: JobOptions, opts, signals) -> JobOptions:
     from shmguard.job import parse_count
 
     batch_size = parse_count("batch_size", job_options.batch_size, 1)
-    result = tune_in_container(opts.replace(command=()), job_options.dataset, batch_size, job_options.collate_fn,
+    result = tune_in_container(opts.replace(command=()), str(job_options.dataset), batch_size, job_options.collate_fn,
                                signals=signals)
     recommended = result["recommended"]["workers"]
     say(f"shmguard: tuned: num_workers={recommended} ({result['recommended']['batches_per_second']:.1f} batches/s)")
@@ -89,7 +89,9 @@ def launch(job, options, dry_run: bool, as_json: bool, out=None, err=None) -> in
             client = connect()
             engine_info = client.info()
             image = local_image(client, options.image, options.pull, err)
-        plan = make_plan(job, options, engine_info.get("MemTotal"), host_cpus=engine_info.get("NCPU"))
+            ceiling = engine_nofile(client, image, job)
+        plan = make_plan(job, options, engine_info.get("MemTotal"), host_cpus=engine_info.get("NCPU"),
+                         nofile_ceiling=ceiling)
     plan = plan.replace(elastic=run_status(options))
     for warning in plan.warnings:
         print(f"shmguard: warning: {warning}", file=err)
@@ -124,6 +126,16 @@ def launch(job, options, dry_run: bool, as_json: bool, out=None, err=None) -> in
             print(f"shmguard: {result.name} could not be removed (does the engine answer?): "
                   f"remove it with docker rm -f {result.name}", file=err)
     return result.exit_code
+
+
+def engine_nofile(client, image, job) -> int | None:
+    """The most open files the engine gives a container, asked only when the job needs more than the common
+    default (shmguard.engine.nofile); None: not asked."""
+    from shmguard import sizing
+    from shmguard.engine import nofile
+
+    wanted = sizing.nofile_limit(job)
+    return None if wanted is None else nofile.ceiling(client, image.id, wanted)
 
 
 def plan_json(plan, job) -> dict[str, Any]:

@@ -258,7 +258,7 @@ def parse_mount(spec: str) -> str:
 def mount_object(canonical: str):
     import docker.types
 
-    fields = dict((f.partition("=")[0], f.partition("=")[2] or "true") for f in canonical.split(","))
+    fields: dict[str, Any] = dict((f.partition("=")[0], f.partition("=")[2] or "true") for f in canonical.split(","))
     return docker.types.Mount(
         target=fields["target"], source=fields.get("source"), type=fields["type"],
         read_only=fields.get("readonly") == "true", consistency=fields.get("consistency"),

@@ -139,11 +139,13 @@ def job_conflicts(job_env: dict[str, str], user_env: dict[str, str]) -> None:
 
 
 def make_plan(job, options: RunOptions, host_memory: int | None = None, environ=None,
-              host_cpus: float | None = None) -> RunPlan:
+              host_cpus: float | None = None, nofile_ceiling: int | None = None) -> RunPlan:
     """Size the container for the job; refuse (RunError; UsageError for contradicting input) what cannot work.
 
     host_memory, host_cpus: the engine's (`docker info`), once it was asked; the CPUs are what a container
-    without --cpus gets, judged by the same rule as `check` (probe.cpu.workers_for)."""
+    without --cpus gets, judged by the same rule as `check` (probe.cpu.workers_for). nofile_ceiling: the most
+    open files the engine gives a container (shmguard.engine.nofile; 0: not even the common 1024), once asked:
+    the job starts with that much and a warning rather than not at all."""
     options = normalized(options)
     warnings = []
     required = model.shm_bytes(job)
@@ -184,7 +186,14 @@ def make_plan(job, options: RunOptions, host_memory: int | None = None, environ=
                         "left unset (health and check inside count the GPUs they see); give --gpus N to pin it")
     user_env = user_environment(options, environ)
     job_conflicts(job_env, user_env)
-    nofile = sizing.nofile_limit(job)
+    nofile = sizing.nofile_limit(job, nofile_ceiling or None)
+    if nofile_ceiling is not None and nofile is not None:
+        if nofile_ceiling == 0:
+            nofile = None
+        shortfall = sizing.nofile_shortfall(job, nofile or sizing.NOFILE_COMMON_SOFT,
+                                            "the most this engine gives a container")
+        if shortfall:
+            warnings.append(shortfall)
     environment = {**job_env, **user_env}
     return RunPlan(options=options, job=job, shm_bytes=shm, required_shm=required, mem_limit=options.memory,
                    nofile=nofile, environment=environment, warnings=tuple(warnings), job_env=job_env)

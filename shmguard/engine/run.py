@@ -48,27 +48,43 @@ class KillNow(KeyboardInterrupt):
 
 
 class StopSignals:
-    """What SIGINT, SIGTERM and SIGHUP do while `run` works, counted in the handler so that no burst can cut the
+    """What SIGINT, SIGTERM and SIGHUP do while `run` works, decided in the handler so that no burst can cut the
     cleanup short: the first raises KeyboardInterrupt (stop the container: SIGTERM, SIGKILL after the timeout);
     the next, while the container is being stopped, raises KillNow (kill it now); every later one is only counted.
+    While held (Hold: creating a container and entering the try that removes it; removing it), the first waits
+    and is raised when the hold ends.
 
-    Held back with a signal mask alone, a burst of Ctrl-C (five within 50 ms) still left the container behind:
-    another thread with the signals unblocked takes one, and Python raises it in the main thread anyway.
+    A signal mask alone could not hold them: with another thread running (the log follower, a sampler) the kernel
+    gives a signal to that thread, and Python raises it in the main thread all the same; a burst of Ctrl-C (five
+    within 50 ms) left the container exited, not removed.
     """
 
     def __init__(self) -> None:
         self.interrupted = False
         self.stopping = False  # a container is being stopped: the next signal kills it
+        self.holding = 0
+        self.deferred = False  # a first signal came while held
         self.count = 0
 
     def handle(self, signum, frame) -> None:
         self.count += 1
+        if self.holding:
+            self.deferred = self.deferred or not self.interrupted
+            return
         if not self.interrupted:
             self.interrupted = True
             raise KeyboardInterrupt
         if self.stopping:
             self.stopping = False
             raise KillNow
+
+    def release(self) -> None:
+        """End one hold; the first signal that came meanwhile is raised now."""
+        self.holding -= 1
+        if not self.holding and self.deferred:
+            self.deferred = False
+            self.interrupted = True
+            raise KeyboardInterrupt
 
     @contextmanager
     def stopping_container(self):
@@ -78,6 +94,27 @@ class StopSignals:
             yield
         finally:
             self.stopping = False
+
+
+_installed: list[StopSignals] = []  # the StopSignals of each stop_signals_interrupt being inside, innermost last
+
+
+class Hold:
+    """Stop signals held back from now until release(), which raises the one that came meanwhile: through the
+    installed StopSignals, else (no stop_signals_interrupt around: the API, tests) with this thread's signal mask."""
+
+    def __init__(self) -> None:
+        self.signals = _installed[-1] if _installed else None
+        if self.signals is not None:
+            self.signals.holding += 1
+        else:
+            self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+    def release(self) -> None:
+        if self.signals is not None:
+            self.signals.release()
+        else:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
 
 
 @contextmanager
@@ -91,6 +128,7 @@ def stop_signals_interrupt():
     signals = StopSignals()
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     previous = {sig: handler for sig, handler in previous.items() if handler != signal.SIG_IGN}
+    _installed.append(signals)
     for sig in previous:
         signal.signal(sig, signals.handle)
     try:
@@ -98,6 +136,7 @@ def stop_signals_interrupt():
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        _installed.remove(signals)
 
 
 def stop_container(container, err, signals: StopSignals | None = None, what: str = "") -> None:
@@ -126,31 +165,31 @@ def created(client, *args, **kwargs):
     """Create a container and yield it; it is removed on the way out, whatever happens.
 
     Creating and entering the protecting try are one step with respect to stop signals: they are held back
-    from before the create until the try is entered, so a Ctrl-C or SIGTERM in between cannot leave a
-    `created` container behind (it is delivered inside the try, and the container is removed).
+    from before the create until the try is entered (Hold), so a Ctrl-C or SIGTERM in between cannot leave a
+    `created` container behind (it is raised inside the try, and the container is removed).
     """
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    hold = Hold()
     try:
         container = client.containers.create(*args, **kwargs)
     except BaseException:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        hold.release()
         raise
     try:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        hold.release()
         yield container
     finally:
         remove_uninterrupted(container)
 
 
 def remove_uninterrupted(container) -> bool:
-    """Remove a container with SIGINT/SIGTERM/SIGHUP held back until it is done (then delivered).
+    """Remove a container with SIGINT/SIGTERM/SIGHUP held back until it is done (the first is raised then).
 
     Returns whether it is gone. Errors are swallowed: the engine may be gone, which the
     caller reports.
     """
     import docker
 
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    hold = Hold()
     try:
         container.remove(force=True)
         return True
@@ -159,7 +198,7 @@ def remove_uninterrupted(container) -> bool:
     except Exception:
         return False
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        hold.release()
 
 
 FAST_INTERVAL = 0.0002  # seconds between samples of the sampler process
@@ -220,15 +259,12 @@ def host_shm_path(engine_info: dict, container) -> str | None:
 
 
 def connect():
-    import docker
+    from shmguard.engine import client
 
     try:
-        client = docker.from_env()
-        client.ping()
-    except docker.errors.DockerException as exc:
-        raise RunError(f"no Docker engine answers ({exc}). Start it (sudo systemctl start docker, or dockerd) "
-                       f"or point DOCKER_HOST at one") from None
-    return client
+        return client.connect()
+    except client.EngineUnreachable as exc:
+        raise RunError(f"{exc}. Start it (sudo systemctl start docker, or dockerd) or point DOCKER_HOST at one") from None
 
 
 def cache_dir() -> str:
@@ -365,14 +401,14 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
     opts = plan.options
     healthcheck = opts.healthcheck if opts.healthcheck is not None else image_has_shmguard(client, image)
     # Stop signals wait from the creation until the try whose finally removes the container: none is left behind.
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    hold = Hold()
     try:
         container = client.containers.create(**create_kwargs(plan, labels, healthcheck))
     except docker.errors.APIError as exc:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        hold.release()
         raise RunError(f"the engine refused the container: {exc.explanation or exc}") from None
     except BaseException:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        hold.release()
         raise
     interrupted = removed = False
     watcher: Any = None
@@ -391,7 +427,7 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
                 pass
 
     try:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        hold.release()
         # Attached before the start, as `docker run` does: all the output comes live, and no log replay is asked
         # for (an engine whose log driver cannot be read, `none`, answers a replay with an error in the stream).
         stdin_socket = None

@@ -70,11 +70,18 @@ def test_env_with_bad_values_is_a_usage_error():
     dict(workers=3, batch_size=16, sample_bytes="12k", collate="list", tensors_per_sample=3),
     dict(workers=1, batch_size=2, sample_bytes="100", batch_segments="4096x3,100"),
     dict(workers=0, batch_size=1, sample_shape="10", dtype="uint8"),
+    dict(workers=2, batch_size=4, sample_bytes="1k", gpus=8, nccl_version="2.21.5"),
 ])
 def test_a_job_goes_back_to_its_values_and_comes_back_the_same(values):
     job = make_job(**values)
     assert make_job(**job.to_values()) == job
     assert job.to_env() == {ENV_VARS[name]: value for name, value in job.to_values().items()}
+
+
+def test_job_options_hold_every_job_option():
+    from shmguard.options import JOB_KEYS, JobOptions
+
+    assert set(JobOptions.__annotations__) == {*JOB_KEYS, "dataset", "collate_fn"}
 
 
 def test_job_options_are_never_rewritten_only_replaced():

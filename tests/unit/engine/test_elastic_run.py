@@ -103,7 +103,7 @@ def test_explain_names_the_growths_and_judges_the_size_it_ended_with(as_json):
                                                                      "SHMGUARD_SAMPLE_SHAPE=3,224,224"]}}
     logs = "RuntimeError: unable to allocate shared memory(shm) for file </torch_1>: No space left on device (28)"
     evidence = container_evidence(attrs, logs, {}, GROWTHS)
-    assert evidence.shm_size == 131 * MIB and evidence.shm_growths == GROWTHS
+    assert evidence.shm_size == 131 * MIB and evidence.growths == GROWTHS
     text, code = report("container", "train", [("train", evidence)], as_json)
     if as_json:
         data = json.loads(text)
