@@ -14,7 +14,7 @@ children and stopped on the way out.
   crosses the threshold, spins on statvfs until the size changes: the time from the
   write that crossed to the size seen larger, measured inside the container, so it
   includes the sampler's interval. Up to 1 GiB, about 7 growths a container.
-- burst: /dev/shm 64 MiB filled to 1 MiB under the threshold, then k writers (1; 4 like
+- burst: /dev/shm 64 MiB filled to 1 MiB under the threshold (or left empty, --from-empty), then k writers (1; 4 like
   the demo's workers; 8 beside two CPU burners) posix_fallocate B bytes in all at once;
   the largest B (bisected in MiB, from k x 64 MiB down) that every one of --tries
   containers survives, per threshold.
@@ -89,9 +89,10 @@ print(json.dumps({"reactions": reactions}))
 """
 
 BURST_WRITER = WAIT_FOR_GO + """
-T, B, K = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+T, B, K, EMPTY = float(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "empty"
 used, size = stat()
-allocate('fill', max(0, (int(T * size) - used - 2**20) // 4096 * 4096))
+if not EMPTY:
+    allocate('fill', max(0, (int(T * size) - used - 2**20) // 4096 * 4096))
 time.sleep(0.05)
 barrier, errors = threading.Barrier(K), []
 def burst(i):
@@ -188,10 +189,10 @@ def reaction(args) -> None:
                   f"{1e3 * max(own):.2f} | {1e3 * max(gaps[key]):.2f} |")
 
 
-def survives(c, threshold, burst, writers, tries, realtime) -> bool:
+def survives(c, threshold, burst, writers, tries, realtime, empty=False) -> bool:
     for _ in range(tries):
-        code, logs, _ = elastic_run(c, BASE, ["python3", "-c", BURST_WRITER, str(threshold), str(burst), str(writers)],
-                                    "64m", threshold, realtime=realtime)
+        code, logs, _ = elastic_run(c, BASE, ["python3", "-c", BURST_WRITER, str(threshold), str(burst), str(writers),
+                                              "empty" if empty else "filled"], "64m", threshold, realtime=realtime)
         if code != 0 or not json.loads(logs.strip().splitlines()[-1])["ok"]:
             return False
     return True
@@ -203,7 +204,8 @@ def burst(args) -> None:
     64 MiB the container starts with, and the bisection runs up to writers x 64 MiB."""
     c = client()
     configs = ((1, 0), (4, 0), (8, 2))  # (writers, CPU burners beside them)
-    print(f"load average {load()}, {args.tries} containers per size, realtime {not args.no_realtime}")
+    print(f"load average {load()}, {args.tries} containers per size, realtime {not args.no_realtime}, "
+          f"{'from an empty /dev/shm' if args.from_empty else 'from 1 MiB under the threshold'}")
     print("| threshold | room at 64 MiB | 1 writer | 4 writers at once | 8 writers at once, beside 2 CPU burners |")
     print("|---|---|---|---|---|")
     for threshold in args.thresholds:
@@ -213,7 +215,7 @@ def burst(args) -> None:
             with burners(burning):
                 while high - low > 1:
                     mid = high - 1 if low == 0 and high == writers * 64 + 1 else (low + high) // 2
-                    if survives(c, threshold, mid * MIB, writers, args.tries, not args.no_realtime):
+                    if survives(c, threshold, mid * MIB, writers, args.tries, not args.no_realtime, args.from_empty):
                         low = mid
                     else:
                         high = mid
@@ -300,6 +302,8 @@ def main() -> int:
     p.add_argument("--tries", type=int, default=3)
     p.add_argument("--thresholds", type=float, nargs="+", default=THRESHOLDS)
     p.add_argument("--no-realtime", action="store_true")
+    p.add_argument("--from-empty", action="store_true", help="the burst starts from an empty /dev/shm (the sampler "
+                   "reads it every millisecond there) instead of just under the threshold")
     p = sub.add_parser("throughput")
     p.add_argument("--runs", type=int, default=6)
     p.add_argument("--steps", type=int, default=200)
