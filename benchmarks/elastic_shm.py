@@ -243,14 +243,17 @@ def throughput(args) -> None:
                 raise SystemExit(f"{name}: exit {code}: {logs[-1500:]}")
             rates[name].append(json.loads(logs.strip().splitlines()[-1])["batches_per_second"])
             growths[name].append(len(getattr(sampler, "growths", [])))
-    base = statistics.median(rates[next(iter(cases))])
+    first = next(iter(cases))
     print(f"load average {load()}, {args.runs} runs each in turns, {args.steps} steps a run")
-    print("| case | growths a run | median batches/s | vs no elastic | sampler's CPU (share of one core) |")
+    print("| case | growths a run | median batches/s (quartiles) | vs no elastic, median of the turns' ratios "
+          "(quartiles) | sampler's CPU (share of one core) |")
     print("|---|---|---|---|---|")
     for name, values in rates.items():
-        median = statistics.median(values)
-        print(f"| {name} | {statistics.median(growths[name]):g} | {median:.2f} | {100 * (median / base - 1):+.1f}% | "
-              f"{100 * statistics.median(cpu[name]):.1f}% |")
+        ratios = [100 * (v / b - 1) for v, b in zip(values, rates[first])]
+        q = statistics.quantiles(values, n=4)
+        r = statistics.quantiles(ratios, n=4)
+        print(f"| {name} | {statistics.median(growths[name]):g} | {statistics.median(values):.2f} ({q[0]:.2f}-{q[2]:.2f}) "
+              f"| {statistics.median(ratios):+.1f}% ({r[0]:+.1f}% to {r[2]:+.1f}%) | {100 * statistics.median(cpu[name]):.1f}% |")
 
 
 def children_cpu() -> float:
