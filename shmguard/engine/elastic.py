@@ -351,7 +351,8 @@ def shm_path(proc_fd: int) -> str:
 
 def realtime() -> bool:
     """Run the sampler under SCHED_FIFO (lowest priority) when allowed: a reading every 0.2 ms must not wait behind
-    the job's own CPU-bound processes (BENCHMARKS.md section 9). False when refused (no CAP_SYS_NICE, RT throttled)."""
+    the job's own CPU-bound processes (BENCHMARKS.md, "Elastic /dev/shm": without it, a reading waited up to 350 ms
+    beside two CPU burners). False when refused (no CAP_SYS_NICE, no real-time budget in this cgroup)."""
     try:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
         return True

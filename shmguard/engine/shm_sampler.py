@@ -6,8 +6,8 @@ reported 147 MiB where a sampler inside the container saw 184 (issue 14). This
 process does nothing but statvfs PATH every INTERVAL seconds (0.2 ms by default;
 about 2% of a CPU) and keeps the peak. It stops when its stdin closes (so it
 never outlives its parent) and prints one JSON line: peak bytes (null if PATH was
-never readable) and samples taken. Standard library only, and imports nothing of
-shmguard beyond the package, so it starts in a few milliseconds.
+never readable) and samples taken. Standard library only, and (without --elastic)
+imports nothing of shmguard beyond the package, so it starts in a few milliseconds.
 
 `python -m shmguard.engine.shm_sampler --elastic INTERVAL [--realtime]` samples a running
 container's /dev/shm and grows it as it fills (elastic /dev/shm, shmguard.engine.elastic).
