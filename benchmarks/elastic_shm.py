@@ -228,16 +228,18 @@ def throughput(args) -> None:
     job = make_job(workers=4, batch_size=64, sample_shape="3,224,224")
     batch = model.batch_segment_bytes(job)
     command = ["python", "/app/train.py", "--json", "--steps", str(args.steps), "--timeout", "60"]
-    cases = {"no elastic, /dev/shm 512 MiB (run today)": ("512m", False),
-             "elastic from 64 MiB (grows)": ("64m", True),
-             "elastic from 512 MiB (no growth)": ("512m", True)}
+    cases = {"no elastic, /dev/shm 512 MiB (run today)": ("512m", False, True),
+             "elastic from 64 MiB (grows)": ("64m", True, True),
+             "elastic from 512 MiB (no growth)": ("512m", True, True),
+             "elastic from 512 MiB, sampler not real-time": ("512m", True, False)}
     rates: dict[str, list[float]] = {name: [] for name in cases}
     growths: dict[str, list[int]] = {name: [] for name in cases}
     cpu: dict[str, list[float]] = {name: [] for name in cases}  # the sampler's CPU seconds per second of the run
     for _ in range(args.runs):
-        for name, (shm, elastic) in cases.items():
+        for name, (shm, elastic, realtime) in cases.items():
             before, started = children_cpu(), time.monotonic()
-            code, logs, sampler = elastic_run(c, DEMO, command, shm, batch_bytes=batch, elastic=elastic, go=False)
+            code, logs, sampler = elastic_run(c, DEMO, command, shm, batch_bytes=batch, elastic=elastic, go=False,
+                                              realtime=realtime)
             cpu[name].append((children_cpu() - before) / (time.monotonic() - started))
             if code != 0:
                 raise SystemExit(f"{name}: exit {code}: {logs[-1500:]}")

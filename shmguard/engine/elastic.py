@@ -51,12 +51,19 @@ CAPPED_QUIET = 0.5  # seconds between re-evaluations once /dev/shm cannot grow (
 # The container's memory is read at most this often (about 0.1 ms a read: the cgroup's files and /proc/meminfo), ahead
 # of need, so that a growth does not wait for it. The processes' memory moves little in that time, next to the reserve.
 MEMORY_FRESH = 0.05
-# Far below the threshold (under half of it), a reading every millisecond is enough: the fastest fill measured here,
-# about 3 GiB/s of posix_fallocate from 8 writers, takes 8 ms from there to the threshold of a 64 MiB /dev/shm, and a
-# peak missed between two readings is at most 3 MiB. It takes a quarter of the CPU of a reading every 0.2 ms
-# (BENCHMARKS.md, "Elastic /dev/shm").
+# How often to read: never later than a quarter of the time the fastest fill could take to reach the threshold,
+# between the sampler's own interval (0.2 ms, next to it) and a millisecond (far from it). FILL_RATE is a little above
+# the fastest fill measured here, about 3 GiB/s of posix_fallocate from 2 to 8 writers; a peak missed between two
+# readings a millisecond apart is then at most about 4 MiB. Far from the threshold the sampler costs a quarter of the
+# CPU, and preempts the job a fifth as often (BENCHMARKS.md, "Elastic /dev/shm").
+FILL_RATE = 4 * 2**30  # bytes per second
 SLOW_INTERVAL = 0.001
-SLOW_BELOW = 0.5  # of the threshold
+
+
+def next_wait(used: int, size: int, threshold: float) -> float | None:
+    """Seconds until the next reading, or None for the sampler's own (shortest) interval."""
+    wait = (size * threshold - used) / (4 * FILL_RATE)
+    return min(wait, SLOW_INTERVAL) if wait > 0.0002 else None
 
 
 # --- the remount ---------------------------------------------------------------------------------
@@ -261,12 +268,12 @@ class Grower:
         load_libc()
 
     def __call__(self, used: int, size: int) -> float | None:
-        """Handle a reading; returns SLOW_INTERVAL while the use is far below the threshold (else None: the
-        sampler's own interval)."""
+        """Handle a reading; returns the time to the next one while the use is far enough below the threshold
+        (next_wait), else None: the sampler's own interval."""
         self.size = size
         if self.stopped:
             return None
-        slow = SLOW_INTERVAL if used < size * self.threshold * SLOW_BELOW and not self.first else None
+        slow = None if self.first else next_wait(used, size, self.threshold)
         now = self.clock()
         if self.last_reading is not None and self.last_fast and now - self.last_reading > self.gap_max:
             self.gap_max = now - self.last_reading

@@ -15,9 +15,9 @@ import pytest
 from shmguard.engine import shm_sampler
 from shmguard.engine.elastic import (
     CAPPED_QUIET,
+    FILL_RATE,
     MEMORY_FRESH,
     RAISE_POLL,
-    SLOW_BELOW,
     SLOW_INTERVAL,
     ElasticSampler,
     Grower,
@@ -29,7 +29,7 @@ from shmguard.engine.elastic import (
     parse_meminfo,
     parse_memory_stat,
 )
-from shmguard.engine.elastic_policy import THRESHOLD, Memory, Policy, wanted
+from shmguard.engine.elastic_policy import Memory, Policy, wanted
 from shmguard.engine.growths import Growth
 
 MIB = 2**20
@@ -351,15 +351,18 @@ def test_the_longest_gap_between_readings_is_kept():
     fakes = Fakes()
     grow = fakes.grower()
     for step in (0.0002, 0.0003, 0.002, 0.0002):
-        grow(40 * MIB, 64 * MIB)  # half-way to the threshold: read at the sampler's own pace
+        grow(47 * MIB, 64 * MIB)  # next to the threshold: read at the sampler's own pace
         fakes.now += step
     assert grow.gap_max == pytest.approx(0.002)
 
 
 def test_far_below_the_threshold_it_reads_less_often():
+    """Never later than a quarter of the time the fastest fill takes to the threshold, at most a millisecond apart."""
     fakes = Fakes()
     grow = fakes.grower()
     assert grow(0, 64 * MIB) is None  # the first reading: at the sampler's own pace
-    assert grow(1 * MIB, 64 * MIB) == SLOW_INTERVAL
-    assert grow(int(64 * MIB * THRESHOLD * SLOW_BELOW) + 4096, 64 * MIB) is None  # half-way to the threshold
-    assert grow(63 * MIB, 64 * MIB) is None
+    assert grow(1 * MIB, 64 * MIB) == SLOW_INTERVAL  # 47 MiB from the threshold: 2.9 ms of the fastest fill
+    room = 48 * MIB - 40 * MIB
+    assert grow(40 * MIB, 64 * MIB) == pytest.approx(room / (4 * FILL_RATE))  # 0.49 ms
+    assert grow(47 * MIB, 64 * MIB) is None  # next to it: the sampler's own 0.2 ms
+    assert grow(330 * MIB, 512 * MIB) == SLOW_INTERVAL  # a job with room to spare
