@@ -415,8 +415,9 @@ class ElasticSampler:
         """Start the sampler process; it waits for `start`."""
         import subprocess
 
-        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+        from shmguard.engine.peak import sampler_environment
+
+        env = sampler_environment()
         self._proc = subprocess.Popen(
             [self.python or sys.executable, "-m", "shmguard.engine.shm_sampler", "--elastic", repr(self.interval),
              *(["--realtime"] if self.realtime else [])], stdin=subprocess.PIPE, stdout=subprocess.PIPE,

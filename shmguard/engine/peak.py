@@ -56,6 +56,14 @@ class PeakSampler:
         self.stop()
 
 
+def sampler_environment() -> dict[str, str]:
+    """The environment of a sampler process (shm_sampler): this one, with this shmguard first on its PYTHONPATH."""
+    import os
+
+    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+
+
 class ProcessPeakSampler:
     """The peak of a filesystem's used bytes, sampled by a separate process (shmguard.engine.shm_sampler).
 
@@ -72,12 +80,10 @@ class ProcessPeakSampler:
         self._proc: subprocess.Popen[str] | None = None
 
     def start(self) -> "ProcessPeakSampler":
-        import os
         import subprocess
         import sys
 
-        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+        env = sampler_environment()
         self._proc = subprocess.Popen([self.python or sys.executable, "-m", "shmguard.engine.shm_sampler", self.path,
                                        repr(self.interval)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=subprocess.DEVNULL, env=env, text=True)
