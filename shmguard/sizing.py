@@ -194,13 +194,15 @@ def _count(text) -> int | None:
     return value if value >= 1 else None
 
 
-def procs_per_node(given=None, command=(), environ=None, gpus: int | None = None) -> ProcsPerNode:
+def procs_per_node(given=None, command=(), environ=None, gpus: int | None = None,
+                   devices: str | None = None) -> ProcsPerNode:
     """How many training processes run in the container, and from what.
 
     Sources, first found wins: the explicit value (--procs-per-node or SHMGUARD_PROCS_PER_NODE); a literal
     --nproc_per_node in a torchrun command (`gpu`/`auto` mean the GPU count); LOCAL_WORLD_SIZE, then WORLD_SIZE
     in the (container's) environment; the GPU count (one process per GPU, as torchrun is used); else 1.
-    A warning for each source that disagrees with the one used.
+    A warning for each source that disagrees with the one used. devices: how to name the GPU count's source
+    when the devices are other accelerators (`8 huawei.com/Ascend910`).
     """
     environ = {} if environ is None else environ
     found: list[tuple[int, str]] = []
@@ -219,7 +221,7 @@ def procs_per_node(given=None, command=(), environ=None, gpus: int | None = None
             found.append((from_env, f"{name}={environ[name]}"))
             break
     if gpus:
-        found.append((gpus, f"{gpus} GPU{'s' if gpus > 1 else ''}"))
+        found.append((gpus, devices or f"{gpus} GPU{'s' if gpus > 1 else ''}"))
     if not found:
         return ProcsPerNode(1, "default")
     value, source = found[0]

@@ -278,13 +278,14 @@ def test_gpu_pods_run_one_process_per_gpu_unless_told():
     assert summary.results[0].needs["shm"] == k8s_quantity(sizing.shm_size(JOB.replace(procs_per_node=3)))
 
 
-def test_kserve_predictor_and_argo_templates_without_a_pod_wrapper():
+def test_27_1_a_kserve_model_is_left_to_its_runtime_and_argo_templates_without_a_pod_wrapper():
+    """#27.1: a predictor that runs a model gets its pods and /dev/shm from a ServingRuntime, which KServe merges
+    with it by mount path: a volume added here would replace the runtime's. Left alone, the runtime named."""
     docs, summary = patched("kserve-inferenceservice-fluid-llama.yaml")
-    predictor = docs[0]["spec"]["predictor"]
-    assert predictor["model"]["volumeMounts"][-1] == {"name": "dshm", "mountPath": "/dev/shm"}
-    assert predictor["volumes"][-1]["name"] == "dshm"
-    # The model has requests = limits = 48Gi: plenty, kept.
-    assert predictor["model"]["resources"]["limits"]["memory"] == "48Gi"
+    assert docs == load("kserve-inferenceservice-fluid-llama.yaml")
+    (r,) = summary.results
+    assert r.status == "skipped" and "ServingRuntime KServe picks for modelFormat huggingface" in r.reason
+    assert not any("no memory limit" in n for n in r.notes)
     docs, summary = patched("argo-workflows-volumes-emptydir.yaml")
     template = docs[0]["spec"]["templates"][0]
     assert template["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "368Mi"}}]
