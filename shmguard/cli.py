@@ -391,16 +391,21 @@ def webhook_certs(directory, namespace, name, sans, days, force) -> int:
                    "none given), a lower one raised to it; never below what the job needs.")
 @click.option("--size-unsized", is_flag=True, help="Give an existing memory /dev/shm without sizeLimit the job's size (default: keep it unsized).")
 @click.option("--include-init", is_flag=True, help="Mount /dev/shm into init containers and sidecars too.")
+@click.option("--all-templates", is_flag=True, help="Size every pod template, not only the training ones (a server, a "
+                   "database, a proxy: see the README's Kubernetes section for how a template is judged).")
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
 def patch(in_place, check, follow_symlinks, as_json, kinds, names, labels, namespaces, opt_in, container, memory, size_unsized,
-          include_init, files, **options) -> int:
+          include_init, all_templates, files, **options) -> int:
     """Add or fix the /dev/shm emptyDir, its mount and the memory limits in every pod template of FILES (or stdin).
 
     Finds the pod templates of Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet,
     Job, CronJob, the Kubeflow jobs (PyTorchJob, TFJob, MPIJob, XGBoostJob, PaddleJob,
     JAXJob), Trainer runtimes, KubeRay, JobSet, Volcano, LeaderWorkerSet, Argo, KServe,
-    Knative and `kind: List`, and of any other object by shape. By default every
-    template is sized; shmguard.io/skip: "true" leaves one alone. shmguard.io/*
+    Knative and `kind: List`, and of any other object by shape. By default the
+    training templates are sized (a training kind, accelerators in a batch workload,
+    a DataLoader command, SHMGUARD_* env, shmguard.io/* annotations), the rest left
+    alone with the reason (--all-templates sizes them); shmguard.io/skip: "true"
+    leaves one alone. shmguard.io/*
     annotations on an object or template override the job options. Never lowers a
     limit or a request, never shrinks a /dev/shm. Only the lines that must change are
     changed: comments, order, quoting and layout stay. Patching twice changes nothing.
@@ -417,7 +422,7 @@ def patch(in_place, check, follow_symlinks, as_json, kinds, names, labels, names
         kinds=tuple(k for item in kinds for k in item.split(",") if k), names=names, labels=labels,
         namespaces=namespaces, opt_in=opt_in, container=container,
         memory=None if memory is None else asked_memory(memory, "--memory"), size_unsized=size_unsized,
-        include_init=include_init)
+        include_init=include_init, all_templates=all_templates)
     return run_patch(job_defaults_from_options(options), list(files), in_place=in_place, check=check,
                      follow_symlinks=follow_symlinks, options=patch_options, as_json=as_json)
 

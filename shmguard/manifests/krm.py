@@ -11,7 +11,7 @@ Settings, from a ConfigMap's `data` or any other config object's `spec` (or top
 level): the job (`workers`, `batch-size`, `sample-shape` or `sample-bytes`, `dtype`,
 `prefetch-factor`, `procs-per-node`, `gpus`, `pin-memory`, `sharing-strategy`) and the
 patch options (`kind`, `name`, `selector`, `namespace` as comma-separated lists;
-`opt-in`, `container`, `memory`, `size-unsized`, `include-init`). Pure: dicts in, dicts out.
+`opt-in`, `container`, `memory`, `size-unsized`, `include-init`, `all-templates`). Pure: dicts in, dicts out.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def words(value) -> tuple[str, ...]:
 
 def job_and_options(settings: dict[str, Any]) -> tuple[dict, PatchOptions]:
     known = set(JOB_KEYS) | {"kind", "name", "selector", "namespace", "opt-in", "container", "memory",
-                             "size-unsized", "include-init"}
+                             "size-unsized", "include-init", "all-templates"}
     unknown = sorted(set(settings) - known)
     if unknown:
         raise UsageError(f"functionConfig: unknown setting {unknown[0]!r} (known: {', '.join(sorted(known))})")
@@ -64,7 +64,8 @@ def job_and_options(settings: dict[str, Any]) -> tuple[dict, PatchOptions]:
         container=None if settings.get("container") is None else str(settings["container"]),
         memory=None if memory is None else asked_memory(memory, "functionConfig memory"),
         size_unsized=parse_flag("size_unsized", settings.get("size-unsized", False)),
-        include_init=parse_flag("include_init", settings.get("include-init", False)))
+        include_init=parse_flag("include_init", settings.get("include-init", False)),
+        all_templates=parse_flag("all_templates", settings.get("all-templates", False)))
     return defaults, options
 
 

@@ -83,7 +83,7 @@ class PatchOptions(Record):
     memory: int | None = None  # a memory limit to give DataLoader containers that have none
     size_unsized: bool = False  # cap an existing unsized memory /dev/shm at the job's need
     include_init: bool = False  # mount /dev/shm into init containers and sidecars too
-    all_templates: bool = True  # size every template, not only the training ones (shmguard.manifests.scope)
+    all_templates: bool = False  # size every template, not only the training ones (shmguard.manifests.scope)
 
 
 class Change(Record, frozen=False):  # mutable: a TrainJob's changes are moved to resourcesPerNode after sizing
@@ -318,12 +318,11 @@ class Sizer:
         shm, memory = reading.shm, reading.memory
         for text in reading.notes:
             self.note(text)
-        loader = self.t.containers[reading.loaders[0]]
-        if shm.kind == pod.MEMORY and shm.capped_by == pod.BY_NODE and pod.memory_limit(loader) is not None:
-            # The loader has a limit, yet the pod has none: the kubelet sizes the tmpfs by the node.
-            self.note(f"{', '.join(memory.unlimited)} without a memory limit, so the pod has none: the unsized "
-                      f"/dev/shm ({shm.volume}) is capped by nothing but the node's allocatable memory (the kubelet "
-                      f"caps a memory emptyDir at the pod's limit only when every container has one)")
+        if shm.kind == pod.MEMORY and shm.capped_by == pod.BY_NODE:
+            # No sizeLimit, and no pod limit: the kubelet sizes the tmpfs by the node (calculateEmptyDirMemorySize).
+            self.note(f"{', '.join(memory.unlimited)} without a memory limit, so the pod has none: /dev/shm "
+                      f"({shm.volume}, no sizeLimit) is capped by nothing but the node's allocatable memory (the "
+                      f"kubelet caps a memory emptyDir at the pod's limit only when every container has one)")
 
     def accelerators(self, container: dict) -> pod.Accelerators:
         """The devices a container asks for, with what Argo's podSpecPatch sets at run time over them."""
@@ -467,9 +466,8 @@ class Sizer:
         if limit is None and asked is None:
             if memory.source == "spec.resources":
                 return memory.limit  # the pod-level limit caps it; sized with the pod (size_pod_limit)
-            self.note(f"{label} has no memory limit, so nothing caps /dev/shm's pages but the node; "
-                      f"left unset (the job needs about {k8s_quantity(need)}; --memory or "
-                      f"shmguard.io/memory sets one)")
+            self.note(f"{label} has no memory limit: left unset (the job needs about {k8s_quantity(need)}; --memory "
+                      f"or shmguard.io/memory sets one)")
             return None
         if limit is None:
             # What was asked, but at least what the job needs (a second run would raise it anyway)
@@ -494,6 +492,15 @@ class Sizer:
         self.change(f"{cpath}.resources.limits.memory", limit_text, text, why)
         if request is not None and limit is not None and request == limit:
             self.raise_request(requests, request_text, target, f"{cpath}.resources.requests.memory", label)
+        elif request is None and limit is not None and self.queue is not None:
+            # No request: the API server makes it the limit, so raising the limit would raise the Kueue quota the
+            # job takes, unseen. The request it had is written down instead.
+            if container.get("resources") is None or resources.get("requests") is None:
+                resources["requests"] = requests
+            requests["memory"] = limit_text
+            self.change(f"{cpath}.resources.requests.memory", None, limit_text,
+                        f"the request it had (a missing request is the limit): Kueue admits this job against "
+                        f"LocalQueue {self.queue}'s quota by its requests, kept")
         return target
 
     def size_pod_limit(self, job, object_store, loaders: int) -> None:

@@ -109,10 +109,10 @@ def training_reason(template: PodTemplate, accelerators: pod.Accelerators) -> st
 def not_training(template: PodTemplate, accelerators: pod.Accelerators) -> str:
     """The one-line reason a template is left alone by default."""
     kind = str(template.obj.get("kind") or "object")
-    what = {"serving": "a server", "batch": "a batch workload", "other": "an object of a kind shmguard does not know"}
+    what = {"serving": "a server", "batch": "a batch workload", "other": "a kind shmguard does not know"}
     devices = f" with {accelerators.count} {accelerators.resource}" if accelerators.count else ""
-    return (f"not a training job: a {kind} ({what.get(template.workload, template.workload)}){devices}, with no "
-            f"training kind, DataLoader command, training name, SHMGUARD_* variable or shmguard.io/* annotation "
+    return (f"not a training job: {what.get(template.workload, template.workload)} ({kind}){devices}; no training "
+            f"kind, DataLoader command, training name, SHMGUARD_* variable or shmguard.io/* annotation "
             f"(--all-templates sizes it)")
 
 

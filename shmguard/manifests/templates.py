@@ -454,7 +454,8 @@ def workload_of(group: str | None, kind) -> str:
     """TRAINING, BATCH, SERVING or OTHER for a kind (a Pod's own is refined by pod_role)."""
     if (group == "kubeflow.org" and kind in KUBEFLOW_REPLICA_KEYS) or (group, kind) in (
             ("trainer.kubeflow.org", "TrainingRuntime"), ("trainer.kubeflow.org", "ClusterTrainingRuntime"),
-            ("trainer.kubeflow.org", "TrainJob"), ("ray.io", "RayCluster"), ("ray.io", "RayJob")):
+            ("trainer.kubeflow.org", "TrainJob"), ("ray.io", "RayCluster"), ("ray.io", "RayJob"),
+            ("mindxdl.gitee.com", "AscendJob")):  # Huawei MindCluster's training job (Ascend/mind-cluster)
         return TRAINING
     if (group, kind) in SERVING_KINDS or group == "serving.kserve.io":
         return SERVING
@@ -486,7 +487,7 @@ def kserve_runtime(key: str, model: dict) -> str:
         which = f"KServe's {key} runtime"
     return (f"its pods and their /dev/shm come from {which}: KServe merges the runtime's containers and volumes "
             f"with these by name and mount path, so a /dev/shm added here would replace the runtime's; size that "
-            f"runtime (shmguard patch on it)")
+            f"runtime (shmguard patch --all-templates on it)")
 
 
 def argo_pod_spec_patch(*texts) -> tuple[dict | None, str]:

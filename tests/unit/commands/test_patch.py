@@ -273,7 +273,7 @@ def test_unwritable_directory_or_full_disk_fails_before_any_change_is_reported(t
 
     first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
     first.write_text(MANIFEST)
-    second.write_text(MANIFEST.replace("train", "other"))
+    second.write_text(MANIFEST.replace("{name: train}", "{name: other}"))
     calls = []
 
     def failing(real):

@@ -28,7 +28,7 @@ def asked(job):
     """Options that ask for a memory limit and a sizeLimit on an unsized /dev/shm (`patch --memory …
     --size-unsized`): without them both are left as they are (#20 items 2 and 5), and these tests are about
     where the editor puts the new lines."""
-    return PatchOptions(memory=sizing.memory_needed(job), size_unsized=True)
+    return PatchOptions(memory=sizing.memory_needed(job), size_unsized=True, all_templates=True)
 
 
 def patch(text: str, job=JOB):

@@ -11,9 +11,9 @@ import pytest
 from shmguard import model, sizing
 from shmguard.job import make_job
 from shmguard.manifests.podspec import patch_documents
+from shmguard.pod import PodError, read_pod
 from shmguard.units import parse_quantity
 from shmguard.webhook import review as rv
-from shmguard.pod import PodError, read_pod
 from shmguard.webhook.mutation import job_of_pod, size_pod
 from tests.unit.webhook.helpers import for_validation, load, patched_pod, with_pod
 
