@@ -433,13 +433,15 @@ def pod_role(pod: dict) -> dict:
         extra["workload"] = SERVING
     if any(str(label).startswith(TRAINING_LABELS) for label in labels) or labels.get("ray.io/node-type"):
         extra["workload"] = TRAINING
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    containers = spec.get("containers") if isinstance(spec.get("containers"), list) else []
     for label, roles in ROLE_LABELS.items():
         why = roles.get(str(labels.get(label, "")).lower())
+        if why == NO_DATALOADER_ROLES[("kubeflow.org", "MPIJob", "Launcher")] and _asks_for_accelerators(containers):
+            continue  # a launcher Pod with accelerators trains too (runLauncherAsWorker, which its Pod does not say)
         if why:
             extra["no_dataloader"] = why
     node_type = str(labels.get("ray.io/node-type", "")).lower()
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-    containers = spec.get("containers") if isinstance(spec.get("containers"), list) else []
     if node_type in ("head", "worker") and containers and isinstance(containers[0], dict):
         first = containers[0]
         words = " ".join(str(w) for key in ("command", "args") if isinstance(first.get(key), list) for w in first[key])
@@ -519,6 +521,12 @@ def argo_pod_spec_patch(*texts) -> tuple[dict | None, str]:
             if isinstance(container, dict):
                 merged.setdefault("containers", {}).setdefault(str(container.get("name")), []).append(container)
     return merged, note
+
+
+def _asks_for_accelerators(containers: list) -> bool:
+    from shmguard.pod import accelerators
+
+    return any(accelerators(c).count for c in containers if isinstance(c, dict))
 
 
 def is_list(doc: dict) -> bool:

@@ -68,6 +68,11 @@ def test_pods_made_by_operators_keep_their_role():
     assert "launcher" in podspec.size_pod(launcher, DEFAULTS).reason
     launcher["metadata"]["annotations"] = {"shmguard.io/skip": "false"}
     assert podspec.size_pod(launcher, DEFAULTS).status == "changed"
+    # #27.2: a launcher Pod asking for accelerators trains too (MPIJob runLauncherAsWorker, which its Pod does not say).
+    gpu_launcher = {"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": "l", "labels": {"training.kubeflow.org/job-role": "launcher"}},
+                    "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 2}}}]}}
+    assert podspec.size_pod(gpu_launcher, DEFAULTS).status == "changed"
 
 
 @pytest.mark.parametrize("doc, message", [
