@@ -249,11 +249,11 @@ def job_defaults_from_options(values: dict) -> dict:
     from shmguard.options import JOB_KEYS as keys
 
     if values.get("dataset"):
+        from shmguard.manifests.podspec import job_values
+
         explicit = {k: values.get(k) for k in ("procs_per_node", "gpus")}
         job = job_from_options(values)
-        raw = {"workers": job.workers, "batch_size": job.batch_size, "sample_bytes": job.sample_bytes,
-               "prefetch_factor": job.prefetch_factor, "pin_memory": job.pin_memory,
-               "sharing_strategy": job.sharing_strategy}
+        raw = job_values(job)  # the whole measured job (batch segments, collate, NCCL transport), as render sizes it
         raw.update({k: v for k, v in explicit.items() if v is not None})
         return raw
     raw = {key: values.pop(key) for key in keys if values.get(key) is not None}

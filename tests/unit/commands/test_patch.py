@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 import yaml
@@ -379,3 +380,21 @@ def test_mounts_shared_through_an_anchor_with_an_init_container_are_not_changed_
     assert [m["mountPath"] for m in doc["spec"]["initContainers"][0]["volumeMounts"]] == ["/data"]
     assert [m["mountPath"] for m in doc["spec"]["containers"][0]["volumeMounts"]] == ["/data", "/dev/shm"]
     assert "goes through the alias *mounts" in err and "added dshm at /dev/shm (for train)" in err
+
+
+def test_27_7_patch_dataset_sizes_the_job_render_dataset_sizes(tmp_path, capsys):
+    """The measured batch segments, the collate, the tensors per sample and the NCCL transport travel to patch as
+    they do to render: both write the same /dev/shm and memory limit for the same options."""
+    options = ["--dataset", "tests.data.measure_datasets:dicts", "--batch-size", "8", "--workers", "6",
+               "--gpus", "2", "--procs-per-node", "2", "--nccl-transport", "p2p"]
+    assert main(["render", "k8s", *options, "--image", "train:1", "--kind", "job"]) == 0
+    rendered = yaml.safe_load(capsys.readouterr().out)["spec"]["template"]["spec"]
+    path = tmp_path / "job.yaml"
+    path.write_text(MANIFEST)
+    assert main(["patch", *options, "--json", "-i", str(path)]) == 0
+    err = capsys.readouterr().err  # the measurement's line, then the one JSON object
+    (template,) = [t for t in json.loads(err[err.index("\n{") + 1:])["files"][0]["templates"] if t["status"] == "changed"]
+    patched = list(yaml.safe_load_all(path.read_text()))[1]["spec"]["template"]["spec"]
+    assert patched["volumes"][0]["emptyDir"] == rendered["volumes"][0]["emptyDir"]
+    assert template["needs"] == {"shm": rendered["volumes"][0]["emptyDir"]["sizeLimit"],
+                                 "memory": rendered["containers"][0]["resources"]["limits"]["memory"]}
