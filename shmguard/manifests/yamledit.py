@@ -9,10 +9,13 @@ value a mapping or a list) and each is applied to the text at the position of it
 of the siblings, sequences indented under their key or not, flow style inside flow
 collections, the quoting of the scalar it replaces, the file's line ends.
 
-An edit that cannot be placed safely (through an alias, into an anchored node that an
-alias or a merge key `<<` also uses, a value with an explicit tag, a removal) makes that
-one document fall back to being re-dumped whole; the result says which and why. A value
-that a merge key brought in is overridden by a key written in the merging mapping.
+An anchored node that aliases use elsewhere is edited once, at the anchor, when every use
+of it gets the same change (head and workers sharing one container through `&c`/`*c`):
+the comments and the aliases stay. An edit that cannot be placed safely (through an
+alias to a node whose uses change differently, into a node a merge key `<<` uses, a value
+with an explicit tag, a removal) makes that one document fall back to being re-dumped
+whole; the result says which and why. A value that a merge key brought in is overridden
+by a key written in the merging mapping.
 """
 
 from __future__ import annotations
@@ -201,6 +204,7 @@ class _DocumentEditor:
         self._style: _Style | None = None
         self.edits: list[tuple[int, int, str]] = []
         self._filled: set[int] = set()  # empty flow collections that got an entry
+        self.shared: set[int] = set()  # anchored nodes edited once for all their uses (_share_anchored)
 
     # -- positions ---------------------------------------------------------------------------------------
     def column(self, index: int) -> int:
@@ -252,7 +256,7 @@ class _DocumentEditor:
         parent = key_node = None
         flow = False
         for depth, step in enumerate(path):
-            self._check_plain(node, path[:depth])
+            self._check_plain(node, path[:depth], self.shared)
             flow = flow or node.flow
             parent = node
             if node.kind == MAPPING:
@@ -263,14 +267,14 @@ class _DocumentEditor:
             else:
                 raise _Unsafe(f"{_path_text(path[:depth + 1])} is not where the patch expects it")
         if not (replacing and node.kind == ALIAS):
-            self._check_plain(node, path)
+            self._check_plain(node, path, self.shared)
         return node, parent, key_node, flow or node.flow
 
     @staticmethod
-    def _check_plain(node: Node, path: tuple) -> None:
+    def _check_plain(node: Node, path: tuple, shared: set[int] | frozenset = frozenset()) -> None:
         if node.kind == ALIAS:
             raise _Unsafe(f"the change at {_path_text(path)} goes through the alias *{node.value.anchor}")
-        if node.aliased:
+        if node.aliased and id(node) not in shared:
             raise _Unsafe(f"{_path_text(path)} is anchored (&{node.anchor}) and used through an alias elsewhere, "
                           f"so a change to it would change them all")
 
@@ -401,6 +405,115 @@ class _DocumentEditor:
             raise _Unsafe(f"the flow collection at {_path_text(path)} could not be found in the text")
 
 
+def _anchor_uses(root: Node) -> tuple[dict[int, list[tuple]], dict[int, tuple], set[int]]:
+    """Where each anchored node that aliases use appears: (node id -> every path it has in the data, its own
+    first), the path of its definition, and the anchored nodes a merge key (<<) uses (never edited in place)."""
+    uses: dict[int, list[tuple]] = {}
+    definitions: dict[int, tuple] = {}
+    merged: set[int] = set()
+    stack: list[tuple[Node, tuple]] = [(root, ())]
+    while stack:
+        node, path = stack.pop()
+        if node.kind == ALIAS:
+            uses.setdefault(id(node.value), []).append(path)
+            continue
+        if node.aliased:
+            uses.setdefault(id(node), []).insert(0, path)
+            definitions[id(node)] = path
+        if node.kind == MAPPING:
+            for key, value in node.value:
+                data = key.value.data if key.kind == ALIAS else key.data
+                if key.kind == SCALAR and data is yamlio._MERGE_KEY:
+                    for source in value.value if value.kind == SEQUENCE else [value]:
+                        merged.add(id(source.value if source.kind == ALIAS else source))
+                    continue
+                stack.append((value, path + (data,)))
+        elif node.kind == SEQUENCE:
+            stack.extend((item, path + (index,)) for index, item in enumerate(node.value))
+    return uses, definitions, merged
+
+
+def _through_anchor(root: Node, container: tuple) -> tuple[Node, tuple] | None:
+    """The anchored node (with aliases) a change to the collection at `container` goes through, and the path of
+    that use; None when it goes through none. _Unsafe when it goes through two (nested anchors)."""
+    found: tuple[Node, tuple] | None = None
+    node = root
+    for depth in range(len(container) + 1):
+        if node.kind == ALIAS or node.aliased:
+            if found is not None:
+                raise _Unsafe(f"the change at {_path_text(container)} goes through two anchors (&{found[0].anchor} "
+                              f"and &{(node.value if node.kind == ALIAS else node).anchor})")
+            node = node.value if node.kind == ALIAS else node
+            found = (node, container[:depth])
+        if depth == len(container):
+            break
+        step = container[depth]
+        if node.kind == MAPPING:
+            pair = next((v for k, v in node.value if (k.value if k.kind == ALIAS else k).data == step), None)
+            if pair is None:
+                return found  # not in the text (a merge key brought it): the editor says so
+            node = pair
+        elif node.kind == SEQUENCE and isinstance(step, int) and 0 <= step < len(node.value):
+            node = node.value[step]
+        else:
+            return found
+    return found
+
+
+def _share_anchored(root: Node, ops: list[Op]) -> tuple[list[Op], set[int]]:
+    """The operations with those that go through an anchored node folded into one edit at its definition, when
+    every use of it (the definition and each alias) gets the same change; and the nodes so folded.
+
+    _Unsafe when the uses of an anchored node would change differently (the document is re-dumped then)."""
+    if not any(True for _ in _aliased_nodes(root)):
+        return ops, set()
+    uses, definitions, merged = _anchor_uses(root)
+    out: list[Op | tuple[int]] = []
+    per_use: dict[int, dict[tuple, list[Op]]] = {}
+    anchors: dict[int, Node] = {}
+    for op in ops:
+        container = op.path[:-1] if op.kind in (SET, REMOVE) else op.path
+        through = _through_anchor(root, container)
+        if through is None:
+            out.append(op)
+            continue
+        node, use = through
+        if id(node) not in per_use:
+            per_use[id(node)] = {}
+            anchors[id(node)] = node
+            out.append((id(node),))  # where its folded operations go
+        relative = Op(op.kind, op.path[len(use):], op.key, op.value)
+        per_use[id(node)].setdefault(use, []).append(relative)
+    folded: list[Op] = []
+    for item in out:
+        if isinstance(item, Op):
+            folded.append(item)
+            continue
+        target = item[0]
+        node, changes = anchors[target], per_use[target]
+        first = next(iter(changes.values()))
+        where = _path_text(definitions.get(target, ()))
+        if target in merged:
+            raise _Unsafe(f"{where} is anchored (&{node.anchor}) and a merge key (<<) uses it")
+        if set(changes) != set(uses.get(target, [])) or any(c != first for c in changes.values()):
+            raise _Unsafe(f"{where} is anchored (&{node.anchor}) and used through an alias elsewhere, and not every "
+                          f"use of it gets the same change")
+        folded += [Op(o.kind, definitions[target] + o.path, o.key, o.value) for o in first]
+    return folded, set(per_use)
+
+
+def _aliased_nodes(root: Node) -> Iterator[Node]:
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.kind == ALIAS:
+            yield node
+        elif node.kind == MAPPING:
+            stack.extend(v for pair in node.value for v in pair)
+        elif node.kind == SEQUENCE:
+            stack.extend(node.value)
+
+
 def _find_style(text: str, root: Node, budget: int = 5000) -> tuple[int | None, int | None, int | None]:
     """How this document indents: (a mapping under its key, a sequence under its key, an item after its
     dash), None where it has no example."""
@@ -463,6 +576,7 @@ def edit_text(text: str, documents: list[Document], before: list, after: list) -
             if document.node is None:
                 raise _Unsafe("it was empty")
             editor = _DocumentEditor(text, document, newline, file_style)
+            ops, editor.shared = _share_anchored(document.node, ops)
             for op in ops:
                 editor.apply(op)
             doc_edits = sorted(editor.edits, key=lambda edit: edit[0])  # stable: same place keeps op order
