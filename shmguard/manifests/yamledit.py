@@ -85,12 +85,13 @@ _resolved: dict[str, bool] = {}
 
 
 def _reads_as_string(text: str) -> bool:
+    """Whether every reader takes the plain scalar for a string: PyYAML (YAML 1.1), YAML 1.2 and kubectl's."""
     known = _resolved.get(text)
     if known is None:
         import yaml
 
         tag = yaml.resolver.Resolver().resolve(yaml.nodes.ScalarNode, text, (True, False))
-        known = _resolved[text] = tag == "tag:yaml.org,2002:str"
+        known = _resolved[text] = tag == "tag:yaml.org,2002:str" and not yamlio.ambiguous(text)
     return known
 
 
