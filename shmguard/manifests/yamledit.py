@@ -140,6 +140,29 @@ def _double_quoted(value: str) -> str:
     return '"' + "".join(out) + '"'
 
 
+def _json(value: Any) -> str:
+    """A value as JSON (for a JSON file): `{"name": "dshm", "emptyDir": {"medium": "Memory"}}`."""
+    import json
+
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):
+        raise _Unsafe(f"a new value of type {type(value).__name__} has no JSON form") from None
+
+
+def is_json(text: str) -> bool:
+    """Whether the text is a JSON object or array (kubectl takes JSON files; a patched one must stay JSON)."""
+    import json
+
+    body = text.lstrip("\ufeff \t\r\n")
+    if body[:1] not in ("{", "["):
+        return False
+    try:
+        return isinstance(json.loads(body), (dict, list))
+    except ValueError:
+        return False  # YAML flow (unquoted keys, trailing commas), not JSON
+
+
 def render_flow(value: Any) -> str:
     """A value in flow style ({a: b, c: [d]}), for insertion into a flow collection."""
     if isinstance(value, dict):
@@ -197,8 +220,10 @@ def _inline(value: Any) -> str:
 class _DocumentEditor:
     """Turns one document's operations into text edits (start, end, replacement)."""
 
-    def __init__(self, text: str, document: Document, newline: str, file_style: Callable[[], _Style]) -> None:
+    def __init__(self, text: str, document: Document, newline: str, file_style: Callable[[], _Style],
+                 as_json: bool = False) -> None:
         self.text = text
+        self.json = as_json  # a JSON file: new values are written as JSON, so that it stays JSON
         self.root = document.node
         self.newline = newline
         self.file_style = file_style
@@ -247,6 +272,12 @@ class _DocumentEditor:
             self._style = _Style(*(mine if mine is not None else theirs
                                    for mine, theirs in zip(found, (fallback.step, fallback.sequence, fallback.item))))
         return self._style
+
+    def scalar(self, value: Any, style: str = "") -> str:
+        return _json(value) if self.json else render_scalar(value, style)
+
+    def flow(self, value: Any) -> str:
+        return _json(value) if self.json else render_flow(value)
 
     # -- finding nodes ----------------------------------------------------------------------------------
     def find(self, path: tuple, replacing: bool = False) -> tuple[Node, Node | None, Node | None, bool]:
@@ -315,7 +346,7 @@ class _DocumentEditor:
             self.add_key(path[:-1], path[-1], value)
             return
         if node.kind == ALIAS and not isinstance(value, (dict, list)):
-            self.edits.append((node.start, node.end, render_scalar(value)))
+            self.edits.append((node.start, node.end, self.scalar(value)))
             return
         if node.kind != SCALAR:
             raise _Unsafe(f"the patch replaced the {node.kind} at {_path_text(path)}")
@@ -332,12 +363,12 @@ class _DocumentEditor:
         empty = node.start == node.end
         lead = " " if empty and self.text[node.start - 1:node.start] not in (" ", "\t") else ""
         if not isinstance(value, (dict, list)):
-            self.edits.append((node.start, node.end, lead + render_scalar(value, node.style)))
+            self.edits.append((node.start, node.end, lead + self.scalar(value, node.style)))
             return
         if node.data is not None:
             raise _Unsafe(f"the patch turned the scalar at {_path_text(path)} into a {type(value).__name__}")
         if flow or not value:
-            self.edits.append((node.start, node.end, lead + (render_flow(value) if flow else _inline(value))))
+            self.edits.append((node.start, node.end, lead + (self.flow(value) if flow else _inline(value))))
             return
         if parent is None or parent.kind != MAPPING or key_node is None:
             raise _Unsafe(f"the null at {_path_text(path)} is not the value of a key in a block mapping")
@@ -359,7 +390,7 @@ class _DocumentEditor:
         if not isinstance(key, str):
             raise _Unsafe(f"the patch added a key that is not a string to {_path_text(path)}")
         if flow:
-            entry = f"{render_scalar(key)}: {render_flow(value)}"
+            entry = f"{self.scalar(key)}: {self.flow(value)}"
             self._flow_insert(node, entry, "{", path)
             return
         indent = self.column(node.value[0][0].start)
@@ -377,7 +408,7 @@ class _DocumentEditor:
         if node.kind != SEQUENCE:
             raise _Unsafe(f"the patch appended to {_path_text(path)}, which is not a list in the text")
         if flow:
-            self._flow_insert(node, render_flow(value), "[", path)
+            self._flow_insert(node, self.flow(value), "[", path)
             return
         first = node.value[0]
         at = self.text.rfind("-", node.start, first.start)  # the first dash (the node starts at its anchor or tag)
@@ -553,6 +584,7 @@ def edit_text(text: str, documents: list[Document], before: list, after: list) -
     if len(documents) != len(before) or len(before) != len(after):
         raise ValueError("documents, before and after must have one entry per document")
     newline = "\r\n" if "\r\n" in text else "\n"
+    as_json = is_json(text)
     cache: dict[str, _Style] = {}
 
     def file_style() -> _Style:
@@ -576,7 +608,7 @@ def edit_text(text: str, documents: list[Document], before: list, after: list) -
         try:
             if document.node is None:
                 raise _Unsafe("it was empty")
-            editor = _DocumentEditor(text, document, newline, file_style)
+            editor = _DocumentEditor(text, document, newline, file_style, as_json)
             ops, editor.shared = _share_anchored(document.node, ops)
             for op in ops:
                 editor.apply(op)
@@ -587,7 +619,7 @@ def edit_text(text: str, documents: list[Document], before: list, after: list) -
         except _Unsafe as exc:
             where = where_of(index, new) if isinstance(new, dict) else f"document {index + 1}"
             fallbacks.append(Fallback(index + 1, where, str(exc)))
-            doc_edits = [_redump(text, document, new, newline)]
+            doc_edits = [_redump(text, document, new, newline, as_json)]
         edits.extend(doc_edits)
     if not edits:
         return Edited(text, tuple(fallbacks))
@@ -601,9 +633,15 @@ def edit_text(text: str, documents: list[Document], before: list, after: list) -
     return Edited("".join(pieces), tuple(fallbacks), tuple(edits))
 
 
-def _redump(text: str, document: Document, data: Any, newline: str) -> tuple[int, int, str]:
-    """One edit that replaces the document's content (not its `---`, nor comments before or after) by a dump."""
-    dumped = yamlio.dump([data])
+def _redump(text: str, document: Document, data: Any, newline: str, as_json: bool = False) -> tuple[int, int, str]:
+    """One edit that replaces the document's content (not its `---`, nor comments before or after) by a dump
+    (JSON for a JSON file)."""
+    if as_json:
+        import json
+
+        dumped = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    else:
+        dumped = yamlio.dump([data])
     if dumped.endswith("...\n"):
         dumped = dumped[:-4]
     if newline != "\n":

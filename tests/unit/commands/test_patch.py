@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -399,3 +400,25 @@ def test_27_7_patch_dataset_sizes_the_job_render_dataset_sizes(tmp_path, capsys)
     assert patched["volumes"][0]["emptyDir"] == rendered["volumes"][0]["emptyDir"]
     assert template["needs"] == {"shm": rendered["volumes"][0]["emptyDir"]["sizeLimit"],
                                  "memory": rendered["containers"][0]["resources"]["limits"]["memory"]}
+
+
+JSON_FILE = Path(__file__).parents[2] / "data" / "manifests" / "json" / "kubernetes-multi-resource-rclist.json"
+
+
+def test_33_13_a_json_manifest_stays_json(tmp_path, capsys):
+    """Kubernetes' own JSON test data (two ReplicationControllers of pause containers; source in json/SOURCES)."""
+    path = tmp_path / "rc.json"
+    path.write_text(JSON_FILE.read_text())
+    # #27.4: pause containers are no training job: by default the file passes through as it is.
+    assert main(["patch", *JOB, "-i", str(path)]) == 0 and path.read_text() == JSON_FILE.read_text()
+    assert "left alone: not a training job" in capsys.readouterr().err
+    assert main(["patch", *JOB, "--all-templates", "-i", str(path)]) == 0
+    capsys.readouterr()
+    data = json.loads(path.read_text())  # still JSON (kubectl reads it), not YAML flow with bare keys
+    expected = json.loads(JSON_FILE.read_text())
+    from shmguard.manifests.podspec import PatchOptions, patch_documents
+
+    patch_documents([expected], {"workers": "4", "batch_size": "64", "sample_shape": "3,224,224"},
+                    PatchOptions(all_templates=True))
+    assert data == expected and data["items"][0]["spec"]["template"]["spec"]["volumes"][0]["name"] == "dshm"
+    assert main(["patch", *JOB, "--all-templates", "--check", str(path)]) == 0
