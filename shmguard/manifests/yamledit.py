@@ -664,7 +664,20 @@ def _redump(text: str, document: Document, data: Any, newline: str, as_json: boo
 
 def patch_text(text: str, source: str, mutate: Callable[[list], list[str]]) -> PatchedText:
     """Load text, let mutate change its documents in place (returning what it changed, in words), and edit
-    the text to match: the one entry point for `shmguard patch` and anything else that patches YAML text."""
+    the text to match: the one entry point for `shmguard patch` and anything else that patches YAML text.
+
+    A text whose lines end in CR alone (old Mac files) is edited as LF text and given back its CRs; one that
+    mixes CR-only with LF line ends is refused (ManifestError): no edit could follow both."""
+    bare = text.count("\r") - text.count("\r\n")
+    if bare:
+        if "\n" in text:
+            from shmguard.manifests.templates import ManifestError
+
+            raise ManifestError(f"{source}: mixes line ends ending in CR alone with LF ones: make them one kind "
+                                f"(dos2unix, or tr '\\r' '\\n') and patch it again")
+        patched = patch_text(text.replace("\r", "\n"), source, mutate)
+        edits = tuple((start, end, replacement.replace("\n", "\r")) for start, end, replacement in patched.edits)
+        return patched.replace(text=patched.text.replace("\n", "\r"), edits=edits)
     with yamlio.no_gc():
         documents = yamlio.compose(text, source)
         after = [document.data for document in documents]

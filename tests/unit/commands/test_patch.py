@@ -422,3 +422,26 @@ def test_33_13_a_json_manifest_stays_json(tmp_path, capsys):
                     PatchOptions(all_templates=True))
     assert data == expected and data["items"][0]["spec"]["template"]["spec"]["volumes"][0]["name"] == "dshm"
     assert main(["patch", *JOB, "--all-templates", "--check", str(path)]) == 0
+
+
+def test_33_26_cr_only_line_ends_are_kept_and_mixed_ones_refused(tmp_path, capsys):
+    """The JobSet ResNet example (tests/data/manifests) saved with CR-only line ends: patched, it still parses, to
+    the patched documents, with CR line ends; a file that mixes them with LF is refused, exit 2, nothing written."""
+    real = (Path(__file__).parents[2] / "data" / "manifests" / "jobset-pytorch-resnet.yaml").read_text()
+    path = tmp_path / "cr.yaml"
+    path.write_bytes(real.replace("\n", "\r").encode())
+    assert main(["patch", *JOB, "-i", str(path)]) == 0
+    capsys.readouterr()
+    out = path.read_bytes().decode()
+    assert "\n" not in out and out.count("\r") > real.count("\n")
+    from shmguard.manifests import yamlio
+    from shmguard.manifests.podspec import patch_documents
+
+    expected = yamlio.load(real, "x")
+    patch_documents(expected, {"workers": "4", "batch_size": "64", "sample_shape": "3,224,224"})
+    assert yamlio.load(out, "x") == expected
+    assert main(["patch", *JOB, "--check", str(path)]) == 0  # patching again changes nothing
+    mixed = tmp_path / "mixed.yaml"
+    mixed.write_bytes((real.replace("\n", "\r", 5)).encode())
+    assert main(["patch", *JOB, "-i", str(mixed)]) == 2
+    assert "mixes line ends" in capsys.readouterr().err and mixed.read_bytes() == real.replace("\n", "\r", 5).encode()
