@@ -5,9 +5,10 @@ Reads every file (or stdin) completely and sizes all of them in memory first
 left alone and why, on stderr (`--json`: one object). A bad file or document is
 reported with the others, then exit 2 and no file written. The output differs from
 the input only in the lines the patch had to change (shmguard.manifests.yamledit).
-With -i every changed file is first written beside itself and only then renamed
-into place, keeping its mode and owner, so a read-only directory or a full disk
-fails before any file changes. --check changes nothing and prints a unified diff
+With -i every changed file is first written beside itself (and its old text too)
+and only then renamed into place, keeping its mode and owner, so a read-only
+directory or a full disk fails before any file changes, and a rename that fails
+puts back the files already replaced: all or nothing, and the message says which. --check changes nothing and prints a unified diff
 of what would change.
 """
 
@@ -123,7 +124,7 @@ def _patch(defaults, paths, in_place, check, follow_symlinks, out, err, options,
                   file=err)
         return 1 if changes else 0
     if in_place:  # written (or refused, in one line) before any change is reported as made
-        write_all([(target, name, patched.text) for target, name, text, patched, _s, _e in results
+        write_all([(target, name, patched.text, text) for target, name, text, patched, _s, _e in results
                    if target != "-" and patched.text != text])
     report()
     for target, _name, _text, patched, _summary, _error in results:
@@ -132,24 +133,47 @@ def _patch(defaults, paths, in_place, check, follow_symlinks, out, err, options,
     return 0
 
 
-def write_all(files: list[tuple[str, str, str]]) -> None:
-    """Replace every (path, name, text) or none: all are written beside their file first, then renamed."""
-    staged: list[tuple[str, str]] = []
+def write_all(files: list[tuple[str, str, str, str]]) -> None:
+    """Replace every (path, name, new text, old text) or none.
+
+    Everything that can fail before a rename is done for all files first: each new text and each old one
+    is written beside its file (a read-only directory, a full disk: nothing changed). Then the new ones are
+    renamed into place; when one rename fails, the files already replaced get their old text back the same
+    way, and the message says exactly which files, if any, were left changed.
+    """
+    for path, name, _new, _old in files:
+        if os.path.isdir(path) or not os.path.exists(path):
+            raise ManifestError(f"{name}: is no longer a file; no file was changed")
+    new: list[str] = []
+    old: list[str] = []
     try:
-        for path, name, text in files:
-            try:
-                staged.append((stage_atomic_bytes(path, text.encode("utf-8")), path))
-            except OSError as exc:
-                raise ManifestError(f"{name}: cannot write it ({exc.strerror or exc}); no file was changed") from None
+        for texts, index in ((new, 2), (old, 3)):
+            for entry in files:
+                try:
+                    texts.append(stage_atomic_bytes(entry[0], entry[index].encode("utf-8")))
+                except OSError as exc:
+                    raise ManifestError(f"{entry[1]}: cannot write it ({exc.strerror or exc}); no file was changed") from None
     except BaseException:
-        for tmp, _path in staged:
+        for tmp in new + old:
             discard_staged(tmp)
         raise
-    for index, (tmp, path) in enumerate(staged):
+    for index, (path, name, _new, _old) in enumerate(files):
         try:
-            commit_staged(tmp, path)
+            commit_staged(new[index], path)
         except OSError as exc:
-            for later, _path in staged[index:]:
-                discard_staged(later)
-            raise ManifestError(f"{path}: cannot replace it ({exc.strerror or exc}); "
-                                f"{index} of {len(staged)} files were already patched") from None
+            failed = f"{name}: cannot replace it ({exc.strerror or exc})"
+            kept = []
+            for done in range(index):
+                try:
+                    commit_staged(old[done], files[done][0])
+                except OSError:
+                    kept.append(files[done][1])
+            for tmp in new[index:] + old:
+                discard_staged(tmp)
+            if not kept:
+                raise ManifestError(f"{failed}; the {index} file(s) patched before it were put back: no file was "
+                                    f"changed") from None
+            raise ManifestError(f"{failed}; left patched, as they could not be put back: {', '.join(kept)}; not "
+                                f"changed: every other file") from None
+    for tmp in old:
+        discard_staged(tmp)

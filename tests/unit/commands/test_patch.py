@@ -445,3 +445,41 @@ def test_33_26_cr_only_line_ends_are_kept_and_mixed_ones_refused(tmp_path, capsy
     mixed.write_bytes((real.replace("\n", "\r", 5)).encode())
     assert main(["patch", *JOB, "-i", str(mixed)]) == 2
     assert "mixes line ends" in capsys.readouterr().err and mixed.read_bytes() == real.replace("\n", "\r", 5).encode()
+
+
+CORPUS = Path(__file__).parents[2] / "data" / "manifests"
+FOUR = ["jobset-pytorch-resnet.yaml", "training-operator-pytorchjob-mnist-nccl.yaml", "mpi-operator-mpijob-pi.yaml",
+        "kuberay-rayjob-resources.yaml"]
+
+
+@pytest.mark.parametrize("failing, left_patched", [((3,), []), ((3, 4), ["a.yaml"])])
+def test_33_27_in_place_over_several_files_is_all_or_nothing_and_says_what_changed(tmp_path, capsys, monkeypatch,
+                                                                                    failing, left_patched):
+    """Four real manifests patched with -i, the third rename failing (EPERM, as an immutable file gives): the two
+    replaced before it are put back, no file is changed, no temporary file is left; when one cannot be put back
+    either, the message names it."""
+    import os
+
+    paths = [tmp_path / name for name in ("a.yaml", "b.yaml", "c.yaml", "d.yaml")]
+    originals = [(CORPUS / name).read_text() for name in FOUR]
+    for path, text in zip(paths, originals):
+        path.write_text(text)
+    real_replace, calls = os.replace, []
+
+    def replace(src, dst, *args, **kwargs):
+        calls.append(dst)
+        if len(calls) in failing:
+            raise OSError(1, os.strerror(1))
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+    assert main(["patch", *JOB, "-i", *map(str, paths)]) == 2
+    err = capsys.readouterr().err
+    assert f"{paths[2]}: cannot replace it (Operation not permitted)" in err
+    changed = [p.name for p, text in zip(paths, originals) if p.read_text() != text]
+    assert changed == left_patched
+    if left_patched:
+        assert f"left patched, as they could not be put back: {paths[0]}" in err
+    else:
+        assert "the 2 file(s) patched before it were put back: no file was changed" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.yaml", "b.yaml", "c.yaml", "d.yaml"]
