@@ -542,3 +542,18 @@ def test_27_9_argo_pod_spec_patch_and_unnamed_containers():
     for name in FILES:
         lines = patched(name)[1].lines()
         assert not [line for line in lines if "(?)" in line or "()" in line or "(None)" in line or "for None" in line]
+
+
+def test_33_17_a_host_ipc_pod_keeps_the_nodes_shm_and_says_so():
+    """MindCluster's Volcano job (hostNetwork already) made hostIPC: its containers see the node's /dev/shm, which a
+    memory emptyDir at /dev/shm would hide: no volume, no mount, said; the memory limit still holds the job."""
+    docs = load("mind-cluster-vcjob-ascend910.yaml")
+    spec = container(docs, 0, "spec.tasks[0].template.spec")
+    spec["hostIPC"] = True
+    spec["containers"][0]["resources"]["limits"]["memory"] = "1Gi"
+    summary = podspec.patch_documents(docs, DEFAULTS)
+    (r,) = summary.results
+    assert [v["name"] for v in spec["volumes"]] == ["localtime"]
+    assert not any(m["mountPath"].rstrip("/") == "/dev/shm" for m in spec["containers"][0]["volumeMounts"])
+    assert any(n.startswith("hostIPC: true: its containers see the node's own /dev/shm") for n in r.notes)
+    assert spec["containers"][0]["resources"]["limits"]["memory"] == k8s_quantity(sizing.memory_needed(r.job))
