@@ -212,8 +212,12 @@ def target_values(job, image, name, cpus, memory, env, command) -> dict:
               help="Workers: PyTorchJob Worker replicas, Ray workers, JobSet pods, TrainJob nodes.")
 @click.option("--runtime", default="torch-distributed", show_default=True,
               help="TrainJob: the ClusterTrainingRuntime it runs on.")
+@click.option("--accelerator", default="nvidia.com/gpu", show_default=True, metavar="RESOURCE",
+              help="The device resource --gpus asks for: amd.com/gpu, huawei.com/Ascend910, habana.ai/gaudi, …")
+@click.option("--pod-resources", is_flag=True, help="CPU and memory as the pod's own spec.resources (Kubernetes 1.34+).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def render_k8s_command(image, name, cpus, memory, env, namespace, kind, replicas, runtime, command, **options) -> int:
+def render_k8s_command(image, name, cpus, memory, env, namespace, kind, replicas, runtime, accelerator, pod_resources,
+                       command, **options) -> int:
     """Print a Kubernetes manifest: an emptyDir of medium Memory at /dev/shm with a sizeLimit, memory limits
     that include it, CPUs for the workers, GPUs, the SHMGUARD_* environment and `shmguard health` probes."""
     from shmguard.commands.render import render_k8s
@@ -222,8 +226,8 @@ def render_k8s_command(image, name, cpus, memory, env, namespace, kind, replicas
     job = job_from_options(options, nccl_env=env_mapping(env))
     echo_lines(notes)
     values = target_values(job, image, name, cpus, memory, env, command)
-    click.echo(render_k8s(job, kind=kind, namespace=namespace, workers_replicas=replicas, runtime=runtime, **values),
-               nl=False)
+    click.echo(render_k8s(job, kind=kind, namespace=namespace, workers_replicas=replicas, runtime=runtime,
+                          accelerator=accelerator, pod_resources=pod_resources, **values), nl=False)
     return 0
 
 

@@ -16,7 +16,7 @@ from shmguard.errors import UsageError
 from shmguard.job import make_job
 from shmguard.manifests import podspec, render
 from shmguard.manifests.yamlio import dump
-from shmguard.units import GIB, MIB, parse_quantity
+from shmguard.units import GIB, MIB, k8s_quantity, parse_quantity
 
 K8S_VERSION = kubernetes_validate.latest_version()
 ALL = podspec.PatchOptions(all_templates=True)  # these tests are about sizing, not which templates are training ones
@@ -270,3 +270,27 @@ def test_render_refuses_what_the_api_server_would(args, message):
 def test_render_compose_refuses_non_finite_cpus(cpus):
     with pytest.raises(UsageError, match="--cpus"):
         render.render_compose(JOB, image="demo:1", name="train", cpus=cpus)
+
+
+@pytest.mark.parametrize("kind", ["pod", "job", "deployment", "pytorchjob"])
+def test_27_3_and_27_6_render_other_accelerators_and_pod_level_resources_and_patch_agrees(kind):
+    """render writes the devices of --accelerator (one training process each; only NCCL/RCCL devices size NCCL's
+    /dev/shm) and, with pod_resources, the CPU and memory as the pod's own; patch then has nothing to change."""
+    from shmguard.commands.render import render_k8s as render_text
+
+    job = make_job(workers=4, batch_size=64, sample_shape="3,224,224", procs_per_node=8, gpus=8)
+    text = render_text(job, kind=kind, image="train:1", name="train", command=["torchrun", "train.py"],
+                       accelerator="huawei.com/Ascend910", pod_resources=True)
+    doc = yaml.safe_load(text)
+    validate(doc)
+    for template in podspec.find_templates(0, doc):
+        resources = template.spec["resources"]
+        assert resources["limits"]["memory"] == k8s_quantity(sizing.memory_needed(job.replace(gpus=0)))
+        assert template.containers[0]["resources"] == {"requests": {"huawei.com/Ascend910": "8"},
+                                                       "limits": {"huawei.com/Ascend910": "8"}}
+        assert template.spec["volumes"][0]["emptyDir"]["sizeLimit"] == k8s_quantity(sizing.shm_size(job.replace(gpus=0)))
+    again = copy.deepcopy(doc)
+    summary = podspec.patch_documents([again], {"workers": "4", "batch_size": "64", "sample_shape": "3,224,224"})
+    assert summary.changes == [] and again == doc and not summary.errors
+    with pytest.raises(UsageError, match="--accelerator"):
+        render.render_k8s(JOB, kind=kind, image="i", name="n", accelerator="example.com/fpga")
