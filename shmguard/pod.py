@@ -145,11 +145,13 @@ class PodReading(Record):
 
 # --- one container --------------------------------------------------------------------------------
 
-def mapping(value) -> dict:
+def dict_of(value) -> dict:
+    """value when it is a mapping, else an empty one: for reading what may be missing or malformed."""
     return value if isinstance(value, dict) else {}
 
 
-def items(value) -> list:
+def list_of(value) -> list:
+    """value when it is a list, else an empty one."""
     return value if isinstance(value, list) else []
 
 
@@ -178,12 +180,12 @@ def shm_mounts(container) -> list[dict]:
     """The container's volumeMounts at /dev/shm (`/dev/shm/` included)."""
     if not isinstance(container, dict):
         return []
-    return [m for m in items(container.get("volumeMounts")) if isinstance(m, dict) and is_shm_path(m.get("mountPath"))]
+    return [m for m in list_of(container.get("volumeMounts")) if isinstance(m, dict) and is_shm_path(m.get("mountPath"))]
 
 
 def describes_job(container) -> bool:
     """Whether the container's env sets the SHMGUARD_* variables that describe a job."""
-    env = items(container.get("env")) if isinstance(container, dict) else []
+    env = list_of(container.get("env")) if isinstance(container, dict) else []
     return any(isinstance(e, dict) and e.get("name") in JOB_VARIABLES and str(e.get("value") or "").strip()
                for e in env)
 
@@ -197,7 +199,7 @@ def quantity(value, where: str) -> int:
 
 def memory_limit(container, where: str = "") -> int | None:
     """The container's own memory limit in bytes (None: it declares none). PodError for a bad quantity."""
-    limits = mapping(mapping(mapping(container).get("resources")).get("limits"))
+    limits = dict_of(dict_of(dict_of(container).get("resources")).get("limits"))
     value = limits.get("memory")
     if value is None:
         return None
@@ -209,10 +211,10 @@ def accelerators(container) -> Accelerators:
 
     A container asking for both NeuronCores and Neuron devices runs one process per core.
     """
-    resources = mapping(mapping(container).get("resources"))
+    resources = dict_of(dict_of(container).get("resources"))
     found: dict[str, int] = {}
     for key in ("requests", "limits"):  # limits last: they win
-        for name, value in mapping(resources.get(key)).items():
+        for name, value in dict_of(resources.get(key)).items():
             if not isinstance(name, str) or not (name in ACCELERATORS or name.startswith(ACCELERATOR_PREFIXES)):
                 continue
             text = str(value).strip()
@@ -263,7 +265,7 @@ def dataloader_containers(containers: list, wanted=None) -> tuple[tuple[int, ...
 
 def restartable(container) -> bool:
     """A sidecar init container (restartPolicy: Always): it runs beside the app containers."""
-    return mapping(container).get("restartPolicy") == "Always"
+    return dict_of(container).get("restartPolicy") == "Always"
 
 
 def pod_memory(containers: list, init_containers: list | tuple = (), pod_resources=None, overhead=None) -> PodMemory:
@@ -273,7 +275,7 @@ def pod_memory(containers: list, init_containers: list | tuple = (), pod_resourc
     (init containers too) declares a memory limit: the app containers plus the sidecar init containers,
     or an init container plus the sidecars started before it, whichever is larger; plus the pod overhead.
     """
-    pod_limit = mapping(mapping(pod_resources).get("limits")).get("memory")
+    pod_limit = dict_of(dict_of(pod_resources).get("limits")).get("memory")
     if pod_limit is not None:
         return PodMemory(limit=quantity(pod_limit, "spec.resources.limits.memory"), source="spec.resources")
     limits = [(c, memory_limit(c)) for c in containers if isinstance(c, dict)]
@@ -290,7 +292,7 @@ def pod_memory(containers: list, init_containers: list | tuple = (), pod_resourc
         else:
             largest_init = max(largest_init, limit + sidecars)
     total = max(sum(limit for _, limit in limits if limit) + sidecars, largest_init)
-    extra = mapping(overhead).get("memory")
+    extra = dict_of(overhead).get("memory")
     if extra is not None:
         total += quantity(extra, "spec.overhead.memory")
     return PodMemory(limit=total, source="containers")
@@ -316,7 +318,7 @@ def volume_shm(volume: dict | None, name: str, memory: PodMemory) -> Shm:
         return Shm(HOST_PATH, volume=name)
     if sources:
         return Shm(OTHER, volume=name, other=sources[0])
-    empty_dir = mapping(volume.get("emptyDir"))  # a volume with no source is an emptyDir (the API's default)
+    empty_dir = dict_of(volume.get("emptyDir"))  # a volume with no source is an emptyDir (the API's default)
     limit_text = empty_dir.get("sizeLimit")
     size_limit = None if limit_text is None else quantity(limit_text, f"volume {name}: emptyDir.sizeLimit")
     if empty_dir.get("medium") != "Memory":
@@ -338,7 +340,7 @@ def volumes_by_name(*lists) -> dict[str, dict]:
     """name -> volume over the lists given (later lists win: a template's own volumes over shared ones)."""
     out: dict[str, dict] = {}
     for volumes in lists:
-        for volume in items(volumes):
+        for volume in list_of(volumes):
             if isinstance(volume, dict) and isinstance(volume.get("name"), str):
                 out[volume["name"]] = volume
     return out
@@ -372,16 +374,16 @@ def read(containers: list, init_containers: list | tuple = (), volumes: dict | N
 
 
 def annotations_of(obj) -> dict:
-    return mapping(mapping(mapping(obj).get("metadata")).get("annotations"))
+    return dict_of(dict_of(dict_of(obj).get("metadata")).get("annotations"))
 
 
 def read_pod(pod: dict, wanted=None) -> PodReading:
     """Read a Pod object (or a `{metadata, spec}` template): wanted overrides its shmguard.io/container."""
-    spec = mapping(mapping(pod).get("spec"))
-    containers = [c for c in items(spec.get("containers")) if isinstance(c, dict)]
+    spec = dict_of(dict_of(pod).get("spec"))
+    containers = [c for c in list_of(spec.get("containers")) if isinstance(c, dict)]
     if wanted is None:
         wanted = annotations_of(pod).get(CONTAINER_ANNOTATION)
-    return read(containers, [c for c in items(spec.get("initContainers")) if isinstance(c, dict)],
+    return read(containers, [c for c in list_of(spec.get("initContainers")) if isinstance(c, dict)],
                 volumes_by_name(spec.get("volumes")), wanted, spec.get("resources"), spec.get("overhead"),
                 spec.get("hostIPC") is True)
 
@@ -399,10 +401,10 @@ def effective_memory_limit(container, memory: PodMemory) -> int | None:
 def shm_volume_names(pod: dict) -> list[str]:
     """The volumes a Pod mounts at /dev/shm, in container order (the kubelet's
     `pods/<uid>/volumes/kubernetes.io~empty-dir/<name>` for an emptyDir)."""
-    spec = mapping(mapping(pod).get("spec"))
+    spec = dict_of(dict_of(pod).get("spec"))
     names: list[str] = []
     for key in ("containers", "initContainers"):
-        for container in items(spec.get(key)):
+        for container in list_of(spec.get(key)):
             for mount in shm_mounts(container):
                 if str(mount.get("name")) not in names:
                     names.append(str(mount.get("name")))
@@ -413,15 +415,15 @@ def uncapped_shm(pod: dict) -> str | None:
     """Why a Pod's /dev/shm is capped by nothing but the node, or None: a memory emptyDir with no sizeLimit in
     a pod whose memory is not fully limited (a container without a memory limit, and no pod-level limit).
     A bad quantity counts as no limit here: the exporter reads what the cluster runs, it does not judge it."""
-    spec = mapping(mapping(pod).get("spec"))
+    spec = dict_of(dict_of(pod).get("spec"))
     volumes = volumes_by_name(spec.get("volumes"))
     try:
-        memory = pod_memory(items(spec.get("containers")), items(spec.get("initContainers")), spec.get("resources"),
+        memory = pod_memory(list_of(spec.get("containers")), list_of(spec.get("initContainers")), spec.get("resources"),
                             spec.get("overhead"))
     except PodError:
         memory = PodMemory()
     for name in shm_volume_names(pod):
-        empty_dir = mapping(volumes.get(name)).get("emptyDir")
+        empty_dir = dict_of(volumes.get(name)).get("emptyDir")
         if not isinstance(empty_dir, dict) or empty_dir.get("medium") != "Memory":
             continue
         if empty_dir.get("sizeLimit") in (None, "", 0, "0") and memory.limit is None:

@@ -141,8 +141,9 @@ def pod_shm(shm) -> tuple[int | None, bool]:
 
 def termination(status: dict) -> tuple[dict | None, bool]:
     """(the termination to explain, still running): the current one, else the last (a restarted container)."""
-    state = status.get("state") if isinstance(status.get("state"), dict) else {}
-    last = status.get("lastState") if isinstance(status.get("lastState"), dict) else {}
+    from shmguard.pod import dict_of
+
+    state, last = dict_of(status.get("state")), dict_of(status.get("lastState"))
     if isinstance(state.get("terminated"), dict):
         return state["terminated"], False
     if isinstance(last.get("terminated"), dict):
@@ -156,15 +157,13 @@ def pod_evidence(pod: dict, flag_values: dict) -> list[tuple[str, Evidence]]:
     from shmguard.manifests.annotations import annotation_values
     from shmguard.manifests.annotations import env_values as container_env_values
 
-    metadata = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-    status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
+    metadata, spec, status = (pods.dict_of(pod.get(key)) for key in ("metadata", "spec", "status"))
     pod_name = metadata.get("name") or "the pod"
-    containers = [c for c in spec.get("containers") or [] if isinstance(c, dict)]
+    containers = [c for c in pods.list_of(spec.get("containers")) if isinstance(c, dict)]
     if not containers:
         raise ExplainError(f"pod {pod_name}: no spec.containers; give the whole object (kubectl get pod NAME -o yaml)")
-    statuses = {s.get("name"): s for s in status.get("containerStatuses") or [] if isinstance(s, dict)}
-    annotations = metadata.get("annotations") if isinstance(metadata.get("annotations"), dict) else {}
+    statuses = {s.get("name"): s for s in pods.list_of(status.get("containerStatuses")) if isinstance(s, dict)}
+    annotations = pods.dict_of(metadata.get("annotations"))
     try:
         # The job options and annotations describe the containers that run the DataLoader (as for patch).
         reading = pods.read_pod(pod)

@@ -23,6 +23,7 @@ from shmguard.manifests import yamlio
 from shmguard.manifests.podspec import PatchOptions, PatchSummary, patch_documents
 from shmguard.manifests.templates import ManifestError
 from shmguard.manifests.yamledit import PatchedText, patch_text, unified_diff
+from shmguard.record import Record
 
 
 def read_text(path: str, name: str) -> str:
@@ -77,8 +78,19 @@ def patch(defaults, paths: list[str], in_place: bool, check: bool, follow_symlin
                       options, as_json)
 
 
+class FileResult(Record):
+    """One input: where it goes, its name for messages, its text and what the patch made of it; or why not."""
+
+    target: str
+    name: str
+    text: str = ""
+    patched: PatchedText | None = None
+    summary: PatchSummary | None = None
+    error: str | None = None
+
+
 def _patch(defaults, paths, in_place, check, follow_symlinks, out, err, options, as_json) -> int:
-    results = []  # (target, name, text, patched, summary, error)
+    results: list[FileResult] = []
     for path in paths or ["-"]:
         name = "stdin" if path == "-" else path
         try:
@@ -87,48 +99,50 @@ def _patch(defaults, paths, in_place, check, follow_symlinks, out, err, options,
             patched, summary = patch_one(text, name, defaults, options)
         except ManifestError as exc:  # this file is reported; the others still are
             message = str(exc)
-            results.append((path, name, None, None, None, message if message.startswith(name) else f"{name}: {message}"))
+            results.append(FileResult(path, name, error=message if message.startswith(name) else f"{name}: {message}"))
             continue
-        results.append((target, name, text, patched, summary, None))
-    failed = any(error or summary.errors for *_, summary, error in results)
-    changes = sum(len(summary.changes) for *_, summary, error in results if summary)
+        results.append(FileResult(target, name, text, patched, summary))
+    done = [(r, r.patched, r.summary) for r in results if r.patched is not None and r.summary is not None]
+    failed = any(r.error for r in results) or any(summary.errors for _r, _p, summary in done)
+    changes = sum(len(summary.changes) for _r, _p, summary in done)
+
     def report() -> None:
         """Every template, changed or left alone and why (and each document that fell back to a re-dump)."""
-        for _target, name, _text, patched, _summary, _error in results:
-            for fallback in patched.fallbacks if patched else ():
-                print(f"{name}: {fallback}", file=err)
+        for r, patched, _summary in done:
+            for fallback in patched.fallbacks:
+                print(f"{r.name}: {fallback}", file=err)
         if as_json:
             from shmguard.jsonout import stamp
 
-            data = {"files": [{"file": name, "error": error, **(summary.to_json() if summary else {})}
-                              for _t, name, _x, _p, summary, error in results],
+            data = {"files": [{"file": r.name, "error": r.error, **(r.summary.to_json() if r.summary else {})}
+                              for r in results],
                     "changes": changes, "errors": failed}
             print(json.dumps(stamp(data), indent=2), file=err)
             return
-        for _target, name, _text, _patched, summary, error in results:
-            for line in [error] if error else summary.lines():
-                print(line if error else f"{name}: {line}", file=err)
+        for r in results:
+            for line in [r.error] if r.error else r.summary.lines() if r.summary else []:
+                print(line if r.error else f"{r.name}: {line}", file=err)
 
     if failed:
         report()
-        if not as_json and (len(results) > 1 or not results[0][-1]):  # one unreadable input says all in its line
+        if not as_json and (len(results) > 1 or not results[0].error):  # one unreadable input says all in its line
             print("shmguard patch: errors above; nothing written", file=err)
         return 2
     if check:
         report()
-        for _target, name, text, patched, _summary, _error in results:
-            if patched.text != text:
-                out.writelines(unified_diff(text, patched.edits, fromfile=name, tofile=f"{name} (patched)"))
+        for r, patched, _summary in done:
+            if patched.text != r.text:
+                out.writelines(unified_diff(r.text, patched.edits, fromfile=r.name, tofile=f"{r.name} (patched)"))
         if not as_json:  # with --json, stderr carries exactly the one object
             print(f"shmguard patch: {changes} changes needed" if changes else "shmguard patch: nothing to change",
                   file=err)
         return 1 if changes else 0
     if in_place:  # written (or refused, in one line) before any change is reported as made
-        write_all([(target, name, patched.text, text) for target, name, text, patched, _s, _e in results
-                   if target != "-" and patched.text != text])
+        write_all([(r.target, r.name, patched.text, r.text) for r, patched, _s in done
+                   if r.target != "-" and patched.text != r.text])
     report()
-    for target, _name, _text, patched, _summary, _error in results:
-        if not in_place or target == "-":
+    for r, patched, _summary in done:
+        if not in_place or r.target == "-":
             out.write(patched.text)
     return 0
 

@@ -23,6 +23,7 @@ from shmguard.job import ENV_VARS, make_job, parse_flag
 from shmguard.manifests.annotations import describes_job
 from shmguard.manifests.podspec import PatchOptions, asked_memory, patch_documents
 from shmguard.manifests.templates import label_of
+from shmguard.pod import dict_of
 
 API_VERSION = "config.kubernetes.io/v1"
 JOB_KEYS = {name.replace("_", "-"): name for name in ENV_VARS}
@@ -70,7 +71,7 @@ def job_and_options(settings: dict[str, Any]) -> tuple[dict, PatchOptions]:
 
 
 def resource_ref(obj: dict) -> dict[str, Any]:
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    meta = dict_of(obj.get("metadata"))
     ref = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": meta.get("name") or label_of(obj)}
     if meta.get("namespace"):
         ref["namespace"] = meta["namespace"]

@@ -58,6 +58,7 @@ from shmguard.manifests.templates import (
     where_of,
 )
 from shmguard.manifests.yamlio import plain_copy
+from shmguard.pod import dict_of, list_of
 from shmguard.record import Record, field
 from shmguard.units import k8s_quantity, parse_quantity, parse_size
 
@@ -199,7 +200,7 @@ def asked_memory(value, source: str) -> int:
 
 def not_selected(obj: dict, options: PatchOptions) -> str | None:
     """Why the object is outside the selectors, or None when it is selected."""
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    meta = dict_of(obj.get("metadata"))
     kind = str(obj.get("kind", ""))
     group = group_of(obj)
     if options.kinds and not any(k == kind or (group is not None and k == f"{group}/{kind}") for k in options.kinds):
@@ -207,7 +208,7 @@ def not_selected(obj: dict, options: PatchOptions) -> str | None:
     name = str(meta.get("name") or meta.get("generateName") or "")
     if options.names and not any(fnmatch.fnmatchcase(name, pattern) for pattern in options.names):
         return f"name {name or '?'} not selected (--name)"
-    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    labels = dict_of(meta.get("labels"))
     for selector in options.labels:
         key, _, value = selector.partition("=")
         if key not in labels or ("=" in selector and str(labels[key]) != value):
@@ -356,7 +357,7 @@ class Sizer:
         if "procs_per_node" not in merged:
             command = [str(w) for key in ("command", "args") if isinstance(container.get(key), list)
                        for w in container[key]]
-            env = {str(e.get("name")): str(e.get("value")) for e in pod.items(container.get("env"))
+            env = {str(e.get("name")): str(e.get("value")) for e in pod.list_of(container.get("env"))
                    if isinstance(e, dict) and isinstance(e.get("value"), (str, int, float))}
             named = f"one per {devices.resource}" if devices.count else None
             procs = sizing.procs_per_node(None, command, env, devices.count or None, named)
@@ -524,7 +525,7 @@ class Sizer:
         limits["memory"] = text
         self.change(f"{path}.limits.memory", before, text, "the pod's own limit caps its containers and /dev/shm: "
                     "it holds the job")
-        requests = resources.get("requests") if isinstance(resources.get("requests"), dict) else {}
+        requests = dict_of(resources.get("requests"))
         if requests.get("memory") is not None and memory_of(requests["memory"], self.where, f"{path}.requests.memory") == limit:
             self.raise_request(requests, requests["memory"], target, f"{path}.requests.memory", "the pod")
 
@@ -675,11 +676,11 @@ def size_trainjob(index: int, doc: dict, defaults=None, options: PatchOptions | 
     reason = not_selected(doc, options)
     if reason:
         return TemplateResult(name, index + 1, "spec.trainer", SKIPPED, reason)
-    spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else {}
+    spec = dict_of(doc.get("spec"))
     trainer = spec.get("trainer")
     if not isinstance(trainer, dict):
         return TemplateResult(name, index + 1, "spec.trainer", SKIPPED, f"a TrainJob without a trainer: {pointer}")
-    env = [e for e in trainer.get("env") if isinstance(e, dict)] if isinstance(trainer.get("env"), list) else []
+    env = [e for e in list_of(trainer.get("env")) if isinstance(e, dict)]
     procs = trainer.get("numProcPerNode")
     if isinstance(procs, int) and not any(e.get("name") == "SHMGUARD_PROCS_PER_NODE" for e in env):
         env.append({"name": "SHMGUARD_PROCS_PER_NODE", "value": str(procs)})  # the manifest's fact, under annotations
@@ -704,7 +705,7 @@ def size_trainjob(index: int, doc: dict, defaults=None, options: PatchOptions | 
         sizer.result.job = job
         asked = sizer.asked()
         resources = node["resources"] if isinstance(node["resources"], dict) else {}
-        limits = resources.get("limits") if isinstance(resources.get("limits"), dict) else {}
+        limits = dict_of(resources.get("limits"))
         if limits.get("memory") is None and asked is None:
             sizer.result.notes.append("resourcesPerNode sets no memory limit: the runtime's containers' limits apply")
         else:

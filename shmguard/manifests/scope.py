@@ -26,10 +26,12 @@ Pure functions on templates (shmguard.manifests.templates.PodTemplate); no I/O.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from shmguard import pod
 from shmguard.manifests.annotations import PREFIX
 from shmguard.manifests.templates import BATCH, TRAINING, PodTemplate
+from shmguard.pod import dict_of
 
 DATALOADER_COMMAND = re.compile(
     r"\btorchrun\b|torch\.distributed\.(?:run|launch)\b|\baccelerate\s+launch\b|\bdeepspeed\b|\bhorovodrun\b"
@@ -62,7 +64,7 @@ def labels_of(obj) -> dict:
 def template_labels(template: PodTemplate) -> dict:
     """The labels of the template and its object (a Pod's own)."""
     out = dict(labels_of(template.obj))
-    node = template.obj
+    node: Any = template.obj
     for part in template.path.removesuffix(".spec").split("."):
         # The template's own metadata: walk the path (spec.template, spec.replicatedJobs[0].template.spec.template).
         key, _, index = part.partition("[")
@@ -96,7 +98,7 @@ def training_reason(template: PodTemplate, accelerators: pod.Accelerators) -> st
         match = DATALOADER_COMMAND.search(words(container))
         if match:
             return f"{template.container_name(index)} runs {match.group(0).strip()}"
-    meta = template.obj.get("metadata") if isinstance(template.obj.get("metadata"), dict) else {}
+    meta = dict_of(template.obj.get("metadata"))
     for name in (meta.get("name"), meta.get("generateName"), template.role,
                  *(template.container_name(i) for i in range(len(template.containers)))):
         if named_training(name):

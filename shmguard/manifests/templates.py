@@ -26,6 +26,7 @@ import re
 from typing import Any
 
 from shmguard.errors import UsageError
+from shmguard.pod import dict_of, list_of
 from shmguard.record import Record, field
 from shmguard.units import parse_quantity
 
@@ -125,7 +126,7 @@ def group_of(doc: dict) -> str | None:
 
 
 def label_of(doc: dict) -> str:
-    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    meta = dict_of(doc.get("metadata"))
     name = meta.get("name") or meta.get("generateName") or "?"
     return f"{doc.get('kind', '?')}/{name}"
 
@@ -318,8 +319,8 @@ class Finder:
             self.ray_group(group, f"{wpath}[{i}]", f"workerGroupSpecs[{group.get('groupName', i)}]", False)
 
     def ray_group(self, group: dict, path: str, role: str, head: bool) -> None:
-        params = group.get("rayStartParams") if isinstance(group.get("rayStartParams"), dict) else {}
-        resources = group.get("resources") if isinstance(group.get("resources"), dict) else {}
+        params = dict_of(group.get("rayStartParams"))
+        resources = dict_of(group.get("resources"))
         why = None
         cpus = params.get("num-cpus", resources.get("CPU", resources.get("cpu")))
         if cpus is not None and str(cpus).strip() in ("0", "0.0"):
@@ -374,7 +375,7 @@ class Finder:
                 elsewhere = kserve_runtime(key, component[key])
         if not containers:
             raise ManifestError(f"{self.where}: {path} has no containers nor a model: nothing to run")
-        meta = component.get("metadata") if isinstance(component.get("metadata"), dict) else {}
+        meta = dict_of(component.get("metadata"))
         self.pod_spec(component, path, role, containers=containers, container_paths=paths, default_names=names,
                       sized_elsewhere=elsewhere, template_annotations=meta.get("annotations"))
         worker = component.get("workerSpec")
@@ -425,16 +426,16 @@ def pod_role(pod: dict) -> dict:
     KubeRay labels its pods `ray.io/node-type: head|worker` and passes rayStartParams to
     `ray start` as `--key=value` in the first container's command or args.
     """
-    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
-    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    meta = dict_of(pod.get("metadata"))
+    labels = dict_of(meta.get("labels"))
     extra: dict[str, Any] = {}
-    owners = meta.get("ownerReferences") if isinstance(meta.get("ownerReferences"), list) else []
+    owners = list_of(meta.get("ownerReferences"))
     if any(isinstance(o, dict) and o.get("kind") in SERVING_OWNERS for o in owners):
         extra["workload"] = SERVING
     if any(str(label).startswith(TRAINING_LABELS) for label in labels) or labels.get("ray.io/node-type"):
         extra["workload"] = TRAINING
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-    containers = spec.get("containers") if isinstance(spec.get("containers"), list) else []
+    spec = dict_of(pod.get("spec"))
+    containers = list_of(spec.get("containers"))
     for label, roles in ROLE_LABELS.items():
         why = roles.get(str(labels.get(label, "")).lower())
         if why == NO_DATALOADER_ROLES[("kubeflow.org", "MPIJob", "Launcher")] and _asks_for_accelerators(containers):
@@ -469,18 +470,18 @@ def workload_of(group: str | None, kind) -> str:
 def launcher_trains(doc: dict) -> bool:
     """Whether an MPI launcher runs training too: MPIJob `spec.runLauncherAsWorker`, Kubeflow Trainer
     `spec.mlPolicy.mpi.runLauncherAsNode`."""
-    spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else {}
+    spec = dict_of(doc.get("spec"))
     if spec.get("runLauncherAsWorker") is True:
         return True
-    policy = spec.get("mlPolicy") if isinstance(spec.get("mlPolicy"), dict) else {}
-    mpi = policy.get("mpi") if isinstance(policy.get("mpi"), dict) else {}
+    policy = dict_of(spec.get("mlPolicy"))
+    mpi = dict_of(policy.get("mpi"))
     return mpi.get("runLauncherAsNode") is True
 
 
 def kserve_runtime(key: str, model: dict) -> str:
     """Why a KServe component with a model is left alone: its pods, and their /dev/shm, come from a runtime."""
     runtime = model.get("runtime")
-    fmt = model.get("modelFormat") if isinstance(model.get("modelFormat"), dict) else {}
+    fmt = dict_of(model.get("modelFormat"))
     if isinstance(runtime, str) and runtime.strip():
         which = f"ServingRuntime (or ClusterServingRuntime) {runtime}"
     elif key == "model":
@@ -551,8 +552,8 @@ def find_templates(index: int, doc: dict) -> list[PodTemplate]:
 
 def trainjob_runtime(doc: dict) -> str | None:
     """The (Cluster)TrainingRuntime a Kubeflow Trainer TrainJob runs on, as `Kind/name`."""
-    spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else {}
-    ref = spec.get("runtimeRef") if isinstance(spec.get("runtimeRef"), dict) else {}
+    spec = dict_of(doc.get("spec"))
+    ref = dict_of(spec.get("runtimeRef"))
     if not ref.get("name"):
         return None
     return f"{ref.get('kind', 'ClusterTrainingRuntime')}/{ref['name']}"

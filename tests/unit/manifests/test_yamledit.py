@@ -485,8 +485,11 @@ def test_any_adds_sets_and_appends_end_as_the_changed_documents(data, docs):
 def test_two_entries_into_an_empty_flow_collection_get_a_comma_between():
     text = "a: {}\nb: []\n"
     documents = yamlio.compose(text, "x")
-    edited = edit_text(text, documents, [{"a": {}, "b": []}], [{"a": {"k": 1, "x": None}, "b": [1, {"y": "z"}]}])
-    assert edited.text == "a: {k: 1, x: null}\nb: [1, {y: z}]\n" and not edited.fallbacks
+    edited = edit_text(text, documents, [{"a": {}, "b": []}], [{"a": {"k": 1, "x": None}, "b": [1, {"w": "z"}]}])
+    assert edited.text == "a: {k: 1, x: null}\nb: [1, {w: z}]\n" and not edited.fallbacks
+    # #33.12: a key kubectl's YAML reads as a bool (`y`) is quoted.
+    edited = edit_text(text, documents, [{"a": {}, "b": []}], [{"a": {}, "b": [{"y": "z"}]}])
+    assert edited.text == "a: {}\nb: [{'y': z}]\n"
 
 
 def test_a_replaced_block_scalar_keeps_the_lines_after_it():
