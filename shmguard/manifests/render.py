@@ -120,11 +120,16 @@ def render_k8s(job, kind: str, image: str, name: str, namespace: str | None = No
                pod_resources: bool = False) -> dict[str, Any]:
     """One manifest of the given kind: pod, job, deployment, pytorchjob, raycluster, rayjob, jobset or trainjob.
 
-    gpus devices of `accelerator` (nvidia.com/gpu, amd.com/gpu, huawei.com/Ascend910, …) for the container;
+    gpus devices of `accelerator` (nvidia.com/gpu, amd.com/gpu, huawei.com/Ascend910, …) for the container, one
+    training process each (only NVIDIA's and AMD's size NCCL's share of /dev/shm, shmguard.pod.accelerators);
     pod_resources puts the CPU and memory in the pod's own `spec.resources` (pod, job, deployment, pytorchjob,
     jobset)."""
     check_target(name, namespace, image)
     check_accelerator(accelerator)
+    if gpus and not pod.accelerators({"resources": {"limits": {accelerator: gpus}}}).nccl:
+        # Devices whose collective library keeps no buffers in /dev/shm (HCCL, Neuron's, oneCCL): one training
+        # process each, but no NCCL share, as `patch` sizes a template that asks for them.
+        job = job.replace(gpus=0)
     kind = kind.lower()
     if pod_resources and kind in ("raycluster", "rayjob", "trainjob"):
         raise UsageError(f"--pod-resources: for pod, job, deployment, pytorchjob and jobset, not {kind} (its "

@@ -276,12 +276,10 @@ def test_render_compose_refuses_non_finite_cpus(cpus):
 def test_27_3_and_27_6_render_other_accelerators_and_pod_level_resources_and_patch_agrees(kind):
     """render writes the devices of --accelerator (one training process each; only NCCL/RCCL devices size NCCL's
     /dev/shm) and, with pod_resources, the CPU and memory as the pod's own; patch then has nothing to change."""
-    from shmguard.commands.render import render_k8s as render_text
-
     job = make_job(workers=4, batch_size=64, sample_shape="3,224,224", procs_per_node=8, gpus=8)
-    text = render_text(job, kind=kind, image="train:1", name="train", command=["torchrun", "train.py"],
-                       accelerator="huawei.com/Ascend910", pod_resources=True)
-    doc = yaml.safe_load(text)
+    doc = yaml.safe_load(dump([render.render_k8s(job, kind=kind, image="train:1", name="train", gpus=8,
+                                                 command=["torchrun", "train.py"], accelerator="huawei.com/Ascend910",
+                                                 pod_resources=True)]))
     validate(doc)
     for template in podspec.find_templates(0, doc):
         resources = template.spec["resources"]
