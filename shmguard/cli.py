@@ -136,14 +136,19 @@ def target_options(command):
               help="Workers: PyTorchJob Worker replicas, Ray workers, JobSet pods, TrainJob nodes.")
 @click.option("--runtime", default="torch-distributed", show_default=True,
               help="TrainJob: the ClusterTrainingRuntime it runs on.")
+@click.option("--accelerator", default="nvidia.com/gpu", show_default=True, metavar="RESOURCE",
+              help="The device resource --gpus asks for: amd.com/gpu, huawei.com/Ascend910, habana.ai/gaudi, …")
+@click.option("--pod-resources", is_flag=True, help="CPU and memory as the pod's own spec.resources (Kubernetes 1.34+).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def render_k8s_command(job, image, name, cpus, memory, env, namespace, kind, replicas, runtime, command) -> int:
+def render_k8s_command(job, image, name, cpus, memory, env, namespace, kind, replicas, runtime, accelerator,
+                       pod_resources, command) -> int:
     """Print a Kubernetes manifest: an emptyDir of medium Memory at /dev/shm with a sizeLimit, memory limits
     that include it, CPUs for the workers, GPUs, the SHMGUARD_* environment and `shmguard health` probes."""
     from shmguard.commands.render import render_k8s
 
     click.echo(render_k8s(job, image, name, cpus, memory, env, strip_dashes(command), kind=kind, namespace=namespace,
-                          workers_replicas=replicas, runtime=runtime, say=note), nl=False)
+                          workers_replicas=replicas, runtime=runtime, accelerator=accelerator,
+                          pod_resources=pod_resources, say=note), nl=False)
     return 0
 
 
@@ -285,16 +290,21 @@ def webhook_certs(directory, namespace, name, sans, days, force) -> int:
                    "none given), a lower one raised to it; never below what the job needs.")
 @click.option("--size-unsized", is_flag=True, help="Give an existing memory /dev/shm without sizeLimit the job's size (default: keep it unsized).")
 @click.option("--include-init", is_flag=True, help="Mount /dev/shm into init containers and sidecars too.")
+@click.option("--all-templates", is_flag=True, help="Size every pod template, not only the training ones (a server, a "
+                   "database, a proxy: see the README's Kubernetes section for how a template is judged).")
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
 def patch(job, in_place, check, follow_symlinks, as_json, kinds, names, labels, namespaces, opt_in, container, memory,
-          size_unsized, include_init, files) -> int:
+          size_unsized, include_init, all_templates, files) -> int:
     """Add or fix the /dev/shm emptyDir, its mount and the memory limits in every pod template of FILES (or stdin).
 
     Finds the pod templates of Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet,
     Job, CronJob, the Kubeflow jobs (PyTorchJob, TFJob, MPIJob, XGBoostJob, PaddleJob,
     JAXJob), Trainer runtimes, KubeRay, JobSet, Volcano, LeaderWorkerSet, Argo, KServe,
-    Knative and `kind: List`, and of any other object by shape. By default every
-    template is sized; shmguard.io/skip: "true" leaves one alone. shmguard.io/*
+    Knative and `kind: List`, and of any other object by shape. By default the
+    training templates are sized (a training kind, accelerators in a batch workload,
+    a DataLoader command, SHMGUARD_* env, shmguard.io/* annotations), the rest left
+    alone with the reason (--all-templates sizes them); shmguard.io/skip: "true"
+    leaves one alone. shmguard.io/*
     annotations on an object or template override the job options. Never lowers a
     limit or a request, never shrinks a /dev/shm. Only the lines that must change are
     changed: comments, order, quoting and layout stay. Patching twice changes nothing.
@@ -303,7 +313,7 @@ def patch(job, in_place, check, follow_symlinks, as_json, kinds, names, labels, 
     from shmguard.commands.patch import patch_options
 
     selection = patch_options(in_place, check, files, kinds, names, labels, namespaces, opt_in, container, memory,
-                              size_unsized, include_init)
+                              size_unsized, include_init, all_templates)
     return run_patch(job.defaults(note), list(files), in_place=in_place, check=check, follow_symlinks=follow_symlinks,
                      options=selection, as_json=as_json)
 
