@@ -63,7 +63,11 @@ def job_own_bytes(root, used: int) -> int:
     counted by statvfs) or named `torch_<pid>_…` after a live process (file_system).
     Every other visible file — stale segments, junk written before the job started —
     is not the job's, so it does not count as what the job has already allocated.
+    With nothing to see (file_descriptor segments are unlinked at once, the default), the probe that tells
+    the files apart is not loaded.
     """
+    if not used or not root.listdir("/dev/shm"):
+        return max(0, used)
     from shmguard.probe.shm import list_segments
 
     foreign = sum(s.bytes for s in list_segments(root) if s.pid is None or s.stale)
