@@ -2,8 +2,8 @@
 
 health_cost.py compares commands within one image; between two images (two builds) the machine's load
 moves more than a change of a tenth of a millisecond. Here both trees run in the same container, in
-turns with a bare `python -c pass` (the baseline): wall time from spawn to reap of `health` (the job in
-SHMGUARD_* variables), the CPU time the child used (user + system, from wait4: less moved by a busy
+turns with a bare `python -c pass` (the baseline): wall time from spawn to reap of each tree's `shmguard
+health` (its launcher, bin/shmguard, with the tree first on the path; the job in SHMGUARD_* variables), the CPU time the child used (user + system, from wait4: less moved by a busy
 machine than wall time), and the sum of the self import times (`-X importtime`) of shmguard's modules
 on its path. Medians and minimums, and each median as a multiple of the baseline's.
 
@@ -11,8 +11,8 @@ on its path. Medians and minimums, and each median as a multiple of the baseline
 
 does, from the checkout (the trees in a temporary directory, removed after):
 
-    git archive main shmguard | (mkdir -p /tmp/ab/main && tar -x -C /tmp/ab/main)
-    git archive HEAD shmguard | (mkdir -p /tmp/ab/HEAD && tar -x -C /tmp/ab/HEAD)
+    git archive main shmguard bin | (mkdir -p /tmp/ab/main && tar -x -C /tmp/ab/main)
+    git archive HEAD shmguard bin | (mkdir -p /tmp/ab/HEAD && tar -x -C /tmp/ab/HEAD)
     docker run --rm --shm-size 1g -v /tmp/ab:/ab -v "$PWD/benchmarks:/bench:ro" shmguard-demo \
         python /bench/health_ab.py --runs 400 /ab/main /ab/HEAD
 
@@ -34,7 +34,6 @@ import time
 from pathlib import Path
 
 JOB_ENV = {"SHMGUARD_WORKERS": "4", "SHMGUARD_BATCH_SIZE": "64", "SHMGUARD_SAMPLE_SHAPE": "3,224,224"}
-CODE = "import sys; sys.path.insert(0, sys.argv[1]); from shmguard import main; main(['health'])"
 BASELINE = "python -c pass"
 IMAGE = "shmguard-demo:latest"
 LABEL = "org.shmguard.test=health-ab"
@@ -50,9 +49,14 @@ def spawn(argv: list[str], env: dict, null: int) -> tuple[float, float, int]:
     return wall, (usage.ru_utime + usage.ru_stime) * 1e3, os.waitstatus_to_exitcode(status)
 
 
+def health(tree: str) -> list[str]:
+    """The tree's `shmguard health`: its launcher, run by this interpreter (PYTHONPATH puts the tree first)."""
+    return [sys.executable, os.path.join(tree, "bin", "shmguard"), "health"]
+
+
 def import_us(tree: str, env: dict) -> int:
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", CODE, tree], capture_output=True, text=True,
-                          env=env)
+    proc = subprocess.run([sys.executable, "-X", "importtime", *health(tree)[1:]], capture_output=True, text=True,
+                          env={**env, "PYTHONPATH": tree})
     total = 0
     for line in proc.stderr.splitlines():
         parts = line.split("|")
@@ -74,7 +78,7 @@ def in_container(revs: list[str], runs: int, image: str) -> int:
         for rev in revs:
             name = "".join(c if c.isalnum() or c in "-_." else "_" for c in rev)
             os.makedirs(os.path.join(scratch, name))
-            archive = subprocess.run(["git", "-C", str(checkout), "archive", rev, "shmguard"], check=True,
+            archive = subprocess.run(["git", "-C", str(checkout), "archive", rev, "shmguard", "bin"], check=True,
                                      capture_output=True).stdout
             subprocess.run(["tar", "-x", "-C", os.path.join(scratch, name)], input=archive, check=True)
             names.append(f"/ab/{name}")
@@ -90,7 +94,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=400)
     parser.add_argument("--revs", nargs="+", metavar="REV", help="git revisions to compare, run in --image")
     parser.add_argument("--image", default=IMAGE)
-    parser.add_argument("trees", nargs="*", help="directories that hold a shmguard package")
+    parser.add_argument("trees", nargs="*", help="directories that hold a shmguard package and bin/shmguard")
     args = parser.parse_args()
     if args.revs:
         return in_container(args.revs, args.runs, args.image)
@@ -100,7 +104,8 @@ def main() -> int:
     for tree in args.trees:
         subprocess.run([sys.executable, "-m", "compileall", "-q", tree], check=True, stdout=subprocess.DEVNULL)
     argvs = {BASELINE: [sys.executable, "-c", "pass"]}
-    argvs.update({tree: [sys.executable, "-c", CODE, tree] for tree in args.trees})
+    argvs.update({tree: health(tree) for tree in args.trees})
+    envs = {name: env if name == BASELINE else {**env, "PYTHONPATH": name} for name in argvs}
     walls: dict[str, list[float]] = {name: [] for name in argvs}
     cpus: dict[str, list[float]] = {name: [] for name in argvs}
     codes: dict[str, set[int]] = {name: set() for name in argvs}
@@ -109,7 +114,7 @@ def main() -> int:
     load_before = load()
     for _ in range(args.runs):
         for name, argv in argvs.items():
-            wall, cpu, code = spawn(argv, env, null)
+            wall, cpu, code = spawn(argv, envs[name], null)
             walls[name].append(wall)
             cpus[name].append(cpu)
             codes[name].add(code)
