@@ -98,3 +98,21 @@ def test_bad_usage_loads_errors_only_to_report_it(root):
     code, imported = proc.stdout.splitlines()[-2:]
     assert code == "2" and "shmguard health: error: 'lots' is not a size" in proc.stderr
     assert set(imported.split()) == (BASE - {"shmguard.probe.mountinfo", "shmguard.record"}) | {"shmguard.errors"}
+
+
+LAUNCHER = CHECKOUT / "bin" / "shmguard"
+
+
+@pytest.mark.parametrize(("min_free", "expected_code", "line"), [("1", 0, "healthy: "), ("1000000t", 1, "unhealthy: ")])
+def test_the_launcher_exits_as_health_says_and_still_runs_exit_handlers(root, min_free, expected_code, line):
+    """bin/shmguard freezes the objects health made before exiting (the interpreter's exit then skips them):
+    the line, the exit code and what a site registered to run at exit are as without it."""
+    code = ("import atexit, runpy, sys\n"
+            "atexit.register(lambda: print('exit handler ran'))\n"
+            f"sys.argv = [{str(LAUNCHER)!r}, 'health', '--root', {str(root)!r}, '--min-free', {min_free!r}]\n"
+            f"runpy.run_path({str(LAUNCHER)!r}, run_name='__main__')\n")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SHMGUARD_", "SLURM_", "NCCL_"))}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**clean, "PYTHONPATH": str(CHECKOUT)})
+    assert proc.returncode == expected_code, proc.stderr
+    assert proc.stdout.startswith(line) and proc.stdout.endswith("\nexit handler ran\n") and not proc.stderr
