@@ -49,9 +49,14 @@ def spawn(argv: list[str], env: dict, null: int) -> tuple[float, float, int]:
     return wall, (usage.ru_utime + usage.ru_stime) * 1e3, os.waitstatus_to_exitcode(status)
 
 
+# A tree of the package alone (`git archive REV shmguard`, as section 10 of BENCHMARKS.md first did): main() from -c.
+CODE = "import sys; sys.path.insert(0, sys.argv[1]); from shmguard import main; main(['health'])"
+
+
 def health(tree: str) -> list[str]:
     """The tree's `shmguard health`: its launcher, run by this interpreter (PYTHONPATH puts the tree first)."""
-    return [sys.executable, os.path.join(tree, "bin", "shmguard"), "health"]
+    launcher = os.path.join(tree, "bin", "shmguard")
+    return [sys.executable, launcher, "health"] if os.path.exists(launcher) else [sys.executable, "-c", CODE, tree]
 
 
 def import_us(tree: str, env: dict) -> int:
@@ -94,7 +99,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=400)
     parser.add_argument("--revs", nargs="+", metavar="REV", help="git revisions to compare, run in --image")
     parser.add_argument("--image", default=IMAGE)
-    parser.add_argument("trees", nargs="*", help="directories that hold a shmguard package and bin/shmguard")
+    parser.add_argument("trees", nargs="*", help="directories that hold a shmguard package (and bin/shmguard)")
     args = parser.parse_args()
     if args.revs:
         return in_container(args.revs, args.runs, args.image)
