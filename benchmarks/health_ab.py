@@ -87,7 +87,9 @@ def in_container(revs: list[str], runs: int, image: str) -> int:
                                      capture_output=True).stdout
             subprocess.run(["tar", "-x", "-C", os.path.join(scratch, name)], input=archive, check=True)
             names.append(f"/ab/{name}")
+        # As the caller's user, so that the .pyc files the container writes can be removed with the directory.
         return subprocess.run(["docker", "run", "--rm", "--label", LABEL, "--shm-size", "1g",
+                               "--user", f"{os.getuid()}:{os.getgid()}",
                                "-v", f"{scratch}:/ab", "-v", f"{checkout / 'benchmarks'}:/bench:ro", image,
                                "python", "/bench/health_ab.py", "--runs", str(runs), *names]).returncode
     finally:
