@@ -12,6 +12,7 @@ import click
 
 from shmguard import __version__
 from shmguard.errors import EXIT_USAGE, guarded
+from shmguard.webhook import FAILURE_POLICIES, MODES, ON_ERROR
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -194,11 +195,11 @@ def render_slurm_command(job, launcher, name, nodes, time_limit, partition, memo
 @click.option("--replicas", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--certs-dir", "certs_dir", type=click.Path(file_okay=False), help="Certificates from `shmguard webhook certs DIR`: "
               "its ca.crt becomes the caBundle. Without it: cert-manager issues them (Issuer, Certificate, cainjector).")
-@click.option("--failure-policy", type=click.Choice(["Ignore", "Fail"]), default="Ignore", show_default=True,
+@click.option("--failure-policy", type=click.Choice(FAILURE_POLICIES), default="Ignore", show_default=True,
               help="What the apiserver does when the webhook cannot answer; the webhook treats a Pod it cannot "
                    "understand the same way (allow with a warning, or deny).")
 @click.option("--timeout-seconds", type=click.IntRange(min=1, max=30), default=5, show_default=True)
-@click.option("--mode", type=click.Choice(["deny", "warn"]), default="deny", show_default=True,
+@click.option("--mode", type=click.Choice(MODES), default="deny", show_default=True,
               help="/validate: deny a Pod whose /dev/shm cannot hold its job, or allow it with warnings.")
 def render_webhook_command(namespace, name, image, replicas, certs_dir, failure_policy, timeout_seconds, mode) -> int:
     """Print the manifests that run the admission webhook: ServiceAccount, Deployment, PodDisruptionBudget, Service,
@@ -222,9 +223,9 @@ def webhook() -> None:
 @click.option("--host", default="0.0.0.0", show_default=True, help="Address to listen on.")
 @click.option("--tls-cert", "tls_cert", required=True, type=click.Path(dir_okay=False), help="Serving certificate (PEM); reloaded when it changes.")
 @click.option("--tls-key", "tls_key", required=True, type=click.Path(dir_okay=False), help="Its private key (PEM).")
-@click.option("--mode", type=click.Choice(["deny", "warn"]), default="deny", show_default=True,
+@click.option("--mode", type=click.Choice(MODES), default="deny", show_default=True,
               help="/validate: deny a Pod whose /dev/shm cannot hold its job, or allow it with warnings.")
-@click.option("--on-error", "on_error", type=click.Choice(["allow", "deny"]), default="allow", show_default=True,
+@click.option("--on-error", "on_error", type=click.Choice(ON_ERROR), default="allow", show_default=True,
               help="A Pod shmguard cannot understand: allow it unchanged with a warning (failurePolicy Ignore) or deny it (Fail).")
 @click.option("--default", "defaults", multiple=True, metavar="NAME=VALUE",
               help="A job default for every Pod, e.g. prefetch_factor=4 (annotations and env override it).")

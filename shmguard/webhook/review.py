@@ -45,8 +45,6 @@ from shmguard.webhook.mutation import Assessment, assess
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
 ACTIONS = ("mutate", "validate")
-MODES = ("deny", "warn")
-ON_ERROR = ("allow", "deny")
 
 # Decisions, as counted in metrics and logged.
 PATCHED, FITS, NO_JOB, SKIPPED, IGNORED, ALLOWED, DENIED, WARNED, ERROR = (
