@@ -208,17 +208,39 @@ def memory_usage(root, levels: list[Level]) -> Limit:
         usage = int(text.strip())
     except ValueError:
         return Limit(errors=(f"{path} holds {text.strip()[:40]!r}, not a number",))
-    stat = _read(root, posixpath.join(level.path, "memory.stat"), errors) or ""
-    inactive_key = "inactive_file" if level.version == "v2" else "total_inactive_file"
-    for line in stat.splitlines():
-        key, _, value = line.partition(" ")
-        if key == inactive_key:
-            try:
-                usage -= int(value)
-            except ValueError:
-                pass
-            break
+    stat = parse_memory_stat(_read(root, posixpath.join(level.path, "memory.stat"), errors) or "")
+    usage -= stat.get("inactive_file" if level.version == "v2" else "total_inactive_file", 0)
     return Limit(value=max(0, usage), source=path, errors=tuple(errors))
+
+
+def parse_memory_stat(text: str) -> dict[str, int]:
+    """memory.stat's `key value` lines (v1 and v2) as numbers; a line that is not one is skipped."""
+    values = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        try:
+            values[key] = int(value)
+        except ValueError:
+            continue
+    return values
+
+
+def memory_shmem(root, levels: list[Level]) -> Limit:
+    """Shared-memory pages (tmpfs, /dev/shm, SysV) charged to the process's own cgroup and those below it:
+    v2's `shmem`, v1's hierarchical `total_shmem`. The pages that turn a full /dev/shm into an OOM kill."""
+    if not levels:
+        return Limit(errors=("no memory cgroup",))
+    level = levels[0]
+    path = posixpath.join(level.path, "memory.stat")
+    errors: list[str] = []
+    text = _read(root, path, errors)
+    if text is None:
+        return Limit(errors=tuple(errors) or (f"{path} is missing",))
+    key = "shmem" if level.version == "v2" else "total_shmem"
+    value = parse_memory_stat(text).get(key)
+    if value is None:
+        return Limit(errors=(f"{path} has no {key} line",))
+    return Limit(value=value, source=path)
 
 
 def cpu_quota(root, levels: list[Level]) -> Limit:

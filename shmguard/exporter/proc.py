@@ -1,0 +1,106 @@
+"""A container's /dev/shm and memory cgroup, read from the host through /proc/<pid> and the cgroup mounts.
+
+/proc/<pid>/root/dev/shm is the container's own /dev/shm (the path resolves in the
+process's mount namespace), for Docker and Podman alike; statvfs gives its size and use.
+The memory cgroup is found as the probes find it (shmguard.probe.cgroup): the process's
+path from /proc/<pid>/cgroup, placed under the host's cgroup mounts, v1 or v2, and read
+with the same parsers (limit: the smallest along the path; usage less inactive file;
+shmem). Everything goes through one Root, so tests read fixture trees and a DaemonSet can
+read the host's /proc and /sys mounted under SHMGUARD_ROOT.
+
+A process can exit at any point (the container stops mid-read, its /proc entry vanishes):
+a read that fails is "gone", never an error of the exporter, and the reading is only
+trusted when /proc/<pid> still exists after it.
+"""
+
+from __future__ import annotations
+
+from shmguard.probe import Root
+from shmguard.probe.cgroup import (
+    Level,
+    controller_dirs,
+    memory_limit,
+    memory_shmem,
+    memory_usage,
+    parse_meminfo_total,
+    parse_proc_cgroup,
+)
+from shmguard.probe.mountinfo import parse_mountinfo
+from shmguard.probe.shm import ShmInfo
+from shmguard.record import Record
+
+
+class Host(Record):
+    """What every container's reading needs from the host, read once: its cgroup mounts and its RAM."""
+
+    mounts: tuple  # the cgroup and cgroup2 Mounts
+    memory: int | None  # bytes of RAM (a limit at or above it is no limit)
+
+
+class Reading(Record):
+    """One container's /dev/shm and memory; None: not readable this pass."""
+
+    shm_size: int | None = None
+    shm_used: int | None = None
+    memory_limit: int | None = None
+    memory_usage: int | None = None
+    memory_shmem: int | None = None
+    errors: tuple = ()
+
+
+def cgroup_mount(mount_point: str, fstype: str) -> bool:
+    return fstype in ("cgroup", "cgroup2")
+
+
+def read_host(root: Root) -> Host:
+    """The host's cgroup mounts and RAM. Under a root other than `/` (the host's /proc and /sys mounted in a
+    container), the mounts are those of the host's pid 1: /proc/self would be the exporter's own."""
+    source = "/proc/self/mountinfo" if root.path in ("/", "") else "/proc/1/mountinfo"
+    text = root.read_or_none(source) or ""
+    mounts, _bad = parse_mountinfo(text, cgroup_mount)
+    meminfo = root.read_or_none("/proc/meminfo")
+    return Host(mounts=tuple(mounts), memory=parse_meminfo_total(meminfo) if meminfo else None)
+
+
+def memory_levels(root: Root, host: Host, pid: int) -> tuple[list[Level], str | None]:
+    """The memory cgroup directories of a process, from its own up to the mount root (read once per container:
+    a process does not change cgroup), or an error."""
+    text = root.read_or_none(f"/proc/{pid}/cgroup")
+    if text is None:
+        return [], f"cannot read /proc/{pid}/cgroup"
+    levels, note = controller_dirs(root, list(host.mounts), parse_proc_cgroup(text), "memory")
+    return levels, (None if levels else note)
+
+
+def read_shm(root: Root, pid: int) -> ShmInfo:
+    """The /dev/shm the process sees: size and free bytes from statvfs, or the error."""
+    path = f"/proc/{pid}/root/dev/shm"
+    try:
+        st = root.statvfs(path)
+    except OSError as exc:
+        return ShmInfo(errors=(f"cannot statvfs {path}: {exc.strerror or exc}",))
+    return ShmInfo(total=st.f_blocks * st.f_frsize, free=st.f_bfree * st.f_frsize, fstype=None)
+
+
+def read_container(root: Root, host: Host, pid: int, levels: list[Level]) -> Reading | None:
+    """The container's reading, or None when its process is gone (before, during or right after the read)."""
+    if not root.exists(f"/proc/{pid}"):
+        return None
+    shm = read_shm(root, pid)
+    errors = list(shm.errors)
+    limit = usage = shmem = None
+    if levels:
+        found = memory_limit(root, levels, host.memory)
+        used = memory_usage(root, levels)
+        pages = memory_shmem(root, levels)
+        limit, usage, shmem = found.value, used.value, pages.value
+        errors += [*found.errors, *used.errors, *pages.errors]
+    if not root.exists(f"/proc/{pid}"):
+        return None  # it exited mid-read: what was read may be half of a torn-down cgroup
+    return Reading(shm_size=shm.total, shm_used=shm.used, memory_limit=_int(limit), memory_usage=_int(usage),
+                   memory_shmem=_int(shmem), errors=tuple(errors))
+
+
+def _int(value) -> int | None:
+    return None if value is None else int(value)
+
