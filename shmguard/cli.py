@@ -653,6 +653,15 @@ def exporter_render_k8s(namespace, name, image, kubelet_root, interval, port, da
     return 0
 
 
+@exporter_render.command("rules")
+def exporter_render_rules() -> int:
+    """Print the alerts as a Prometheus rules file (for a Prometheus without the operator: rule_files)."""
+    from shmguard.exporter.command import render_rules
+
+    click.echo(render_rules(), nl=False)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code instead of exiting."""
     try:

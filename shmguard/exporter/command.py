@@ -58,3 +58,10 @@ def render_k8s(*, namespace: str, name: str, image: str, kubelet_root: str, inte
         write_atomic(dashboard_path, json.dumps(dashboard(), indent=2) + "\n")
     return dump(render(namespace=namespace, name=name, image=image, kubelet_root=kubelet_root, interval=interval,
                        port=port))
+
+
+def render_rules() -> str:
+    from shmguard.exporter.rules import rule_file
+    from shmguard.manifests.yamlio import dump
+
+    return dump([rule_file()])

@@ -1,6 +1,7 @@
 """Make the small CRD schemas the render tests validate against, from the full upstream CRDs.
 
-Run: python3 tests/data/crds/extract.py /work/corpus/crds   (the CRD files, line 1 `# source: URL`)
+Run: python3 tests/data/crds/extract.py /work/corpus/crds [FILE...]   (the CRD files, line 1 `# source: URL`;
+the FILEs named, or all of CRDS)
 
 For each CRD, the openAPIV3Schema of its storage version, with every PodTemplateSpec
 (a schema whose `spec` has `containers`) replaced by a stub: the render tests validate
@@ -21,6 +22,8 @@ CRDS = {
     "ray.io-raycluster.crd.yaml": "raycluster.schema.json",
     "jobset.x-k8s.io-jobset.crd.yaml": "jobset.schema.json",
     "trainer.kubeflow.org-trainjob.crd.yaml": "trainjob.schema.json",
+    "monitoring.coreos.com-servicemonitor.crd.yaml": "servicemonitor.schema.json",
+    "monitoring.coreos.com-prometheusrule.crd.yaml": "prometheusrule.schema.json",
 }
 STUB = {"type": "object", "x-pruned": "a PodTemplateSpec: validated as a Pod (kubernetes-validate, strict)"}
 
@@ -42,9 +45,11 @@ def prune(schema):
     return schema
 
 
-def main(folder: str) -> None:
+def main(folder: str, only: list[str]) -> None:
     here = Path(__file__).parent
     for name, out in CRDS.items():
+        if only and name not in only:
+            continue
         text = (Path(folder) / name).read_text()
         source = text.splitlines()[0].removeprefix("# source: ").strip()
         crd = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
@@ -57,4 +62,4 @@ def main(folder: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2:])
