@@ -98,16 +98,19 @@ class Exporter:
             stop.wait(max(0.0, next_at - time.monotonic()))
 
 
-def handler_for(exporter: Exporter):
-    from prometheus_client import CONTENT_TYPE_LATEST
+# The text format every Prometheus reads (what generate_latest writes for these metric names); newer
+# prometheus_client versions call it 1.0.0 in CONTENT_TYPE_LATEST, which older scrapers do not know.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
+
+def handler_for(exporter: Exporter):
     class Handler(BaseHTTPRequestHandler):
         server_version = "shmguard-exporter"
 
         def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
-                self.answer(200, exporter.exposition(), CONTENT_TYPE_LATEST)
+                self.answer(200, exporter.exposition(), CONTENT_TYPE)
             elif path == "/healthz":
                 ok = exporter.healthy()
                 self.answer(200 if ok else 503, b"ok\n" if ok else b"no recent pass\n", "text/plain; charset=utf-8")
@@ -153,8 +156,8 @@ def serve(source, *, address: str, port: int, interval: float, err=None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
     thread.start()
-    host, bound_port = server.server_address[:2]
-    print(f"shmguard exporter: serving http://{host}:{bound_port}/metrics ({source.mode} mode, a pass every "
+    bound_port = server.server_address[1]
+    print(f"shmguard exporter: serving http://{address or '0.0.0.0'}:{bound_port}/metrics ({source.mode} mode, a pass every "
           f"{interval:g}s)", file=err, flush=True)
     try:
         exporter.loop(stop, err)

@@ -1,0 +1,192 @@
+"""Engine mode on a fixture host and a fake engine API: what each container reports, the job's need as `check`
+judges it, containers that come and go (mid-read too), the engine going away and coming back, bounded state."""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+
+from shmguard.exporter.engine import EngineSource, describe
+from shmguard.exporter.metrics import with_peaks
+from shmguard.job import make_job
+from shmguard.probe.shm import ShmInfo
+from shmguard.verdict import check_shm
+from tests.unit.exporter.conftest import MIB, cid
+
+JOB_ENV = ["SHMGUARD_WORKERS=8", "SHMGUARD_BATCH_SIZE=64", "SHMGUARD_SAMPLE_SHAPE=3,224,224", "PATH=/usr/bin"]
+
+
+def source(host, engine) -> EngineSource:
+    return EngineSource(root=host.root, client=engine)
+
+
+def test_a_container_reports_its_shm_and_memory(host, engine):
+    host.add(cid(1), 101, shm=(256 * MIB, 200 * MIB), limit=1024 * MIB, usage=400 * MIB, shmem=56 * MIB,
+             inactive=10 * MIB)
+    engine.add(cid(1), 101, name="trainer", image="shmguard-demo:latest",
+               labels={"com.docker.compose.project": "proj", "com.docker.compose.service": "train"})
+    sample = source(host, engine).sample()
+    assert sample.source_up and sample.mode == "engine"
+    (target,) = sample.targets
+    assert (target.id, target.name, target.image) == (cid(1)[:12], "trainer", "shmguard-demo:latest")
+    assert (target.compose_project, target.compose_service) == ("proj", "train")
+    assert (target.shm_size, target.shm_used) == (256 * MIB, 56 * MIB)
+    assert (target.memory_limit, target.memory_usage, target.memory_shmem) == (1024 * MIB, 390 * MIB, 56 * MIB)
+    assert target.shm_required is None and target.errors == ()
+
+
+def test_no_memory_limit_is_no_series(host, engine):
+    host.add(cid(1), 101, limit=None)
+    engine.add(cid(1), 101)
+    (target,) = source(host, engine).sample().targets
+    assert target.memory_limit is None and target.memory_usage is not None
+
+
+def test_kubernetes_labels_name_the_pod():
+    attrs = {"Id": cid(7), "Name": "/k8s_trainer_p-0_ml_uid_0", "State": {"Pid": 5},
+             "Config": {"Image": "img", "Env": [], "Labels": {"io.kubernetes.pod.namespace": "ml",
+                                                              "io.kubernetes.pod.name": "p-0",
+                                                              "io.kubernetes.container.name": "trainer"}}}
+    target, pid = describe(attrs)
+    assert (target.namespace, target.pod, target.container, pid) == ("ml", "p-0", "trainer", 5)
+
+
+def test_required_is_what_check_compares_shm_against():
+    target, _ = describe({"Id": cid(2), "Name": "/t", "State": {"Pid": 9}, "Config": {"Env": JOB_ENV}})
+    job = make_job(workers=8, batch_size=64, sample_shape="3,224,224")
+    required = target.shm_required
+    assert required is not None and required > 64 * MIB
+    assert [f.status for f in check_shm(job, ShmInfo(total=required, free=required, fstype="tmpfs"))
+            if f.id == "shm.size"] == ["PASS"]
+    assert [f.status for f in check_shm(job, ShmInfo(total=required - 4096, free=required - 4096, fstype="tmpfs"))
+            if f.id == "shm.size"] == ["FAIL"]
+
+
+def test_a_bad_job_variable_is_an_error_of_that_container_not_of_the_exporter(host, engine):
+    host.add(cid(1), 101)
+    engine.add(cid(1), 101, env=["SHMGUARD_WORKERS=lots", "SHMGUARD_BATCH_SIZE=4", "SHMGUARD_SAMPLE_BYTES=1k"])
+    (target,) = source(host, engine).sample().targets
+    assert target.shm_required is None and "SHMGUARD_WORKERS" in target.errors[0]
+
+
+def test_each_container_is_inspected_once_while_it_runs(host, engine):
+    for n in range(3):
+        host.add(cid(n), 100 + n)
+        engine.add(cid(n), 100 + n)
+    src = source(host, engine)
+    for _ in range(4):
+        assert len(src.sample().targets) == 3
+    assert sorted(engine.inspected) == sorted(cid(n) for n in range(3))
+
+
+def test_a_stopped_container_leaves_with_the_next_pass(host, engine):
+    for n in range(2):
+        host.add(cid(n), 100 + n)
+        engine.add(cid(n), 100 + n)
+    src = source(host, engine)
+    assert len(src.sample().targets) == 2
+    engine.remove(cid(0))
+    host.stop(100)
+    assert [t.key for t in src.sample().targets] == [cid(1)]
+    assert set(src.known) == {cid(1)}
+
+
+def test_a_container_that_exits_between_list_and_inspect_is_skipped(host, engine):
+    host.add(cid(1), 101)
+    engine.add(cid(1), 101)
+    engine.gone_on_inspect.add(cid(1))
+    sample = source(host, engine).sample()
+    assert sample.targets == () and sample.source_up
+
+
+def test_a_container_that_exits_mid_read_is_not_reported(host, engine):
+    host.add(cid(1), 101)
+    host.add(cid(2), 102)
+    engine.add(cid(1), 101)
+    engine.add(cid(2), 102)
+    host.root.on_statvfs = lambda pid: host.stop(pid) if pid == 101 else None  # gone while its shm is read
+    sample = source(host, engine).sample()
+    assert [t.key for t in sample.targets] == [cid(2)]
+
+
+def test_a_vanished_proc_entry_drops_the_container_without_an_error(host, engine):
+    host.add(cid(1), 101)
+    engine.add(cid(1), 101)
+    src = source(host, engine)
+    assert len(src.sample().targets) == 1
+    host.stop(101)  # the engine still lists it (it has not noticed yet)
+    sample = src.sample()
+    assert sample.targets == () and sample.errors == ()
+
+
+def test_a_restarted_container_is_inspected_again_under_its_new_pid(host, engine):
+    host.add(cid(1), 101, shm=(64 * MIB, 60 * MIB))
+    engine.add(cid(1), 101)
+    src = source(host, engine)
+    assert src.sample().targets[0].shm_used == 4 * MIB
+    host.stop(101)
+    host.add(cid(1), 202, shm=(64 * MIB, 32 * MIB))
+    engine.add(cid(1), 202)
+    src.sample()  # the old pid is gone: dropped
+    assert src.sample().targets[0].shm_used == 32 * MIB
+    assert engine.inspected == [cid(1), cid(1)]
+
+
+def test_the_engine_going_away_and_back(host, engine):
+    host.add(cid(1), 101, shm=(64 * MIB, 48 * MIB))
+    host.add(cid(2), 102)
+    engine.add(cid(1), 101)
+    engine.add(cid(2), 102)
+    src = source(host, engine)
+    assert src.sample().source_up
+    engine.down = True
+    down = src.sample()
+    assert not down.source_up and "did not answer" in down.errors[0]
+    assert {t.key for t in down.targets} == {cid(1), cid(2)}  # still sampled through /proc (live-restore)
+    host.stop(102)  # and one stops meanwhile
+    assert [t.key for t in src.sample().targets] == [cid(1)]
+    engine.down = False
+    engine.remove(cid(2))
+    host.add(cid(3), 103)
+    engine.add(cid(3), 103)
+    back = src.sample()
+    assert back.source_up and {t.key for t in back.targets} == {cid(1), cid(3)}
+
+
+def test_an_engine_down_from_the_start_is_not_an_error(host):
+    src = EngineSource(host_url="unix:///nonexistent/docker.sock", root=host.root, timeout=1)
+    sample = src.sample()
+    assert not sample.source_up and sample.targets == ()
+
+
+def test_a_thousand_containers_started_and_stopped_leave_the_state_where_it_was(host_v1, engine):
+    host = host_v1
+    src = source(host, engine)
+    peaks: dict[str, int] = {}
+
+    def churn(first: int, count: int) -> None:
+        nonlocal peaks
+        for n in range(first, first + count, 10):  # ten at a time, as a busy node starts and stops them
+            for k in range(n, n + 10):
+                host.add(cid(k), 10_000 + k, shm=(64 * MIB, 60 * MIB))
+                engine.add(cid(k), 10_000 + k)
+            sample = src.sample()
+            _, peaks = with_peaks(sample.targets, peaks)
+            engine.inspected.clear()
+            for k in range(n, n + 10):
+                engine.remove(cid(k))
+                host.stop(10_000 + k)
+            sample = src.sample()
+            _, peaks = with_peaks(sample.targets, peaks)
+
+    churn(0, 100)  # warm up: caches, interned strings
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    churn(100, 1000)
+    gc.collect()
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    grown = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+    assert src.known == {} and peaks == {}
+    assert grown < 64 * 1024, f"{grown} bytes more after 1,000 containers came and went"
