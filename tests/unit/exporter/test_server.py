@@ -118,3 +118,20 @@ def test_the_server_keeps_serving_without_an_engine_and_stops_on_sigterm():
             proc.kill()
             proc.wait()
         proc.stderr.close()
+
+
+def test_once_json_follows_its_shipped_schema(capsys, monkeypatch, host_v1, engine):
+    import jsonschema
+
+    import shmguard.exporter.engine as engine_module
+    from shmguard import schemas
+    from tests.unit.exporter.conftest import cid
+
+    host_v1.add(cid(1), 101)
+    engine.add(cid(1), 101, env=["SHMGUARD_WORKERS=2", "SHMGUARD_BATCH_SIZE=4", "SHMGUARD_SAMPLE_BYTES=1m"])
+    real = engine_module.EngineSource
+    monkeypatch.setattr(engine_module, "EngineSource", lambda host, root=None: real(root=host_v1.root, client=engine))
+    assert main(["exporter", "--once", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    jsonschema.Draft202012Validator(schemas.load("exporter")).validate(data)
+    assert data["targets"][0]["shm_required"] > 0 and data["targets"][0]["name"] == "train"
