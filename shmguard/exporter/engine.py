@@ -16,8 +16,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from shmguard.exporter.metrics import Sample, Target
-from shmguard.exporter.proc import Host, memory_levels, read_container, read_host
+from shmguard.exporter.metrics import Row, Sample, Target
+from shmguard.exporter.proc import Host, PassRoot, memory_levels, read_container, read_host
 from shmguard.probe import Root
 from shmguard.probe.cgroup import Level
 from shmguard.record import Record, field
@@ -36,7 +36,7 @@ POD_CONTAINER = "io.kubernetes.container.name"
 class Known(Record):
     """A running container as the exporter keeps it between passes: what inspect said, read once."""
 
-    target: Target  # its names and shm_required; the readings are filled in each pass
+    target: Target  # its names and shm_required
     pid: int
     levels: list[Level] = field(default_factory=list)
 
@@ -133,17 +133,15 @@ class EngineSource:
             listed = None
         if listed is not None:
             self.refresh(listed, errors)
-        targets = []
+        rows = []
+        root = PassRoot(self.root)
         for container_id, known in list(self.known.items()):
-            reading = read_container(self.root, self.host, known.pid, known.levels)
+            reading = read_container(root, self.host, known.pid, known.levels)
             if reading is None:
                 del self.known[container_id]  # its process is gone: the container stopped (or restarted)
                 continue
-            targets.append(known.target.replace(
-                shm_size=reading.shm_size, shm_used=reading.shm_used, memory_limit=reading.memory_limit,
-                memory_usage=reading.memory_usage, memory_shmem=reading.memory_shmem,
-                errors=known.target.errors + reading.errors))
-        return Sample(targets=tuple(targets), mode=self.mode, source_up=up, taken_at=time.time(),
+            rows.append(Row(known.target, reading))
+        return Sample(rows=tuple(rows), mode=self.mode, source_up=up, taken_at=time.time(),
                       duration=time.monotonic() - start, errors=tuple(errors))
 
     def refresh(self, listed: list[dict], errors: list[str]) -> None:

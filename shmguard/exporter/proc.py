@@ -15,12 +15,14 @@ trusted when /proc/<pid> still exists after it.
 
 from __future__ import annotations
 
+from shmguard.exporter.metrics import Reading
 from shmguard.probe import Root
 from shmguard.probe.cgroup import (
     Level,
     controller_dirs,
     memory_limit,
     memory_shmem,
+    memory_stat,
     memory_usage,
     parse_meminfo_total,
     parse_proc_cgroup,
@@ -35,17 +37,6 @@ class Host(Record):
 
     mounts: tuple  # the cgroup and cgroup2 Mounts
     memory: int | None  # bytes of RAM (a limit at or above it is no limit)
-
-
-class Reading(Record):
-    """One container's /dev/shm and memory; None: not readable this pass."""
-
-    shm_size: int | None = None
-    shm_used: int | None = None
-    memory_limit: int | None = None
-    memory_usage: int | None = None
-    memory_shmem: int | None = None
-    errors: tuple = ()
 
 
 def cgroup_mount(mount_point: str, fstype: str) -> bool:
@@ -82,25 +73,54 @@ def read_shm(root: Root, pid: int) -> ShmInfo:
     return ShmInfo(total=st.f_blocks * st.f_frsize, free=st.f_bfree * st.f_frsize, fstype=None)
 
 
+class PassRoot(Root):
+    """The host's Root for one pass: each file is read at most once per pass. The cgroup levels above the
+    containers' own (/docker, the hierarchy's root) are on every container's walk; they are read once."""
+
+    def __init__(self, root: Root) -> None:
+        super().__init__(root.path)
+        self.root = root
+        self.seen: dict[str, str | OSError] = {}
+
+    def read(self, path: str) -> str:
+        found = self.seen.get(path)
+        if found is None:
+            try:
+                found = self.root.read(path)
+            except OSError as exc:
+                found = exc
+            self.seen[path] = found
+        if isinstance(found, OSError):
+            raise found
+        return found
+
+    def exists(self, path: str) -> bool:
+        return self.root.exists(path)
+
+    def isdir(self, path: str) -> bool:
+        return self.root.isdir(path)
+
+    def statvfs(self, path: str):
+        return self.root.statvfs(path)
+
+
 def read_container(root: Root, host: Host, pid: int, levels: list[Level]) -> Reading | None:
     """The container's reading, or None when its process is gone (before, during or right after the read)."""
-    if not root.exists(f"/proc/{pid}"):
-        return None
     shm = read_shm(root, pid)
     errors = list(shm.errors)
     limit = usage = shmem = None
     if levels:
         found = memory_limit(root, levels, host.memory)
-        used = memory_usage(root, levels)
-        pages = memory_shmem(root, levels)
+        stat = memory_stat(root, levels)
+        used = memory_usage(root, levels, stat)
+        pages = memory_shmem(root, levels, stat)
         limit, usage, shmem = found.value, used.value, pages.value
         errors += [*found.errors, *used.errors, *pages.errors]
     if not root.exists(f"/proc/{pid}"):
-        return None  # it exited mid-read: what was read may be half of a torn-down cgroup
+        return None  # it exited (before or mid-read): what was read may be half of a torn-down cgroup
     return Reading(shm_size=shm.total, shm_used=shm.used, memory_limit=_int(limit), memory_usage=_int(usage),
                    memory_shmem=_int(shmem), errors=tuple(errors))
 
 
 def _int(value) -> int | None:
     return None if value is None else int(value)
-

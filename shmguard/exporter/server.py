@@ -54,6 +54,7 @@ class Exporter:
         self.peaks: dict[str, int] = {}
         self.latest = Sample(mode=source.mode, source_up=False)
         self.passes = 0
+        self.rendered: tuple[int, bytes] = (-1, b"")  # the exposition of pass N, made on its first scrape
         self.last_failure: str | None = None
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
@@ -65,15 +66,20 @@ class Exporter:
     def step(self) -> Sample:
         """One pass: sample the source, carry the peaks, publish it."""
         sample = self.source.sample()
-        targets, self.peaks = with_peaks(sample.targets, self.peaks)
-        self.latest = sample.replace(targets=targets)
+        rows, self.peaks = with_peaks(sample.rows, self.peaks)
+        self.latest = sample.replace(rows=rows)
         self.passes += 1
         return self.latest
 
     def exposition(self) -> bytes:
+        """The text of the last pass, made once however many scrapers (Prometheus replicas) ask for it."""
         from prometheus_client import generate_latest
 
-        return generate_latest(self.registry)
+        passes, text = self.rendered
+        if passes != self.passes:
+            text = generate_latest(self.registry)
+            self.rendered = (self.passes, text)
+        return text
 
     def healthy(self, now: float | None = None) -> bool:
         if self.passes == 0:

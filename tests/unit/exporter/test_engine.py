@@ -7,7 +7,7 @@ import gc
 import tracemalloc
 
 from shmguard.exporter.engine import EngineSource, describe
-from shmguard.exporter.metrics import with_peaks
+from shmguard.exporter.metrics import flatten, with_peaks
 from shmguard.job import make_job
 from shmguard.probe.shm import ShmInfo
 from shmguard.verdict import check_shm
@@ -20,6 +20,10 @@ def source(host, engine) -> EngineSource:
     return EngineSource(root=host.root, client=engine)
 
 
+def targets(sample) -> list[dict]:
+    return [flatten(row) for row in sample.rows]
+
+
 def test_a_container_reports_its_shm_and_memory(host, engine):
     host.add(cid(1), 101, shm=(256 * MIB, 200 * MIB), limit=1024 * MIB, usage=400 * MIB, shmem=56 * MIB,
              inactive=10 * MIB)
@@ -27,19 +31,19 @@ def test_a_container_reports_its_shm_and_memory(host, engine):
                labels={"com.docker.compose.project": "proj", "com.docker.compose.service": "train"})
     sample = source(host, engine).sample()
     assert sample.source_up and sample.mode == "engine"
-    (target,) = sample.targets
-    assert (target.id, target.name, target.image) == (cid(1)[:12], "trainer", "shmguard-demo:latest")
-    assert (target.compose_project, target.compose_service) == ("proj", "train")
-    assert (target.shm_size, target.shm_used) == (256 * MIB, 56 * MIB)
-    assert (target.memory_limit, target.memory_usage, target.memory_shmem) == (1024 * MIB, 390 * MIB, 56 * MIB)
-    assert target.shm_required is None and target.errors == ()
+    (target,) = targets(sample)
+    assert (target["id"], target["name"], target["image"]) == (cid(1)[:12], "trainer", "shmguard-demo:latest")
+    assert (target["compose_project"], target["compose_service"]) == ("proj", "train")
+    assert (target["shm_size"], target["shm_used"]) == (256 * MIB, 56 * MIB)
+    assert (target["memory_limit"], target["memory_usage"], target["memory_shmem"]) == (1024 * MIB, 390 * MIB, 56 * MIB)
+    assert target["shm_required"] is None and target["errors"] == []
 
 
 def test_no_memory_limit_is_no_series(host, engine):
     host.add(cid(1), 101, limit=None)
     engine.add(cid(1), 101)
-    (target,) = source(host, engine).sample().targets
-    assert target.memory_limit is None and target.memory_usage is not None
+    (target,) = targets(source(host, engine).sample())
+    assert target["memory_limit"] is None and target["memory_usage"] is not None
 
 
 def test_kubernetes_labels_name_the_pod():
@@ -65,8 +69,8 @@ def test_required_is_what_check_compares_shm_against():
 def test_a_bad_job_variable_is_an_error_of_that_container_not_of_the_exporter(host, engine):
     host.add(cid(1), 101)
     engine.add(cid(1), 101, env=["SHMGUARD_WORKERS=lots", "SHMGUARD_BATCH_SIZE=4", "SHMGUARD_SAMPLE_BYTES=1k"])
-    (target,) = source(host, engine).sample().targets
-    assert target.shm_required is None and "SHMGUARD_WORKERS" in target.errors[0]
+    (target,) = targets(source(host, engine).sample())
+    assert target["shm_required"] is None and "SHMGUARD_WORKERS" in target["errors"][0]
 
 
 def test_each_container_is_inspected_once_while_it_runs(host, engine):
@@ -75,7 +79,7 @@ def test_each_container_is_inspected_once_while_it_runs(host, engine):
         engine.add(cid(n), 100 + n)
     src = source(host, engine)
     for _ in range(4):
-        assert len(src.sample().targets) == 3
+        assert len(src.sample().rows) == 3
     assert sorted(engine.inspected) == sorted(cid(n) for n in range(3))
 
 
@@ -84,10 +88,10 @@ def test_a_stopped_container_leaves_with_the_next_pass(host, engine):
         host.add(cid(n), 100 + n)
         engine.add(cid(n), 100 + n)
     src = source(host, engine)
-    assert len(src.sample().targets) == 2
+    assert len(src.sample().rows) == 2
     engine.remove(cid(0))
     host.stop(100)
-    assert [t.key for t in src.sample().targets] == [cid(1)]
+    assert [row.target.key for row in src.sample().rows] == [cid(1)]
     assert set(src.known) == {cid(1)}
 
 
@@ -96,7 +100,7 @@ def test_a_container_that_exits_between_list_and_inspect_is_skipped(host, engine
     engine.add(cid(1), 101)
     engine.gone_on_inspect.add(cid(1))
     sample = source(host, engine).sample()
-    assert sample.targets == () and sample.source_up
+    assert sample.rows == () and sample.source_up
 
 
 def test_a_container_that_exits_mid_read_is_not_reported(host, engine):
@@ -106,29 +110,29 @@ def test_a_container_that_exits_mid_read_is_not_reported(host, engine):
     engine.add(cid(2), 102)
     host.root.on_statvfs = lambda pid: host.stop(pid) if pid == 101 else None  # gone while its shm is read
     sample = source(host, engine).sample()
-    assert [t.key for t in sample.targets] == [cid(2)]
+    assert [row.target.key for row in sample.rows] == [cid(2)]
 
 
 def test_a_vanished_proc_entry_drops_the_container_without_an_error(host, engine):
     host.add(cid(1), 101)
     engine.add(cid(1), 101)
     src = source(host, engine)
-    assert len(src.sample().targets) == 1
+    assert len(src.sample().rows) == 1
     host.stop(101)  # the engine still lists it (it has not noticed yet)
     sample = src.sample()
-    assert sample.targets == () and sample.errors == ()
+    assert sample.rows == () and sample.errors == ()
 
 
 def test_a_restarted_container_is_inspected_again_under_its_new_pid(host, engine):
     host.add(cid(1), 101, shm=(64 * MIB, 60 * MIB))
     engine.add(cid(1), 101)
     src = source(host, engine)
-    assert src.sample().targets[0].shm_used == 4 * MIB
+    assert src.sample().rows[0].reading.shm_used == 4 * MIB
     host.stop(101)
     host.add(cid(1), 202, shm=(64 * MIB, 32 * MIB))
     engine.add(cid(1), 202)
     src.sample()  # the old pid is gone: dropped
-    assert src.sample().targets[0].shm_used == 32 * MIB
+    assert src.sample().rows[0].reading.shm_used == 32 * MIB
     assert engine.inspected == [cid(1), cid(1)]
 
 
@@ -142,21 +146,21 @@ def test_the_engine_going_away_and_back(host, engine):
     engine.down = True
     down = src.sample()
     assert not down.source_up and "did not answer" in down.errors[0]
-    assert {t.key for t in down.targets} == {cid(1), cid(2)}  # still sampled through /proc (live-restore)
+    assert {row.target.key for row in down.rows} == {cid(1), cid(2)}  # still sampled through /proc (live-restore)
     host.stop(102)  # and one stops meanwhile
-    assert [t.key for t in src.sample().targets] == [cid(1)]
+    assert [row.target.key for row in src.sample().rows] == [cid(1)]
     engine.down = False
     engine.remove(cid(2))
     host.add(cid(3), 103)
     engine.add(cid(3), 103)
     back = src.sample()
-    assert back.source_up and {t.key for t in back.targets} == {cid(1), cid(3)}
+    assert back.source_up and {row.target.key for row in back.rows} == {cid(1), cid(3)}
 
 
 def test_an_engine_down_from_the_start_is_not_an_error(host):
     src = EngineSource(host_url="unix:///nonexistent/docker.sock", root=host.root, timeout=1)
     sample = src.sample()
-    assert not sample.source_up and sample.targets == ()
+    assert not sample.source_up and sample.rows == ()
 
 
 def test_a_thousand_containers_started_and_stopped_leave_the_state_where_it_was(host_v1, engine):
@@ -171,13 +175,13 @@ def test_a_thousand_containers_started_and_stopped_leave_the_state_where_it_was(
                 host.add(cid(k), 10_000 + k, shm=(64 * MIB, 60 * MIB))
                 engine.add(cid(k), 10_000 + k)
             sample = src.sample()
-            _, peaks = with_peaks(sample.targets, peaks)
+            _, peaks = with_peaks(sample.rows, peaks)
             engine.inspected.clear()
             for k in range(n, n + 10):
                 engine.remove(cid(k))
                 host.stop(10_000 + k)
             sample = src.sample()
-            _, peaks = with_peaks(sample.targets, peaks)
+            _, peaks = with_peaks(sample.rows, peaks)
 
     churn(0, 100)  # warm up: caches, interned strings
     gc.collect()

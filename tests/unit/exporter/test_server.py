@@ -17,7 +17,7 @@ import pytest
 
 from shmguard.cli import main
 from shmguard.errors import UsageError
-from shmguard.exporter.metrics import Sample, Target
+from shmguard.exporter.metrics import Reading, Row, Sample, Target
 from shmguard.exporter.server import Exporter, bind, parse_interval
 from tests.unit.exporter.test_metrics import Replay
 
@@ -45,7 +45,7 @@ def get(port: int, path: str) -> tuple[int, str, str]:
 
 
 def test_metrics_and_healthz_over_http():
-    exporter = Exporter(Replay(Sample(targets=(Target(key="k", id="k", name="n", shm_size=64, shm_used=1),),
+    exporter = Exporter(Replay(Sample(rows=(Row(Target(key="k", id="k", name="n"), Reading(shm_size=64, shm_used=1)),),
                                       taken_at=time.time())), 1.0)
     server = bind("127.0.0.1", 0, exporter)
     import threading
