@@ -2,17 +2,21 @@
 
 One command (run as root on a host with the Docker engine and Debian's prometheus-node-exporter):
 
-    python3 benchmarks/exporter_cost.py [--containers 100] [--seconds 60] [--churn 0] [--out FILE.json]
+    python3 benchmarks/exporter_cost.py [--containers 100] [--seconds 120] [--scrape-every 15] [--churn 0]
+                                        [--out FILE.json]
 
 It starts --containers containers (shmguard-base:bookworm, each with 1 MiB in its /dev/shm,
-label org.shmguard.test=exporter-bench), then runs side by side, for --seconds:
-- `shmguard exporter --interval 1s` from this tree, scraped once a second;
+label org.shmguard.test=exporter-bench; `--ipc shareable`, so that each /dev/shm is also a
+mount on the host, the only way node_exporter can see it), then runs side by side, for --seconds:
+- `shmguard exporter --interval 1s` from this tree;
 - `prometheus-node-exporter` with only its filesystem collector, told to include the mounts it
-  leaves out by default (/dev/*, /var/lib/docker/*: the containers' /dev/shm), scraped once a
-  second (it reads the filesystems on each scrape; the exporter on its own 1 s schedule).
-It reports per process: the scrape time (median and max of the timed scrapes; for the exporter
-also its pass over the containers, shmguard_exporter_pass_seconds), the CPU used over the
-window as a share of one CPU (utime + stime from /proc/<pid>/stat), and the RSS at the end.
+  leaves out by default (/dev/*, /run/*, /var/lib/docker/*: the containers' /dev/shm);
+and scrapes both every --scrape-every seconds (Prometheus's 15 s by default, as the rendered
+ServiceMonitor; 1 for the worst case). node_exporter reads the filesystems on each scrape; the
+exporter makes a pass every second whatever the scrapes. It reports per process: the scrape time
+(median and max; for the exporter also its pass over the containers, shmguard_exporter_pass_seconds),
+the CPU used over the window as a share of one CPU (utime + stime from /proc/<pid>/stat), and the
+RSS at the end.
 With --churn N it then starts and removes N more containers, ten at a time, while the exporter
 runs, and reports its RSS before and after. The load average is recorded at the start and the
 end: the machine is shared, so compare the two processes within one run. Everything it starts
@@ -97,7 +101,8 @@ def start_containers(client, count: int) -> list:
     made = []
     for _ in range(count):
         made.append(client.containers.run(IMAGE, ["sh", "-c", "dd if=/dev/zero of=/dev/shm/x bs=1M count=1 "
-                                                  "2>/dev/null; exec sleep 3600"], detach=True, labels=LABEL))
+                                                  "2>/dev/null; exec sleep 3600"], detach=True, labels=LABEL,
+                                          ipc_mode="shareable"))
     return made
 
 
@@ -149,6 +154,7 @@ def measure(args) -> dict:
             time.sleep(0.5)
         result["exporter_series_per_metric"] = seen
         result["node_exporter_shm_mounts"] = scrape(node_port)[1].count(b'node_filesystem_size_bytes{device="shm"')
+        result["scrape_every"] = args.scrape_every
         cpu0 = {p.pid: cpu_seconds(p.pid) for p in procs}
         wall0 = time.monotonic()
         timings: dict[str, list[float]] = {"exporter": [], "node_exporter": [], "exporter_pass": []}
@@ -158,7 +164,7 @@ def measure(args) -> dict:
             timings["exporter"].append(took)
             timings["exporter_pass"].append(pass_seconds(body))
             timings["node_exporter"].append(scrape(node_port)[0])
-            time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
+            time.sleep(max(0.0, args.scrape_every - (time.monotonic() - tick)))
         wall = time.monotonic() - wall0
         for name, proc in (("exporter", ours), ("node_exporter", theirs)):
             result[name] = {
@@ -202,7 +208,8 @@ def table(result: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--containers", type=int, default=100)
-    parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--seconds", type=float, default=120)
+    parser.add_argument("--scrape-every", type=float, default=15, help="seconds between the scrapes of each")
     parser.add_argument("--churn", type=int, default=0, help="then start and remove this many containers")
     parser.add_argument("--out", help="write the result as JSON here too")
     args = parser.parse_args()
