@@ -1,9 +1,12 @@
 """Engine mode: the running containers of a Docker or Podman engine (its Docker-compatible API), one Target each.
 
-Each pass lists the running containers (one API call) and inspects only those not seen
-before (their init pid, environment and labels do not change while they run; a container
-restarted under the same id has a new pid and is inspected again). Each one's /dev/shm and
-memory are then read through /proc (shmguard.exporter.proc), not through the engine.
+The running containers are listed (one API call) when the engine's event stream, followed in
+a thread, says a container started or stopped, and every RECONCILE seconds anyway; a pass in
+between calls the engine not at all. Only containers not seen before are inspected (their init
+pid, environment and labels do not change while they run; a container restarted under the same
+id has a new pid and is inspected again). Each one's /dev/shm and memory are read through /proc
+(shmguard.exporter.proc), not through the engine, every pass; a container whose process is
+gone leaves with that pass, listed or not.
 
 The engine may go away and come back (an upgrade, a crash): a pass that cannot list marks the
 source down (shmguard_engine_up 0) and still samples the containers it knew, whose processes
@@ -13,6 +16,7 @@ exits between the list and the read, or whose inspect answers 404, is simply not
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -24,6 +28,8 @@ from shmguard.record import Record, field
 
 SHORT_ID = 12
 API_TIMEOUT = 5  # seconds: a hung engine must not stall the pass for long
+RECONCILE = 30.0  # seconds: a full list at least this often, whatever the events said
+EVENTS = {"type": ["container"], "event": ["start", "restart", "die", "destroy"]}
 # Labels that name a container's compose project and service, and its Kubernetes pod (cri-dockerd and dockershim
 # label the containers they make), by the engine's own label keys.
 COMPOSE_PROJECT = ("com.docker.compose.project", "io.podman.compose.project")
@@ -77,19 +83,76 @@ def describe(attrs: dict) -> tuple[Target, int | None]:
     return target, pid
 
 
+class EventWatch:
+    """The engine's container events, followed in a daemon thread: `changed` is set by each one, and when the
+    stream ends (the engine went away), after which `alive` is False."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.changed = threading.Event()
+        self.alive = True
+        self.thread = threading.Thread(target=self.follow, name="shmguard-exporter-events", daemon=True)
+        self.thread.start()
+
+    def follow(self) -> None:
+        try:
+            for _event in self.stream:
+                self.changed.set()
+        except Exception:  # noqa: BLE001 - a broken stream is an engine gone: the next pass lists and finds out
+            pass
+        finally:
+            self.alive = False
+            self.changed.set()
+
+    def close(self) -> None:
+        try:
+            self.stream.close()
+        except Exception:  # noqa: BLE001 - closing a stream already broken
+            pass
+        self.thread.join(timeout=5)
+
+
 class EngineSource:
     """The engine's running containers, sampled pass by pass. Keeps only the containers running now."""
 
     mode = "engine"
 
     def __init__(self, host_url: str | None = None, root: Root | None = None, client: Any = None,
-                 timeout: float = API_TIMEOUT) -> None:
+                 timeout: float = API_TIMEOUT, clock=time.monotonic) -> None:
         self.host_url = host_url
         self.root = root or Root()
         self.timeout = timeout
         self.client = client
+        self.clock = clock
         self.known: dict[str, Known] = {}
         self.host: Host | None = None
+        self.watch: EventWatch | None = None
+        self.listed_at: float | None = None
+        self.lists = 0  # how many times the engine was listed (the tests count them)
+
+    def must_list(self) -> bool:
+        """List when no event stream follows the engine, when it reported a change, or when a list is due."""
+        if self.watch is None or not self.watch.alive or self.listed_at is None:
+            return True
+        if self.clock() - self.listed_at >= RECONCILE:
+            return True
+        return self.watch.changed.is_set()
+
+    def follow_events(self) -> None:
+        """Open the event stream before listing (a change during the list is then not lost); an engine API without
+        events is listed every pass."""
+        api = self.connect()
+        if self.watch is not None and self.watch.alive:
+            self.watch.changed.clear()
+            return
+        self.stop_watch()
+        if hasattr(api, "events"):
+            self.watch = EventWatch(api.events(decode=True, filters=EVENTS))
+
+    def stop_watch(self) -> None:
+        if self.watch is not None:
+            self.watch.close()
+            self.watch = None
 
     def connect(self):
         """The engine's API client, made when first needed (and again after a failure to make it): an engine
@@ -123,16 +186,20 @@ class EngineSource:
             self.host = read_host(self.root)
         errors: list[str] = []
         up = True
-        try:
-            listed = self.running()
-        except Exception as exc:  # noqa: BLE001 - any failure to list is the engine not answering
-            if not engine_failure(exc):
-                raise
-            up = False
-            errors.append(f"the engine did not answer: {type(exc).__name__}: {str(exc)[:200]}")
-            listed = None
-        if listed is not None:
-            self.refresh(listed, errors)
+        if self.must_list():
+            try:
+                self.follow_events()
+                listed = self.running()
+            except Exception as exc:  # noqa: BLE001 - any failure to list is the engine not answering
+                if not engine_failure(exc):
+                    raise
+                up = False
+                errors.append(f"the engine did not answer: {type(exc).__name__}: {str(exc)[:200]}")
+                self.stop_watch()
+            else:
+                self.listed_at = self.clock()
+                self.lists += 1
+                self.refresh(listed, errors)
         rows = []
         root = PassRoot(self.root)
         for container_id, known in list(self.known.items()):
@@ -169,6 +236,7 @@ class EngineSource:
             self.known[container_id] = Known(target=target, pid=pid, levels=levels)
 
     def close(self) -> None:
+        self.stop_watch()
         if self.client is not None and hasattr(self.client, "close"):
             self.client.close()
 

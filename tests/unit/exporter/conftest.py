@@ -100,16 +100,54 @@ def host_v1(tmp_path) -> Host:
     return Host(tmp_path, "v1")
 
 
+class FakeStream:
+    """docker-py's CancellableStream of events: iterated by the exporter's thread until closed or ended."""
+
+    def __init__(self) -> None:
+        import queue
+
+        self.queue: queue.Queue = queue.Queue()
+
+    def __iter__(self):
+        while True:
+            item = self.queue.get()
+            if item is None:
+                return
+            if isinstance(item, Exception):
+                raise item
+            yield item
+
+    def send(self, event: dict) -> None:
+        self.queue.put(event)
+
+    def end(self, error: Exception | None = None) -> None:
+        self.queue.put(error)
+
+    def close(self) -> None:
+        self.queue.put(None)
+
+
 class FakeEngine:
-    """The engine API as docker-py's low-level client answers it: containers(filters) and inspect_container(id).
+    """The engine API as docker-py's low-level client answers it: containers(filters) and inspect_container(id),
+    and events() when made with_events.
 
     `down` makes every call fail as a vanished engine does (a socket error)."""
 
-    def __init__(self) -> None:
+    def __init__(self, with_events: bool = False) -> None:
         self.attrs: dict[str, dict] = {}
         self.down = False
         self.inspected: list[str] = []
         self.gone_on_inspect: set[str] = set()
+        self.streams: list[FakeStream] = []
+        if with_events:
+            self.events = self._events
+
+    def _events(self, decode=None, filters=None):
+        if self.down:
+            raise ConnectionError("connection refused")
+        assert decode is True and filters["type"] == ["container"]
+        self.streams.append(FakeStream())
+        return self.streams[-1]
 
     def add(self, container_id: str, pid: int, name: str = "train", image: str = "img:1", env=(), labels=None) -> None:
         self.attrs[container_id] = {"Id": container_id, "Name": f"/{name}", "State": {"Pid": pid, "Running": True},

@@ -194,3 +194,67 @@ def test_a_thousand_containers_started_and_stopped_leave_the_state_where_it_was(
     grown = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
     assert src.known == {} and peaks == {}
     assert grown < 64 * 1024, f"{grown} bytes more after 1,000 containers came and went"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def wait_until(condition) -> None:
+    import time
+
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_with_events_the_engine_is_listed_only_when_something_changed(host_v1):
+    from tests.unit.exporter.conftest import FakeEngine
+
+    engine, clock = FakeEngine(with_events=True), Clock()
+    host_v1.add(cid(1), 101)
+    engine.add(cid(1), 101)
+    src = EngineSource(root=host_v1.root, client=engine, clock=clock)
+    try:
+        for _ in range(5):
+            assert [row.target.key for row in src.sample().rows] == [cid(1)]
+        assert src.lists == 1 and len(engine.streams) == 1
+        host_v1.add(cid(2), 102)  # a container starts: its event makes the next pass list
+        engine.add(cid(2), 102)
+        engine.streams[0].send({"status": "start", "id": cid(2)})
+        wait_until(src.watch.changed.is_set)
+        assert {row.target.key for row in src.sample().rows} == {cid(1), cid(2)} and src.lists == 2
+        host_v1.stop(101)  # one stops: gone from the next pass through /proc, before any event or list
+        assert [row.target.key for row in src.sample().rows] == [cid(2)] and src.lists == 2
+        clock.now += 30  # a list is due anyway
+        src.sample()
+        assert src.lists == 3 and len(engine.streams) == 1  # the same stream goes on
+    finally:
+        src.close()
+
+
+def test_with_events_an_engine_that_goes_away_ends_the_stream_and_is_marked_down(host_v1):
+    from tests.unit.exporter.conftest import FakeEngine
+
+    engine = FakeEngine(with_events=True)
+    host_v1.add(cid(1), 101)
+    engine.add(cid(1), 101)
+    src = EngineSource(root=host_v1.root, client=engine, clock=Clock())
+    try:
+        assert src.sample().source_up
+        engine.down = True
+        engine.streams[0].end(ConnectionError("the engine is gone"))
+        wait_until(lambda: not src.watch.alive)
+        down = src.sample()
+        assert not down.source_up and [row.target.key for row in down.rows] == [cid(1)]
+        engine.down = False
+        back = src.sample()
+        assert back.source_up and len(engine.streams) == 2 and src.watch.alive
+    finally:
+        src.close()
+    assert src.watch is None
