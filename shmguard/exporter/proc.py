@@ -28,7 +28,6 @@ from shmguard.probe.cgroup import (
     parse_proc_cgroup,
 )
 from shmguard.probe.mountinfo import parse_mountinfo
-from shmguard.probe.shm import ShmInfo
 from shmguard.record import Record
 
 
@@ -63,14 +62,14 @@ def memory_levels(root: Root, host: Host, pid: int) -> tuple[list[Level], str | 
     return levels, (None if levels else note)
 
 
-def read_shm(root: Root, pid: int) -> ShmInfo:
-    """The /dev/shm the process sees: size and free bytes from statvfs, or the error."""
+def read_shm(root: Root, pid: int) -> tuple[int | None, int | None, str | None]:
+    """The /dev/shm the process sees: its size and used bytes from statvfs, or the error."""
     path = f"/proc/{pid}/root/dev/shm"
     try:
         st = root.statvfs(path)
     except OSError as exc:
-        return ShmInfo(errors=(f"cannot statvfs {path}: {exc.strerror or exc}",))
-    return ShmInfo(total=st.f_blocks * st.f_frsize, free=st.f_bfree * st.f_frsize, fstype=None)
+        return None, None, f"cannot statvfs {path}: {exc.strerror or exc}"
+    return st.f_blocks * st.f_frsize, (st.f_blocks - st.f_bfree) * st.f_frsize, None
 
 
 class PassRoot(Root):
@@ -106,8 +105,8 @@ class PassRoot(Root):
 
 def read_container(root: Root, host: Host, pid: int, levels: list[Level]) -> Reading | None:
     """The container's reading, or None when its process is gone (before, during or right after the read)."""
-    shm = read_shm(root, pid)
-    errors = list(shm.errors)
+    shm_size, shm_used, shm_error = read_shm(root, pid)
+    errors = [shm_error] if shm_error else []
     limit = usage = shmem = None
     if levels:
         found = memory_limit(root, levels, host.memory)
@@ -118,7 +117,7 @@ def read_container(root: Root, host: Host, pid: int, levels: list[Level]) -> Rea
         errors += [*found.errors, *used.errors, *pages.errors]
     if not root.exists(f"/proc/{pid}"):
         return None  # it exited (before or mid-read): what was read may be half of a torn-down cgroup
-    return Reading(shm_size=shm.total, shm_used=shm.used, memory_limit=_int(limit), memory_usage=_int(usage),
+    return Reading(shm_size=shm_size, shm_used=shm_used, memory_limit=_int(limit), memory_usage=_int(usage),
                    memory_shmem=_int(shmem), errors=tuple(errors))
 
 
