@@ -607,10 +607,13 @@ def health_command(args) -> int:
                    "named through the Kubernetes API, instead of the engine's containers.")
 @click.option("--node-name", "node_name", envvar="NODE_NAME", show_envvar=True, metavar="NAME",
               help="Node mode: this node's name (the pods listed are those with spec.nodeName=NAME).")
+@click.option("--api-server", "api_server", metavar="URL",
+              help="Node mode: the Kubernetes API (default: the pod's service account; outside a pod, e.g. "
+                   "`kubectl proxy`'s http://127.0.0.1:8001).")
 @click.option("--once", is_flag=True, help="Take one pass, print it (Prometheus text format) and exit.")
 @click.option("--json", "as_json", is_flag=True, help="With --once: print the pass as one JSON object.")
 @click.pass_context
-def exporter(ctx, port, address, interval, host, kubelet_root, node_name, once, as_json) -> int:
+def exporter(ctx, port, address, interval, host, kubelet_root, node_name, api_server, once, as_json) -> int:
     """Serve live /dev/shm and memory metrics of every running container for Prometheus (/metrics, /healthz).
 
     Per container of the Docker or Podman engine (or, with --kubelet-root, per
@@ -624,7 +627,7 @@ def exporter(ctx, port, address, interval, host, kubelet_root, node_name, once, 
     from shmguard.exporter.command import run_exporter
 
     return run_exporter(port=port, address=address, interval=interval, host=host, kubelet_root=kubelet_root,
-                        node_name=node_name, once=once, as_json=as_json)
+                        node_name=node_name, api_server=api_server, once=once, as_json=as_json)
 
 
 @exporter.group("render")

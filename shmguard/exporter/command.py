@@ -13,7 +13,8 @@ def needs_prometheus_client() -> None:
 
 
 def run_exporter(*, port: int, address: str, interval: str, host: str | None, kubelet_root: str | None,
-                 node_name: str | None, once: bool, as_json: bool, root=None, out=None, err=None) -> int:
+                 node_name: str | None, once: bool, as_json: bool, api_server: str | None = None, root=None,
+                 out=None, err=None) -> int:
     """Check every option before anything starts (a bad one is exit 2), then serve or take one pass."""
     from shmguard.exporter.server import once as take_once
     from shmguard.exporter.server import parse_interval, serve
@@ -27,8 +28,10 @@ def run_exporter(*, port: int, address: str, interval: str, host: str | None, ku
             raise UsageError("--host and --kubelet-root do not go together: node mode reads the kubelet's volumes")
         from shmguard.exporter.kubelet import source_for_node
 
-        source = source_for_node(kubelet_root, node_name, root=root)
+        source = source_for_node(kubelet_root, node_name, root=root, api_server=api_server)
     else:
+        if api_server is not None:
+            raise UsageError("--api-server goes with --kubelet-root (node mode)")
         if importlib.util.find_spec("docker") is None:
             raise UsageError("`shmguard exporter` needs the Docker SDK: pip install 'shmguard[run]'")
         from shmguard.exporter.engine import EngineSource

@@ -234,8 +234,10 @@ class KubeletSource:
         pass
 
 
-def source_for_node(kubelet_root: str, node_name: str | None, root: Root | None = None) -> KubeletSource:
-    """The node-mode source, its options checked: an absolute kubelet root that exists, a node name."""
+def source_for_node(kubelet_root: str, node_name: str | None, root: Root | None = None,
+                    api_server: str | None = None) -> KubeletSource:
+    """The node-mode source, its options checked: an absolute kubelet root that exists, a node name, an API
+    (api_server, e.g. `kubectl proxy`'s http://127.0.0.1:8001; else the pod's service account)."""
     if not kubelet_root.startswith("/"):
         raise UsageError(f"--kubelet-root must be an absolute path, not {kubelet_root!r}")
     if not node_name:
@@ -244,5 +246,5 @@ def source_for_node(kubelet_root: str, node_name: str | None, root: Root | None 
     real = root or Root()
     if not real.isdir(posixpath.join(kubelet_root, "pods")):
         raise UsageError(f"{kubelet_root}/pods is not a directory: is {kubelet_root} the kubelet's root?")
-    return KubeletSource(kubelet_root, node_name, KubeAPI().node_pods, root=real,
+    return KubeletSource(kubelet_root, node_name, KubeAPI(api_server).node_pods, root=real,
                          cgroup_root=os.environ.get("SHMGUARD_CGROUP_ROOT", CGROUP_ROOT))
