@@ -2,7 +2,7 @@
 
 One command (run as root on a host with the Docker engine and Debian's prometheus-node-exporter):
 
-    python3 benchmarks/exporter_cost.py [--containers 100] [--seconds 120] [--scrape-every 15] [--churn 0]
+    python3 benchmarks/exporter_cost.py [--containers 100] [--seconds 120] [--scrape-every 15,1] [--churn 0]
                                         [--out FILE.json]
 
 It starts --containers containers (shmguard-base:bookworm, each with 1 MiB in its /dev/shm,
@@ -11,8 +11,9 @@ mount on the host, the only way node_exporter can see it), then runs side by sid
 - `shmguard exporter --interval 1s` from this tree;
 - `prometheus-node-exporter` with only its filesystem collector, told to include the mounts it
   leaves out by default (/dev/*, /run/*, /var/lib/docker/*: the containers' /dev/shm);
-and scrapes both every --scrape-every seconds (Prometheus's 15 s by default, as the rendered
-ServiceMonitor; 1 for the worst case). node_exporter reads the filesystems on each scrape; the
+and scrapes both every --scrape-every seconds, one window per value: 15 (Prometheus's usual, as the
+rendered ServiceMonitor), then 1 (the worst case, and node_exporter then reads the filesystems
+every second as the exporter does). node_exporter reads the filesystems on each scrape; the
 exporter makes a pass every second whatever the scrapes. It reports per process: the scrape time
 (median and max; for the exporter also its pass over the containers, shmguard_exporter_pass_seconds),
 the CPU used over the window as a share of one CPU (utime + stime from /proc/<pid>/stat), and the
@@ -121,6 +122,34 @@ def pass_seconds(body: bytes) -> float:
     return float("nan")
 
 
+def window(ours: subprocess.Popen, theirs: subprocess.Popen, shm_port: int, node_port: int, every: float,
+           seconds: float) -> dict:
+    """Both processes over `seconds`, each scraped every `every` seconds: scrape times, CPU, RSS."""
+    procs = (("exporter", ours, shm_port), ("node_exporter", theirs, node_port))
+    cpu0 = {name: cpu_seconds(proc.pid) for name, proc, _ in procs}
+    wall0 = time.monotonic()
+    timings: dict[str, list[float]] = {"exporter": [], "node_exporter": [], "exporter_pass": []}
+    while time.monotonic() - wall0 < seconds:
+        tick = time.monotonic()
+        took, body = scrape(shm_port)
+        timings["exporter"].append(took)
+        timings["exporter_pass"].append(pass_seconds(body))
+        timings["node_exporter"].append(scrape(node_port)[0])
+        time.sleep(max(0.0, every - (time.monotonic() - tick)))
+    wall = time.monotonic() - wall0
+    out: dict = {"scrape_every": every, "scrapes": len(timings["exporter"]), "load": loadavg()}
+    for name, proc, _ in procs:
+        out[name] = {
+            "scrape_ms_median": 1000 * statistics.median(timings[name]),
+            "scrape_ms_max": 1000 * max(timings[name]),
+            "cpu_percent_of_one": 100 * (cpu_seconds(proc.pid) - cpu0[name]) / wall,
+            "rss_mib": rss_mib(proc.pid),
+        }
+    out["exporter"]["pass_ms_median"] = 1000 * statistics.median(timings["exporter_pass"])
+    out["exporter"]["pass_ms_max"] = 1000 * max(timings["exporter_pass"])
+    return out
+
+
 def measure(args) -> dict:
     import docker
 
@@ -154,28 +183,8 @@ def measure(args) -> dict:
             time.sleep(0.5)
         result["exporter_series_per_metric"] = seen
         result["node_exporter_shm_mounts"] = scrape(node_port)[1].count(b'node_filesystem_size_bytes{device="shm"')
-        result["scrape_every"] = args.scrape_every
-        cpu0 = {p.pid: cpu_seconds(p.pid) for p in procs}
-        wall0 = time.monotonic()
-        timings: dict[str, list[float]] = {"exporter": [], "node_exporter": [], "exporter_pass": []}
-        while time.monotonic() - wall0 < args.seconds:
-            tick = time.monotonic()
-            took, body = scrape(shm_port)
-            timings["exporter"].append(took)
-            timings["exporter_pass"].append(pass_seconds(body))
-            timings["node_exporter"].append(scrape(node_port)[0])
-            time.sleep(max(0.0, args.scrape_every - (time.monotonic() - tick)))
-        wall = time.monotonic() - wall0
-        for name, proc in (("exporter", ours), ("node_exporter", theirs)):
-            result[name] = {
-                "scrape_ms_median": 1000 * statistics.median(timings[name]),
-                "scrape_ms_max": 1000 * max(timings[name]),
-                "cpu_percent_of_one": 100 * (cpu_seconds(proc.pid) - cpu0[proc.pid]) / wall,
-                "rss_mib": rss_mib(proc.pid),
-            }
-        result["exporter"]["pass_ms_median"] = 1000 * statistics.median(timings["exporter_pass"])
-        result["exporter"]["pass_ms_max"] = 1000 * max(timings["exporter_pass"])
-        result["scrapes"] = len(timings["exporter"])
+        result["windows"] = [window(ours, theirs, shm_port, node_port, float(every), args.seconds)
+                             for every in str(args.scrape_every).split(",")]
         if args.churn:
             before = rss_mib(ours.pid)
             for _ in range(0, args.churn, 10):
@@ -195,13 +204,16 @@ def measure(args) -> dict:
 
 
 def table(result: dict) -> str:
-    rows = ["| process | scrape ms (median / max) | pass ms (median / max) | CPU % of one | RSS MiB |",
-            "|---|---|---|---|---|"]
-    for name in ("exporter", "node_exporter"):
-        r = result[name]
-        passes = f"{r['pass_ms_median']:.1f} / {r['pass_ms_max']:.1f}" if "pass_ms_median" in r else "-"
-        rows.append(f"| {name} | {r['scrape_ms_median']:.1f} / {r['scrape_ms_max']:.1f} | {passes} | "
-                    f"{r['cpu_percent_of_one']:.2f} | {r['rss_mib']:.1f} |")
+    rows = ["| scraped every | process | scrape ms (median / max) | pass ms (median / max) | CPU % of one | RSS MiB "
+            "| load at the end |",
+            "|---|---|---|---|---|---|---|"]
+    for window in result["windows"]:
+        for name in ("exporter", "node_exporter"):
+            r = window[name]
+            passes = f"{r['pass_ms_median']:.1f} / {r['pass_ms_max']:.1f}" if "pass_ms_median" in r else "-"
+            rows.append(f"| {window['scrape_every']:g} s | {name} | {r['scrape_ms_median']:.1f} / "
+                        f"{r['scrape_ms_max']:.1f} | {passes} | {r['cpu_percent_of_one']:.2f} | {r['rss_mib']:.1f} "
+                        f"| {window['load']} |")
     return "\n".join(rows)
 
 
@@ -209,7 +221,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--containers", type=int, default=100)
     parser.add_argument("--seconds", type=float, default=120)
-    parser.add_argument("--scrape-every", type=float, default=15, help="seconds between the scrapes of each")
+    parser.add_argument("--scrape-every", default="15,1",
+                        help="seconds between the scrapes of each, one window per value (default: 15, then 1)")
     parser.add_argument("--churn", type=int, default=0, help="then start and remove this many containers")
     parser.add_argument("--out", help="write the result as JSON here too")
     args = parser.parse_args()
