@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from typing import Any
 
 from shmguard.errors import UsageError
 
@@ -23,6 +24,7 @@ def run_exporter(*, port: int, address: str, interval: str, host: str | None, ku
     if as_json and not once:
         raise UsageError("--json goes with --once (the server speaks the Prometheus text format)")
     needs_prometheus_client()
+    source: Any
     if kubelet_root is not None:
         if host is not None:
             raise UsageError("--host and --kubelet-root do not go together: node mode reads the kubelet's volumes")

@@ -161,10 +161,9 @@ class EngineSource:
             import docker
 
             if self.host_url:
-                self.client = docker.DockerClient(  # type: ignore[attr-defined]  # mypy takes docker/ for the SDK
-                    base_url=self.host_url, timeout=self.timeout)
+                self.client = docker.DockerClient(base_url=self.host_url, timeout=int(self.timeout))
             else:
-                self.client = docker.from_env(timeout=self.timeout)  # type: ignore[attr-defined]
+                self.client = docker.from_env(timeout=int(self.timeout))
         return self.client.api if hasattr(self.client, "api") else self.client
 
     def running(self) -> list[dict]:

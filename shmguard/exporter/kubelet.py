@@ -132,8 +132,8 @@ class KubeAPI:
 
 
 def pod_uid(pod: dict) -> str:
-    metadata = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
-    return str(metadata.get("uid") or "")
+    metadata = pod.get("metadata")
+    return str(metadata.get("uid") or "") if isinstance(metadata, dict) else ""
 
 
 class KubeletSource:
@@ -218,7 +218,7 @@ class KubeletSource:
         total = st.f_blocks * st.f_frsize
         return Reading(shm_size=total, shm_used=total - st.f_bfree * st.f_frsize,
                        memory_limit=None if limit is None else int(limit), memory_usage=None if usage is None else int(usage),
-                       memory_shmem=shmem, errors=tuple(errors))
+                       memory_shmem=None if shmem is None else int(shmem), errors=tuple(errors))
 
     def target(self, volume: Volume) -> Target | None:
         """The volume's names from its pod (shmguard.exporter.podnames); by uid alone when the pod is not known."""
