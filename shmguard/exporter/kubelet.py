@@ -29,9 +29,9 @@ import urllib.request
 
 from shmguard.errors import UsageError
 from shmguard.exporter.metrics import Reading, Row, Sample, Target
-from shmguard.exporter.proc import PassRoot
+from shmguard.exporter.proc import PassRoot, read_memory
 from shmguard.probe import Root
-from shmguard.probe.cgroup import Level, memory_limit, memory_shmem, memory_stat, memory_usage, parse_meminfo_total
+from shmguard.probe.cgroup import Level, parse_meminfo_total
 from shmguard.probe.mountinfo import parse_mountinfo
 from shmguard.record import Record
 
@@ -206,19 +206,9 @@ class KubeletSource:
         levels = self.cgroups.get(volume.uid)
         if levels is None:
             levels = self.cgroups[volume.uid] = pod_cgroup(root, self.cgroup_root, volume.uid)
-        limit = usage = shmem = None
-        errors: list[str] = []
-        if levels:
-            found = memory_limit(root, levels, self.host_memory)
-            stat = memory_stat(root, levels)
-            used = memory_usage(root, levels, stat)
-            pages = memory_shmem(root, levels, stat)
-            limit, usage, shmem = found.value, used.value, pages.value
-            errors += [*found.errors, *used.errors, *pages.errors]
         total = st.f_blocks * st.f_frsize
-        return Reading(shm_size=total, shm_used=total - st.f_bfree * st.f_frsize,
-                       memory_limit=None if limit is None else int(limit), memory_usage=None if usage is None else int(usage),
-                       memory_shmem=None if shmem is None else int(shmem), errors=tuple(errors))
+        return read_memory(root, levels, self.host_memory).replace(
+            shm_size=total, shm_used=total - st.f_bfree * st.f_frsize)
 
     def target(self, volume: Volume) -> Target | None:
         """The volume's names from its pod (shmguard.exporter.podnames); by uid alone when the pod is not known."""

@@ -107,18 +107,23 @@ def read_container(root: Root, host: Host, pid: int, levels: list[Level]) -> Rea
     """The container's reading, or None when its process is gone (before, during or right after the read)."""
     shm_size, shm_used, shm_error = read_shm(root, pid)
     errors = [shm_error] if shm_error else []
-    limit = usage = shmem = None
-    if levels:
-        found = memory_limit(root, levels, host.memory)
-        stat = memory_stat(root, levels)
-        used = memory_usage(root, levels, stat)
-        pages = memory_shmem(root, levels, stat)
-        limit, usage, shmem = found.value, used.value, pages.value
-        errors += [*found.errors, *used.errors, *pages.errors]
+    memory = read_memory(root, levels, host.memory)
     if not root.exists(f"/proc/{pid}"):
         return None  # it exited (before or mid-read): what was read may be half of a torn-down cgroup
-    return Reading(shm_size=shm_size, shm_used=shm_used, memory_limit=_int(limit), memory_usage=_int(usage),
-                   memory_shmem=_int(shmem), errors=tuple(errors))
+    return memory.replace(shm_size=shm_size, shm_used=shm_used, errors=tuple(errors) + memory.errors)
+
+
+def read_memory(root: Root, levels: list[Level], host_memory: int | None) -> Reading:
+    """A memory cgroup's limit (the smallest along the levels), use and shmem, as the probes read them
+    (shmguard.probe.cgroup), memory.stat read once; no levels: nothing known."""
+    if not levels:
+        return Reading()
+    found = memory_limit(root, levels, host_memory)
+    stat = memory_stat(root, levels)
+    used = memory_usage(root, levels, stat)
+    pages = memory_shmem(root, levels, stat)
+    return Reading(memory_limit=_int(found.value), memory_usage=_int(used.value), memory_shmem=_int(pages.value),
+                   errors=(*found.errors, *used.errors, *pages.errors))
 
 
 def _int(value) -> int | None:
