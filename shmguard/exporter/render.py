@@ -21,7 +21,8 @@ from shmguard.exporter.dashboard import dashboard
 from shmguard.exporter.rules import groups
 from shmguard.manifests.render import check_target
 
-CGROUP_ROOT = "/sys/fs/cgroup"
+CGROUP_ROOT = "/sys/fs/cgroup"  # on the node
+CGROUP_MOUNT = "/host/sys/fs/cgroup"  # in the exporter's container: beside its own cgroup mount, not over it
 SCRAPE_INTERVAL = "15s"
 DASHBOARD_LABEL = "grafana_dashboard"
 
@@ -44,7 +45,7 @@ def render(*, namespace: str = "shmguard", name: str = "shmguard-exporter", imag
         "imagePullPolicy": "IfNotPresent",
         "command": ["shmguard", "exporter", "--kubelet-root", kubelet_root, "--interval", interval, "--port", str(port)],
         "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-                {"name": "SHMGUARD_CGROUP_ROOT", "value": CGROUP_ROOT}],
+                {"name": "SHMGUARD_CGROUP_ROOT", "value": CGROUP_MOUNT}],
         "ports": [{"name": "metrics", "containerPort": port, "protocol": "TCP"}],
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 10,
                            "timeoutSeconds": 2, "failureThreshold": 3},
@@ -56,7 +57,7 @@ def render(*, namespace: str = "shmguard", name: str = "shmguard-exporter", imag
                             "capabilities": {"drop": ["ALL"]}},
         "volumeMounts": [
             {"name": "kubelet", "mountPath": kubelet_root, "readOnly": True, "mountPropagation": "HostToContainer"},
-            {"name": "cgroup", "mountPath": CGROUP_ROOT, "readOnly": True},
+            {"name": "cgroup", "mountPath": CGROUP_MOUNT, "readOnly": True},
         ],
     }
     daemonset = {

@@ -69,6 +69,8 @@ def test_the_daemonset_reads_the_kubelet_root_read_only_with_least_privilege():
     assert kubelet == {"name": "kubelet", "mountPath": "/var/lib/kubelet", "readOnly": True,
                        "mountPropagation": "HostToContainer"}
     assert all(m["readOnly"] for m in container["volumeMounts"])
+    cgroup = next(m for m in container["volumeMounts"] if m["name"] == "cgroup")
+    assert {"name": "SHMGUARD_CGROUP_ROOT", "value": cgroup["mountPath"]} in container["env"]
     assert {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]} == {"kubelet": "/var/lib/kubelet",
                                                                            "cgroup": "/sys/fs/cgroup"}
     security = container["securityContext"]
