@@ -187,12 +187,16 @@ def measure(args) -> dict:
                              for every in str(args.scrape_every).split(",")]
         if args.churn:
             before = rss_mib(ours.pid)
-            for _ in range(0, args.churn, 10):
+            curve = []  # RSS after every 100 containers: a plateau, or a leak that grows with them
+            for done in range(10, args.churn + 1, 10):
                 batch = start_containers(client, 10)
                 time.sleep(1.5)  # at least one pass sees them
                 remove(batch)
+                if done % 100 == 0:
+                    curve.append([done, round(rss_mib(ours.pid), 2)])
             time.sleep(3)
             result["churn"] = {"containers": args.churn, "rss_mib_before": before, "rss_mib_after": rss_mib(ours.pid),
+                               "rss_mib_every_100": curve,
                                "series_after": scrape(shm_port)[1].count(b"\nshmguard_shm_used_bytes{")}
         result["load_end"] = loadavg()
         return result

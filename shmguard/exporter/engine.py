@@ -129,10 +129,11 @@ class EngineSource:
         self.watch: EventWatch | None = None
         self.listed_at: float | None = None
         self.lists = 0  # how many times the engine was listed (the tests count them)
+        self.gone = False  # a known container's process went away: list again (it may run under a new pid)
 
     def must_list(self) -> bool:
         """List when no event stream follows the engine, when it reported a change, or when a list is due."""
-        if self.watch is None or not self.watch.alive or self.listed_at is None:
+        if self.watch is None or not self.watch.alive or self.listed_at is None or self.gone:
             return True
         if self.clock() - self.listed_at >= RECONCILE:
             return True
@@ -198,6 +199,7 @@ class EngineSource:
             else:
                 self.listed_at = self.clock()
                 self.lists += 1
+                self.gone = False
                 self.refresh(listed, errors)
         rows = []
         root = PassRoot(self.root)
@@ -205,6 +207,7 @@ class EngineSource:
             reading = read_container(root, self.host, known.pid, known.levels)
             if reading is None:
                 del self.known[container_id]  # its process is gone: the container stopped (or restarted)
+                self.gone = True
                 continue
             rows.append(Row(known.target, reading))
         return Sample(rows=tuple(rows), mode=self.mode, source_up=up, taken_at=time.time(),

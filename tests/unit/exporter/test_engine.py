@@ -258,3 +258,27 @@ def test_with_events_an_engine_that_goes_away_ends_the_stream_and_is_marked_down
     finally:
         src.close()
     assert src.watch is None
+
+
+def test_with_events_a_container_restarted_before_a_pass_is_back_in_the_next(host_v1):
+    """Its die and start events came before the pass that lists it, while the old process was known: the pass
+    drops the old pid; the next one lists again and finds it under its new pid."""
+    from tests.unit.exporter.conftest import FakeEngine
+
+    engine = FakeEngine(with_events=True)
+    host_v1.add(cid(1), 101)
+    engine.add(cid(1), 101)
+    src = EngineSource(root=host_v1.root, client=engine, clock=Clock())
+    try:
+        src.sample()
+        host_v1.stop(101)
+        host_v1.add(cid(1), 202, shm=(64 * MIB, 32 * MIB))
+        engine.add(cid(1), 202)
+        engine.streams[0].send({"status": "die", "id": cid(1)})
+        engine.streams[0].send({"status": "start", "id": cid(1)})
+        wait_until(src.watch.changed.is_set)
+        src.sample()  # lists (the events), keeps the known container, finds its old pid gone
+        rows = src.sample().rows
+        assert [(row.target.key, row.reading.shm_used) for row in rows] == [(cid(1), 32 * MIB)]
+    finally:
+        src.close()
