@@ -130,11 +130,15 @@ def model_bytes(ranks: int, backend: str):
     try:
         from shmguard import nccl
         from shmguard.job import make_job
+        from shmguard.probe.nccl_version import torch_version
     except ImportError:
         return None
     gpus = ranks if backend == "nccl" else 0
-    job = make_job(workers=0, batch_size=1, sample_bytes=1, gpus=gpus, procs_per_node=ranks, nccl_env=nccl.env_of(os.environ))
-    return {"shm_bytes": nccl.shm_bytes(job), "how": nccl.describe(job) or "no NCCL term (no two GPU ranks)"}
+    version = torch_version() if backend == "nccl" else None  # the NCCL this torch loads: its figures differ by version
+    job = make_job(workers=0, batch_size=1, sample_bytes=1, gpus=gpus, procs_per_node=ranks,
+                   nccl_env=nccl.env_of(os.environ), nccl_version=version)
+    return {"shm_bytes": nccl.shm_bytes(job), "nccl_version": version,
+            "how": nccl.describe(job) or "no NCCL term (no two GPU ranks)"}
 
 
 def measure(ranks: int, backend: str) -> dict:

@@ -14,6 +14,7 @@ a fixed number of reviews, each with a 10 s timeout.
 
     python3 benchmarks/webhook_load.py [--reviews 2000] [--concurrency 50] [--processes 1] [--json]
     python3 benchmarks/webhook_load.py --client wrk [--seconds 3] [--concurrency 50] [--processes 1] [--json]
+    PYTHONPATH=DIR python3 benchmarks/webhook_load.py --server uvicorn-h11 ...   # a maintained stack (section 12)
 
 Exits 1 when there was any error or the client-side p99 is above --p99-ms (50).
 """
@@ -43,22 +44,31 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, int(round(q / 100 * len(ordered) + 0.5)) - 1))]
 
 
-def start_server(certs: str, processes: int) -> tuple[subprocess.Popen, int]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    subprocess.run([sys.executable, "-m", "shmguard", "webhook", "certs", certs, "--san", "localhost"], env=env,
-                   check=True, capture_output=True, timeout=60)
+STACKS = ("shmguard", "uvicorn-h11", "uvicorn-httptools", "hypercorn", "tornado")
+
+
+def start_server(certs: str, processes: int, server: str = "shmguard",
+                 extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen, int]:
+    """`webhook serve` (or, for the comparison, a maintained stack of benchmarks/webhook_stacks.py, which takes its
+    packages from the PYTHONPATH given) on 127.0.0.1, with new certificates in certs; the process and its port."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    if not os.path.exists(f"{certs}/tls.crt"):
+        subprocess.run([sys.executable, "-m", "shmguard", "webhook", "certs", certs, "--san", "localhost"], env=env,
+                       check=True, capture_output=True, timeout=60, cwd=ROOT)
+    tls = ["--tls-cert", f"{certs}/tls.crt", "--tls-key", f"{certs}/tls.key"]
+    if server == "shmguard":
+        command = [sys.executable, "-m", "shmguard", "webhook", "serve", "--host", "127.0.0.1", "--port", "0", *tls,
+                   "--processes", str(processes), *extra]
+    else:
+        command = [sys.executable, str(ROOT / "benchmarks" / "webhook_stacks.py"), server, "--port", "0", *tls, *extra]
     # The log goes to a file (the benchmark reads only its first line): a pipe would need a reader in this process.
     log = open(f"{certs}/server.log", "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "shmguard", "webhook", "serve", "--host", "127.0.0.1", "--port", "0",
-                             "--tls-cert", f"{certs}/tls.crt", "--tls-key", f"{certs}/tls.key",
-                             "--processes", str(processes)],
-                            env=env, stderr=log)
+    proc = subprocess.Popen(command, env=env, stderr=log, cwd=ROOT)  # `-m shmguard` imports from the folder it runs in
     deadline = time.monotonic() + 60
     while True:
         log.seek(0)
-        line = log.readline()
-        if line.endswith("\n"):
-            first = json.loads(line)
+        first = next((json.loads(line) for line in log if line.startswith("{") and '"listening"' in line), None)
+        if first is not None:
             break
         if proc.poll() is not None or time.monotonic() > deadline:
             raise SystemExit(f"the server did not start: {log.read()}")
@@ -152,8 +162,11 @@ def tree_cpu(pid: int) -> float:
 def server_histogram(port: int, ca: str) -> dict:
     conn = http.client.HTTPSConnection("localhost", port, context=ssl.create_default_context(cafile=ca), timeout=10)
     conn.request("GET", "/metrics")
-    text = conn.getresponse().read().decode()
+    response = conn.getresponse()
+    text = response.read().decode()
     conn.close()
+    if response.status != 200:
+        return {}  # a stack of the comparison: no metrics
     buckets: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith("shmguard_webhook_review_duration_seconds_bucket"):
@@ -170,6 +183,8 @@ def main() -> int:
     parser.add_argument("--processes", type=int, default=1, help="webhook serve --processes")
     parser.add_argument("--client", choices=["asyncio", "wrk"], default="asyncio")
     parser.add_argument("--seconds", type=int, default=3, help="with --client wrk: how long to load")
+    parser.add_argument("--server", choices=STACKS, default="shmguard",
+                        help="the server: `webhook serve`, or a maintained stack (benchmarks/webhook_stacks.py)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     bodies = []
@@ -177,7 +192,7 @@ def main() -> int:
         for action in ("/mutate?timeout=5s", "/validate?timeout=5s"):
             bodies.append((action, path.read_bytes()))
     certs = tempfile.mkdtemp(prefix="shmguard-webhook-bench-")
-    proc, port = start_server(certs, args.processes)
+    proc, port = start_server(certs, args.processes, args.server)
     try:
         cpu_before = tree_cpu(proc.pid)
         client_before = process_cpu(os.getpid()) + children_cpu()
@@ -197,7 +212,7 @@ def main() -> int:
         proc.wait(30)
         shutil.rmtree(certs, ignore_errors=True)
     result = {
-        "client": args.client, "reviews": total, "concurrency": args.concurrency, "processes": args.processes,
+        "server": args.server, "client": args.client, "reviews": total, "concurrency": args.concurrency, "processes": args.processes,
         "errors": len(errors), "error_kinds": sorted(set(errors))[:5],
         "wall_s": round(wall, 2), "reviews_per_s": round(total / wall, 1), "client_ms": client_ms,
         "server_within": {le: int(n) for le, n in histogram.items() if le in ("0.005", "0.01", "0.025", "0.05", "+Inf")},
@@ -209,7 +224,7 @@ def main() -> int:
         print(json.dumps(result, indent=2))
     else:
         c = result["client_ms"]
-        print(f"{args.client}: {total} reviews, {args.concurrency} concurrent, {args.processes} server processes, {len(errors)} errors, {result['reviews_per_s']}/s; "
+        print(f"{args.server}, {args.client}: {total} reviews, {args.concurrency} concurrent, {args.processes} server processes, {len(errors)} errors, {result['reviews_per_s']}/s; "
               f"client latency p50 {c.get('p50')} ms, p95 {c.get('p95')} ms, p99 {c.get('p99')} ms, max {c.get('max')} ms")
         print("server: answered within 5/10/25/50 ms: "
               + "/".join(str(result["server_within"].get(k)) for k in ("0.005", "0.01", "0.025", "0.05"))

@@ -22,6 +22,12 @@ command -v runc >/dev/null || need_apt+=(runc)
 [ -x /usr/libexec/podman/catatonit ] || command -v catatonit >/dev/null || need_apt+=(catatonit)
 # The webhook load benchmark's native client (benchmarks/webhook_load.py --client wrk).
 command -v wrk >/dev/null || need_apt+=(wrk)
+# The Slurm tests (tests/integration/test_slurm.py): a one-node cluster that the tests start and stop themselves.
+# Only installed here (the packages' daemons are not started: no systemd, and policy-rc.d refuses them).
+command -v slurmctld >/dev/null || need_apt+=(slurmctld)
+command -v slurmd >/dev/null || need_apt+=(slurmd)
+command -v sbatch >/dev/null || need_apt+=(slurm-client)
+command -v munged >/dev/null || need_apt+=(munge)
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing ${need_apt[*]}"
   apt-get update -qq
@@ -74,8 +80,8 @@ if ! docker info >/dev/null 2>&1; then
     # Pid files left by an engine that was killed make a new one refuse to start.
     rm -f /var/run/docker.pid /var/run/docker/containerd/containerd.pid
   fi
-  log "starting dockerd (log: /var/log/shmguard-dockerd.log)"
-  nohup dockerd >/var/log/shmguard-dockerd.log 2>&1 &
+  log "starting dockerd (log: /var/log/shmguard-dockerd.log) with $(scripts/start-dockerd --print-limit) open files"
+  nohup scripts/start-dockerd >/var/log/shmguard-dockerd.log 2>&1 &
   for _ in $(seq 60); do
     docker info >/dev/null 2>&1 && break
     sleep 1

@@ -10,7 +10,7 @@ dispatched before click or anything heavy is imported, with no module to spare.
 
 The Python API (check_loader, guard, recommend_workers, ShmTooSmall, ...) is
 exposed lazily through the module's __getattr__: `import shmguard` loads nothing
-more, and the first use of a name imports the module that holds it (shmguard/api.py).
+more, and the first use of a name imports the package that holds it (shmguard/api/).
 """
 
 import sys

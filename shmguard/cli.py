@@ -6,14 +6,13 @@ exit code, and Ctrl-C becomes 130. Command logic lives in shmguard.commands.
 
 from __future__ import annotations
 
-import os
 import sys
 
 import click
 
 from shmguard import __version__
-from shmguard.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE, ShmguardError
-from shmguard.options import gpu_option, infer_procs
+from shmguard.errors import EXIT_USAGE, guarded
+from shmguard.webhook import FAILURE_POLICIES, MODES, ON_ERROR
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -31,27 +30,29 @@ def cli() -> None:
 
 
 def job_options(command):
-    """The options that describe the DataLoader job (shmguard.options); each also reads a SHMGUARD_* variable."""
+    """Declare the options that describe the DataLoader job (shmguard.options; each also reads a SHMGUARD_*
+    variable) and hand the command one JobOptions record, `job`, in their place."""
+    import functools
+
     from shmguard.job import ENV_VARS
-    from shmguard.options import COLLATE_HELP, DATASET_HELP, JOB_OPTIONS, PIN_MEMORY_HELP
+    from shmguard.options import COLLATE_HELP, DATASET_HELP, JOB_OPTIONS, PIN_MEMORY_HELP, JobOptions
+
+    @functools.wraps(command)
+    def with_job(*args, **values):
+        return command(*args, job=JobOptions.take(values), **values)
 
     for flag, name, help_text in reversed(JOB_OPTIONS):
-        command = click.option(flag, name, envvar=ENV_VARS[name], show_envvar=True, metavar="VALUE", help=help_text)(command)
-    command = click.option("--pin-memory/--no-pin-memory", "pin_memory", default=None, envvar=ENV_VARS["pin_memory"],
-                           show_envvar=True, help=PIN_MEMORY_HELP)(command)
-    command = click.option("--dataset", metavar="MODULE:CALLABLE", help=DATASET_HELP)(command)
-    command = click.option("--collate-fn", "collate_fn", metavar="MODULE:CALLABLE", help=COLLATE_HELP)(command)
-    return command
+        with_job = click.option(flag, name, envvar=ENV_VARS[name], show_envvar=True, metavar="VALUE",
+                                help=help_text)(with_job)
+    with_job = click.option("--pin-memory/--no-pin-memory", "pin_memory", default=None, envvar=ENV_VARS["pin_memory"],
+                            show_envvar=True, help=PIN_MEMORY_HELP)(with_job)
+    with_job = click.option("--dataset", metavar="MODULE:CALLABLE", help=DATASET_HELP)(with_job)
+    return click.option("--collate-fn", "collate_fn", metavar="MODULE:CALLABLE", help=COLLATE_HELP)(with_job)
 
 
-def job_from_options(values: dict, nccl_env=None):
-    """The Job from the job options (popped from values); with --dataset, the sample size is measured.
-
-    nccl_env: the environment the training processes will see (the -e values for `run` and
-    `render`), whose NCCL_* variables change NCCL's /dev/shm."""
-    from shmguard.options import job_from_options as from_options
-
-    return from_options(values, note=lambda text: click.echo(text, err=True), nccl_env=nccl_env)
+def note(text: str) -> None:
+    """A line for the user on stderr (what was inferred or measured)."""
+    click.echo(text, err=True)
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []},
@@ -65,11 +66,6 @@ def check(args) -> int:
     from shmguard.corecli import check_main
 
     return check_main(list(args))
-
-
-def echo_lines(lines) -> None:
-    for line in lines:
-        click.echo(line, err=True)
 
 
 def strip_dashes(command) -> tuple:
@@ -99,7 +95,7 @@ def run_options(command):
               help="Print the result (or the plan) as one JSON object on stdout; the container's output goes to stderr.")
 @click.argument("image")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def run(image, command, healthcheck, engine_wait, dry_run, tune_first, as_json, **options) -> int:
+def run(job, image, command, healthcheck, engine_wait, dry_run, tune_first, as_json, **container_options) -> int:
     """Run IMAGE [-- COMMAND...] with /dev/shm, memory, CPUs and ulimits sized for the job.
 
     Streams the logs, returns the container's exit code, stops and removes the
@@ -110,50 +106,9 @@ def run(image, command, healthcheck, engine_wait, dry_run, tune_first, as_json, 
     image missing, a --memory that cannot hold the job) or the engine went away
     and did not come back.
     """
-    import os
+    from shmguard.commands.run import run as run_command
 
-    from shmguard.engine import flags
-    from shmguard.engine.plan import RunOptions, parse_env
-    from shmguard.engine.run import run as execute
-    from shmguard.engine.run import stop_signals_interrupt
-
-    # Every option is parsed before any engine call: a bad one is one line and exit 2.
-    values = flags.parse_user(options, skip=("gpus",))
-    request = flags.parse_gpus(options["gpus"]) if options.get("gpus") is not None else None
-    options["gpus"] = None if request is None or request.known_count is None else str(request.known_count)
-    wait = flags.parse_engine_wait(engine_wait)
-    if command and command[0] == "--":
-        command = command[1:]
-    opts = RunOptions(image=image, command=tuple(command), gpus=request, healthcheck=healthcheck, engine_wait=wait,
-                      **{k: v for k, v in values.items() if v is not None})
-    container_env = {**{k: v for path in opts.env_files for k, v in flags.read_env_file(path).items()},
-                     **parse_env(opts.env, os.environ)}
-    notes = infer_procs(options, command, container_env, request.known_count if request else None)
-    if request is not None and request.known_count is None and int(options.get("procs_per_node") or 1) > 1:
-        options["gpus"] = options["procs_per_node"]  # --gpus all: N training processes drive N GPUs (NCCL's shm)
-    if tune_first:
-        from shmguard.errors import UsageError
-
-        if not options.get("dataset") or options.get("batch_size") is None:
-            raise UsageError("--tune needs --dataset and --batch-size: the sweep runs your DataLoader in the image")
-    with stop_signals_interrupt():  # SIGTERM/SIGHUP stop the tuning container too, not only the job's
-        if tune_first:
-            from shmguard.engine.run import tune_in_container
-            from shmguard.job import parse_count
-
-            batch_size = parse_count("batch_size", options["batch_size"], 1)
-            tuned = tune_in_container(opts.replace(command=()), options.pop("dataset"), batch_size,
-                                      options.pop("collate_fn", None))
-            recommended = tuned["recommended"]["workers"]
-            click.echo(f"shmguard: tuned: num_workers={recommended} "
-                       f"({tuned['recommended']['batches_per_second']:.1f} batches/s)", err=True)
-            options["workers"] = str(recommended)
-            options["sample_bytes"] = str(-(-tuned["batch_bytes"] // batch_size))
-            options["sample_shape"] = None
-            options["batch_segments"] = tuned.get("batch_segments") or None
-        job = job_from_options(options, nccl_env=container_env)
-        echo_lines(notes)
-        return execute(job, opts, dry_run=dry_run, as_json=as_json)
+    return run_command(job, image, command, container_options, healthcheck, engine_wait, dry_run, tune_first, as_json)
 
 
 @cli.group()
@@ -170,36 +125,6 @@ def target_options(command):
     return command
 
 
-def env_mapping(env) -> dict[str, str]:
-    """-e NAME=VALUE items as a mapping (the malformed ones are refused by target_values)."""
-    return {key: value for key, eq, value in (item.partition("=") for item in env) if key and eq}
-
-
-def target_values(job, image, name, cpus, memory, env, command) -> dict:
-    from shmguard.engine.flags import parse_bytes
-    from shmguard.errors import UsageError
-
-    memory_bytes = parse_bytes("--memory", memory) if memory is not None else None
-    variables = {}
-    for item in env:
-        key, eq, value = item.partition("=")
-        if not key or not eq:
-            raise UsageError(f"-e {item!r}: use NAME=VALUE")
-        variables[key] = value
-    if cpus is not None and not (0 < cpus < float("inf")):
-        raise UsageError(f"--cpus must be a number more than 0, not {cpus}")
-    if memory_bytes is not None:
-        from shmguard import sizing
-        from shmguard.units import k8s_quantity
-
-        if sizing.memory_status(job, memory_bytes) == sizing.WARN:
-            click.echo(f"shmguard: warning: {sizing.memory_shortfall(job, memory_bytes, '--memory', k8s_quantity)}", err=True)
-    if command and command[0] == "--":
-        command = command[1:]
-    return {"image": image, "name": name, "cpus": cpus, "memory": memory_bytes, "gpus": job.gpus,
-            "env": variables, "command": list(command)}
-
-
 @render.command("k8s", context_settings={"allow_interspersed_args": False})
 @job_options
 @target_options
@@ -212,18 +137,19 @@ def target_values(job, image, name, cpus, memory, env, command) -> dict:
               help="Workers: PyTorchJob Worker replicas, Ray workers, JobSet pods, TrainJob nodes.")
 @click.option("--runtime", default="torch-distributed", show_default=True,
               help="TrainJob: the ClusterTrainingRuntime it runs on.")
+@click.option("--accelerator", default="nvidia.com/gpu", show_default=True, metavar="RESOURCE",
+              help="The device resource --gpus asks for: amd.com/gpu, huawei.com/Ascend910, habana.ai/gaudi, …")
+@click.option("--pod-resources", is_flag=True, help="CPU and memory as the pod's own spec.resources (Kubernetes 1.34+).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def render_k8s_command(image, name, cpus, memory, env, namespace, kind, replicas, runtime, command, **options) -> int:
+def render_k8s_command(job, image, name, cpus, memory, env, namespace, kind, replicas, runtime, accelerator,
+                       pod_resources, command) -> int:
     """Print a Kubernetes manifest: an emptyDir of medium Memory at /dev/shm with a sizeLimit, memory limits
     that include it, CPUs for the workers, GPUs, the SHMGUARD_* environment and `shmguard health` probes."""
     from shmguard.commands.render import render_k8s
 
-    notes = infer_procs(options, strip_dashes(command), env_mapping(env), gpu_option(options))
-    job = job_from_options(options, nccl_env=env_mapping(env))
-    echo_lines(notes)
-    values = target_values(job, image, name, cpus, memory, env, command)
-    click.echo(render_k8s(job, kind=kind, namespace=namespace, workers_replicas=replicas, runtime=runtime, **values),
-               nl=False)
+    click.echo(render_k8s(job, image, name, cpus, memory, env, strip_dashes(command), kind=kind, namespace=namespace,
+                          workers_replicas=replicas, runtime=runtime, accelerator=accelerator,
+                          pod_resources=pod_resources, say=note), nl=False)
     return 0
 
 
@@ -231,36 +157,35 @@ def render_k8s_command(image, name, cpus, memory, env, namespace, kind, replicas
 @job_options
 @target_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def render_compose_command(image, name, cpus, memory, env, command, **options) -> int:
+def render_compose_command(job, image, name, cpus, memory, env, command) -> int:
     """Print a compose service with shm_size, mem_limit, cpus, GPU reservations and a healthcheck."""
     from shmguard.commands.render import render_compose
 
-    notes = infer_procs(options, strip_dashes(command), env_mapping(env), gpu_option(options))
-    job = job_from_options(options, nccl_env=env_mapping(env))
-    echo_lines(notes)
-    click.echo(render_compose(job, **target_values(job, image, name, cpus, memory, env, command)), nl=False)
+    click.echo(render_compose(job, image, name, cpus, memory, env, strip_dashes(command), say=note), nl=False)
     return 0
 
 
-def job_defaults_from_options(values: dict) -> dict:
-    """Raw job values for per-template resolution (annotations override them); validated once if they describe a job."""
-    from shmguard.job import make_job
-    from shmguard.manifests.annotations import describes_job
-    from shmguard.options import JOB_KEYS as keys
+@render.command("slurm", context_settings={"allow_interspersed_args": False})
+@job_options
+@click.option("--launcher", type=click.Choice(["srun", "torchrun"]), default="srun", show_default=True,
+              help="srun: one task per training process; torchrun: one task per node that starts them.")
+@click.option("--name", default="train", show_default=True, help="The job's name (--job-name).")
+@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True, help="Nodes (--nodes).")
+@click.option("--time", "time_limit", metavar="TIME", help="Time limit (--time), as sbatch takes it.")
+@click.option("--partition", metavar="NAME", help="Partition (--partition).")
+@click.option("--memory", metavar="SIZE", help="--mem per node; at least the shm plus the processes (default: that, "
+                                              "with Slurm's headroom).")
+@click.option("-e", "--env", "env", multiple=True, metavar="NAME=VALUE", help="Environment variable (repeatable).")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def render_slurm_command(job, launcher, name, nodes, time_limit, partition, memory, env, command) -> int:
+    """Print an sbatch script: #SBATCH --mem (the shm, the processes and Slurm's headroom), --cpus-per-task,
+    --ntasks-per-node and --gres for the job, a `shmguard check` preflight that stops it with the fix, and
+    COMMAND through srun (or torchrun, one task per node)."""
+    from shmguard.commands.render import render_slurm
 
-    if values.get("dataset"):
-        explicit = {k: values.get(k) for k in ("procs_per_node", "gpus")}
-        job = job_from_options(values)
-        raw = {"workers": job.workers, "batch_size": job.batch_size, "sample_bytes": job.sample_bytes,
-               "prefetch_factor": job.prefetch_factor, "pin_memory": job.pin_memory,
-               "sharing_strategy": job.sharing_strategy}
-        raw.update({k: v for k, v in explicit.items() if v is not None})
-        return raw
-    raw = {key: values.pop(key) for key in keys if values.get(key) is not None}
-    values.pop("dataset", None), values.pop("collate_fn", None)
-    if describes_job(raw):
-        make_job(**raw)  # a bad value on the command line is one error, not one per template
-    return raw
+    click.echo(render_slurm(job, strip_dashes(command), launcher, name, nodes, time_limit, partition, memory, env,
+                            say=note), nl=False)
+    return 0
 
 
 @render.command("webhook")
@@ -270,31 +195,20 @@ def job_defaults_from_options(values: dict) -> dict:
 @click.option("--replicas", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--certs-dir", "certs_dir", type=click.Path(file_okay=False), help="Certificates from `shmguard webhook certs DIR`: "
               "its ca.crt becomes the caBundle. Without it: cert-manager issues them (Issuer, Certificate, cainjector).")
-@click.option("--failure-policy", type=click.Choice(["Ignore", "Fail"]), default="Ignore", show_default=True,
+@click.option("--failure-policy", type=click.Choice(FAILURE_POLICIES), default="Ignore", show_default=True,
               help="What the apiserver does when the webhook cannot answer; the webhook treats a Pod it cannot "
                    "understand the same way (allow with a warning, or deny).")
 @click.option("--timeout-seconds", type=click.IntRange(min=1, max=30), default=5, show_default=True)
-@click.option("--mode", type=click.Choice(["deny", "warn"]), default="deny", show_default=True,
+@click.option("--mode", type=click.Choice(MODES), default="deny", show_default=True,
               help="/validate: deny a Pod whose /dev/shm cannot hold its job, or allow it with warnings.")
 def render_webhook_command(namespace, name, image, replicas, certs_dir, failure_policy, timeout_seconds, mode) -> int:
     """Print the manifests that run the admission webhook: ServiceAccount, Deployment, PodDisruptionBudget, Service,
     Mutating- and ValidatingWebhookConfiguration (and cert-manager's Issuer and Certificate without --certs-dir)."""
-    from shmguard.errors import UsageError
+    from shmguard.commands.webhook import render
     from shmguard.manifests.yamlio import dump
-    from shmguard.webhook.deploy import render_webhook
 
-    ca_bundle = None
-    if certs_dir is not None:
-        path = os.path.join(certs_dir, "ca.crt")
-        try:
-            with open(path, "rb") as f:
-                ca_bundle = f.read(1024 * 1024)
-        except OSError as exc:
-            raise UsageError(f"{path}: cannot read: {exc.strerror} (make it with: shmguard webhook certs {certs_dir})") from None
-        if b"-----BEGIN CERTIFICATE-----" not in ca_bundle:
-            raise UsageError(f"{path} is not a PEM certificate")
-    docs = render_webhook(namespace=namespace, name=name, image=image, replicas=replicas, ca_bundle=ca_bundle,
-                          failure_policy=failure_policy, timeout_seconds=timeout_seconds, mode=mode)
+    docs = render(namespace=namespace, name=name, image=image, replicas=replicas, certs_dir=certs_dir,
+                  failure_policy=failure_policy, timeout_seconds=timeout_seconds, mode=mode)
     click.echo(dump(docs), nl=False)
     return 0
 
@@ -309,54 +223,40 @@ def webhook() -> None:
 @click.option("--host", default="0.0.0.0", show_default=True, help="Address to listen on.")
 @click.option("--tls-cert", "tls_cert", required=True, type=click.Path(dir_okay=False), help="Serving certificate (PEM); reloaded when it changes.")
 @click.option("--tls-key", "tls_key", required=True, type=click.Path(dir_okay=False), help="Its private key (PEM).")
-@click.option("--mode", type=click.Choice(["deny", "warn"]), default="deny", show_default=True,
+@click.option("--mode", type=click.Choice(MODES), default="deny", show_default=True,
               help="/validate: deny a Pod whose /dev/shm cannot hold its job, or allow it with warnings.")
-@click.option("--on-error", "on_error", type=click.Choice(["allow", "deny"]), default="allow", show_default=True,
+@click.option("--on-error", "on_error", type=click.Choice(ON_ERROR), default="allow", show_default=True,
               help="A Pod shmguard cannot understand: allow it unchanged with a warning (failurePolicy Ignore) or deny it (Fail).")
 @click.option("--default", "defaults", multiple=True, metavar="NAME=VALUE",
               help="A job default for every Pod, e.g. prefetch_factor=4 (annotations and env override it).")
 @click.option("--max-body", "max_body", default="3m", show_default=True, metavar="SIZE", help="Largest request body; larger ones get 413.")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True, metavar="SECONDS",
-              help="Per socket operation (handshake, read, write); a slower client is disconnected.")
-@click.option("--max-connections", "max_connections", type=click.IntRange(min=1), default=128, show_default=True,
-              help="Connections served at once; more wait in the listen backlog.")
-@click.option("--drain-seconds", "drain_seconds", type=click.FloatRange(min=0), default=0.0, show_default=True,
+@click.option("--max-buffer", "max_buffer", default="auto", show_default=True, metavar="SIZE|auto",
+              help="Request bodies held at once (per process); past it, 503. auto: an eighth of the container's memory "
+                   "limit (64 MiB without one), shared by the processes.")
+@click.option("--timeout", default="10", show_default=True, metavar="SECONDS",
+              help="For a request's head (from its first byte), for its body, for the answer's write, the TLS "
+                   "handshake and an idle keep-alive connection; a slower client is disconnected.")
+@click.option("--max-connections", "max_connections", type=int, default=128, show_default=True,
+              help="Connections served at once; at the cap the one waiting longest on its client gives its place up, "
+                   "else new ones wait in the listen backlog.")
+@click.option("--drain-seconds", "drain_seconds", default="0", show_default=True, metavar="SECONDS",
               help="On SIGTERM, keep serving this long with /readyz failing before closing the listener.")
 @click.option("--processes", type=click.IntRange(min=1, max=64), default=1, show_default=True,
               help="Processes accepting on the port (more than one uses more cores; needs a writable TMPDIR for metrics).")
-def webhook_serve(port, host, tls_cert, tls_key, mode, on_error, defaults, max_body, timeout, max_connections,
-                  drain_seconds, processes) -> int:
+def webhook_serve(port, host, tls_cert, tls_key, mode, on_error, defaults, max_body, max_buffer, timeout,
+                  max_connections, drain_seconds, processes) -> int:
     """Serve the admission webhook over HTTPS: POST /mutate, POST /validate, GET /healthz, /readyz, /metrics."""
     import importlib.util
-    import ssl
 
+    from shmguard.commands.webhook import serve, serve_options
     from shmguard.errors import UsageError
-    from shmguard.job import ENV_VARS
-    from shmguard.units import parse_size
 
     # Found, not imported: --processes sets prometheus_client up first.
     if importlib.util.find_spec("prometheus_client") is None:
         raise UsageError("`webhook serve` needs the webhook extra (prometheus_client is missing): pip install 'shmguard[webhook]'")
-    from shmguard.webhook.review import Config
-    from shmguard.webhook.server import serve
-
-    values = {}
-    for item in defaults:
-        key, eq, value = item.partition("=")
-        key = key.strip().replace("-", "_")
-        if not eq or key not in ENV_VARS:
-            raise UsageError(f"--default {item!r}: use NAME=VALUE with NAME one of {', '.join(ENV_VARS)}")
-        values[key] = value
-    try:
-        body_limit = parse_size(max_body)
-    except ValueError as exc:
-        raise UsageError(f"--max-body: {exc}") from None
-    try:
-        return serve(Config(defaults=values, mode=mode, on_error=on_error), port, tls_cert, tls_key, host,
-                     max_body=body_limit, timeout=timeout, max_connections=max_connections, drain_seconds=drain_seconds,
-                     processes=processes)
-    except (OSError, ssl.SSLError) as exc:
-        raise UsageError(f"cannot serve on {host}:{port} with {tls_cert} and {tls_key}: {exc}") from None
+    return serve(serve_options(port=port, host=host, tls_cert=tls_cert, tls_key=tls_key, mode=mode, on_error=on_error,
+                               defaults=defaults, max_body=max_body, max_buffer=max_buffer, timeout=timeout,
+                               max_connections=max_connections, drain_seconds=drain_seconds, processes=processes))
 
 
 @webhook.command("certs")
@@ -369,10 +269,10 @@ def webhook_serve(port, host, tls_cert, tls_key, mode, on_error, defaults, max_b
 @click.option("--force", is_flag=True, help="Replace certificates that are already there.")
 def webhook_certs(directory, namespace, name, sans, days, force) -> int:
     """Write a self-signed CA (ca.crt, ca.key) and a serving certificate for the Service (tls.crt, tls.key) into DIRECTORY."""
-    from shmguard.webhook.certs import service_names, write_certs
+    from shmguard.commands.webhook import certs
 
-    paths = write_certs(directory, name, namespace, list(sans), force=force, days=days)
-    click.echo(f"shmguard: wrote {', '.join(paths)} for {', '.join(service_names(name, namespace) + list(sans))}", err=True)
+    paths, names = certs(directory, name, namespace, sans, days, force)
+    click.echo(f"shmguard: wrote {', '.join(paths)} for {', '.join(names)}", err=True)
     return 0
 
 @cli.command()
@@ -391,35 +291,32 @@ def webhook_certs(directory, namespace, name, sans, days, force) -> int:
                    "none given), a lower one raised to it; never below what the job needs.")
 @click.option("--size-unsized", is_flag=True, help="Give an existing memory /dev/shm without sizeLimit the job's size (default: keep it unsized).")
 @click.option("--include-init", is_flag=True, help="Mount /dev/shm into init containers and sidecars too.")
+@click.option("--all-templates", is_flag=True, help="Size every pod template, not only the training ones (a server, a "
+                   "database, a proxy: see the README's Kubernetes section for how a template is judged).")
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
-def patch(in_place, check, follow_symlinks, as_json, kinds, names, labels, namespaces, opt_in, container, memory, size_unsized,
-          include_init, files, **options) -> int:
+def patch(job, in_place, check, follow_symlinks, as_json, kinds, names, labels, namespaces, opt_in, container, memory,
+          size_unsized, include_init, all_templates, files) -> int:
     """Add or fix the /dev/shm emptyDir, its mount and the memory limits in every pod template of FILES (or stdin).
 
     Finds the pod templates of Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet,
     Job, CronJob, the Kubeflow jobs (PyTorchJob, TFJob, MPIJob, XGBoostJob, PaddleJob,
     JAXJob), Trainer runtimes, KubeRay, JobSet, Volcano, LeaderWorkerSet, Argo, KServe,
-    Knative and `kind: List`, and of any other object by shape. By default every
-    template is sized; shmguard.io/skip: "true" leaves one alone. shmguard.io/*
+    Knative and `kind: List`, and of any other object by shape. By default the
+    training templates are sized (a training kind, accelerators in a batch workload,
+    a DataLoader command, SHMGUARD_* env, shmguard.io/* annotations), the rest left
+    alone with the reason (--all-templates sizes them); shmguard.io/skip: "true"
+    leaves one alone. shmguard.io/*
     annotations on an object or template override the job options. Never lowers a
     limit or a request, never shrinks a /dev/shm. Only the lines that must change are
     changed: comments, order, quoting and layout stay. Patching twice changes nothing.
     """
     from shmguard.commands.patch import patch as run_patch
-    from shmguard.errors import UsageError
-    from shmguard.manifests.podspec import PatchOptions, asked_memory
+    from shmguard.commands.patch import patch_options
 
-    if in_place and check:
-        raise UsageError("-i and --check do not go together")
-    if in_place and (not files or "-" in files):
-        raise UsageError("-i needs files to rewrite, not stdin")
-    patch_options = PatchOptions(
-        kinds=tuple(k for item in kinds for k in item.split(",") if k), names=names, labels=labels,
-        namespaces=namespaces, opt_in=opt_in, container=container,
-        memory=None if memory is None else asked_memory(memory, "--memory"), size_unsized=size_unsized,
-        include_init=include_init)
-    return run_patch(job_defaults_from_options(options), list(files), in_place=in_place, check=check,
-                     follow_symlinks=follow_symlinks, options=patch_options, as_json=as_json)
+    selection = patch_options(in_place, check, files, kinds, names, labels, namespaces, opt_in, container, memory,
+                              size_unsized, include_init, all_templates)
+    return run_patch(job.defaults(note), list(files), in_place=in_place, check=check, follow_symlinks=follow_symlinks,
+                     options=selection, as_json=as_json)
 
 
 @cli.command("fn")
@@ -452,17 +349,19 @@ def fn_command() -> int:
 @job_options
 @click.option("--host", metavar="URL", help="The Docker API to ask (default: DOCKER_HOST, else the local socket); "
                                             "Podman's socket works too, e.g. unix:///run/podman/podman.sock.")
-@click.option("--tail", type=click.IntRange(min=1, max=1_000_000), default=2000, show_default=True, help="Log lines of the container to read.")
+@click.option("--tail", type=click.IntRange(min=1, max=1_000_000), default=2000, show_default=True,
+              help="Log lines to read: the container's last N, or a log on stdin's last N.")
 @click.option("--shm-size", "shm_size", metavar="SIZE", help="A log on stdin: the /dev/shm the container had (64m, 64Mi).")
 @click.option("--memory-limit", "memory_limit", metavar="SIZE", help="A log on stdin: the container's memory limit.")
 @click.option("--exit-code", "exit_code", type=int, help="A log on stdin: the container's exit code.")
 @click.option("--oom-killed", "oom_killed", is_flag=True, help="A log on stdin: the container was OOM-killed.")
-@click.option("--platform", type=click.Choice(["docker", "kubernetes"]),
-              help="A log on stdin: spell the fix for this platform (default: both).")
+@click.option("--platform", type=click.Choice(["docker", "kubernetes", "slurm", "ray"]),
+              help="A log on stdin: spell the fix for this platform (default: what the log shows, else Docker's "
+                   "and Kubernetes').")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.argument("container", required=False)
-def explain_command(container, host, tail, shm_size, memory_limit, exit_code, oom_killed, platform, as_json,
-                    **options) -> int:
+def explain_command(job, container, host, tail, shm_size, memory_limit, exit_code, oom_killed, platform,
+                    as_json) -> int:
     """Explain why a container died: was it shared memory, and what is the exact fix?
 
     CONTAINER is read through the Docker API (inspect and the log's tail; Podman
@@ -474,26 +373,33 @@ def explain_command(container, host, tail, shm_size, memory_limit, exit_code, oo
     when the container cannot be read.
     """
     from shmguard.commands.explain import describe_sizes, explain
-    from shmguard.options import JOB_KEYS as keys
 
-    if options.get("dataset"):
-        job = job_from_options(options)
-        flag_values = {"sample_bytes": str(job.sample_bytes), "workers": job.workers, "batch_size": job.batch_size,
-                       "prefetch_factor": job.prefetch_factor, "procs_per_node": job.procs_per_node, "gpus": job.gpus,
-                       "pin_memory": job.pin_memory, "sharing_strategy": job.sharing_strategy,
-                       "batch_segments": job.batch_segments}
-    else:
-        if options.get("collate_fn"):
-            from shmguard.errors import UsageError
-
-            raise UsageError("--collate-fn goes with --dataset")
-        flag_values = {key: options.get(key) for key in keys}
-    stdin_text = None
+    flag_values = job.values(note)
+    stdin = None
     if not container and not sys.stdin.isatty():
-        stdin_text = sys.stdin.read()
+        stdin = getattr(sys.stdin, "buffer", sys.stdin)  # read in bounded memory by explain (--tail)
     facts = {"shm_size": describe_sizes(shm_size, "--shm-size"), "memory_limit": describe_sizes(memory_limit, "--memory-limit"),
              "exit_code": exit_code, "oom_killed": oom_killed, "platform": platform}
-    return explain(container, flag_values, stdin_text, host, tail, facts, as_json, echo=click.echo)
+    return explain(container, flag_values, stdin, host, tail, facts, as_json, echo=click.echo)
+
+
+@cli.command("clean")
+@click.option("--dir", "directory", default="/dev/shm", show_default=True, metavar="DIR", help="The directory to clean.")
+@click.option("--uid", metavar="UID", help="Whose segments: a uid or user name (default: SLURM_JOB_UID, else yours).")
+@click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--root", hidden=True, help="Read /proc and DIR under this root (tests).")
+def clean_command(directory, uid, dry_run, as_json, root) -> int:
+    """Remove PyTorch segments (torch_<pid>_*, …) in /dev/shm that no process can use any more.
+
+    Only the given user's files, only when their creator pid is gone and no process has them open or
+    mapped; what cannot be decided (a container's pid namespace, processes it cannot inspect) is kept
+    and said. For a Slurm Epilog, a Docker host or any shared node. Exit 0, or 1 when a file to remove
+    could not be removed.
+    """
+    from shmguard.commands.clean import run as run_clean
+
+    return run_clean(directory, uid, dry_run, as_json, root, echo=click.echo)
 
 
 @cli.command("measure")
@@ -666,32 +572,26 @@ def exporter_render_rules() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI and return its exit code instead of exiting."""
-    try:
-        result = cli.main(args=argv, prog_name="shmguard", standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        return exc.exit_code
-    except click.ClickException as exc:
-        exc.show()
-        return EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code
-    except click.Abort:
-        click.echo("shmguard: interrupted", err=True)
-        return EXIT_INTERRUPTED
-    except ShmguardError as exc:
-        click.echo(f"shmguard: error: {exc}", err=True)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        click.echo("shmguard: interrupted", err=True)
-        return EXIT_INTERRUPTED
-    except Exception as exc:  # a bug: say so in one line; SHMGUARD_DEBUG=1 shows the traceback
-        if os.environ.get("SHMGUARD_DEBUG", "").strip().lower() in ("1", "true", "yes"):
+    """Run the CLI and return its exit code instead of exiting (the boundary: shmguard.errors.guarded)."""
+
+    def invoke() -> int:
+        try:
+            result = cli.main(args=argv, prog_name="shmguard", standalone_mode=False)
+        except click.exceptions.Exit as exc:
+            return exc.exit_code
+        except click.ClickException as exc:
+            exc.show()
+            return EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code
+        except click.Abort:
+            raise KeyboardInterrupt from None
+        except SystemExit:
+            # click's own answer to a closed stdout (EPIPE): exit 1 after wrapping the streams; shmguard's is 141.
+            if isinstance(sys.stdout, click.utils.PacifyFlushWrapper):
+                raise BrokenPipeError from None
             raise
-        click.echo(f"shmguard: internal error: {type(exc).__name__}: {exc} "
-                   f"(set SHMGUARD_DEBUG=1 for the traceback, and please report it)", err=True)
-        return EXIT_INTERNAL
-    if isinstance(result, int):
-        return result
-    return 0
+        return result if isinstance(result, int) else 0
+
+    return guarded(invoke, say=note)
 
 
 if __name__ == "__main__":

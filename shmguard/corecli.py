@@ -24,6 +24,10 @@ class _Parser(argparse.ArgumentParser):
 
         raise UsageError(message)
 
+    def _print_message(self, message, file=None) -> None:  # argparse swallows write errors: the boundary handles them
+        if message:
+            (file or sys.stderr).write(message)
+
 
 def check_parser() -> argparse.ArgumentParser:
     from shmguard.job import ENV_VARS
@@ -47,37 +51,32 @@ def check_parser() -> argparse.ArgumentParser:
 
 
 def check_main(argv: list[str]) -> int:
-    from shmguard.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, ShmguardError
+    from shmguard.errors import guarded
+
+    return guarded(lambda: check_command(argv))
+
+
+def check_command(argv: list[str]) -> int:
+    from shmguard.commands.check import check
     from shmguard.job import env_values
+    from shmguard.options import JobOptions
+    from shmguard.probe import Root
 
     try:
-        try:
-            args = vars(check_parser().parse_args(argv))
-        except SystemExit as exc:  # --help
-            return int(exc.code or 0)
-        # An option on the command line wins over its SHMGUARD_* variable, as with click's envvar.
-        for name, value in env_values().items():
-            if args.get(name) is None:
-                args[name] = value
-        from shmguard.commands.check import check
-        from shmguard.options import gpu_option, infer_procs, job_from_options
-        from shmguard.probe import Root
+        args = vars(check_parser().parse_args(argv))
+    except SystemExit as exc:  # --help
+        return int(exc.code or 0)
+    # An option on the command line wins over its SHMGUARD_* variable, as with click's envvar.
+    for name, value in env_values().items():
+        if args.get(name) is None:
+            args[name] = value
+    as_json, strict, root = args.pop("as_json"), args.pop("strict"), args.pop("root")
+    from shmguard.slurm import fill_gpus
 
-        as_json, strict, root = args.pop("as_json"), args.pop("strict"), args.pop("root")
-        notes = infer_procs(args, (), os.environ, gpu_option(args))
-        job = job_from_options(args, nccl_env=os.environ)
-        for line in notes:
-            print(line, file=sys.stderr)
-        return check(job, as_json=as_json, strict=strict, root=Root(root))
-    except ShmguardError as exc:
-        print(f"shmguard: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        print("shmguard: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    except Exception as exc:  # a bug: one line; SHMGUARD_DEBUG=1 shows the traceback
-        if os.environ.get("SHMGUARD_DEBUG", "").strip().lower() in ("1", "true", "yes"):
-            raise
-        print(f"shmguard: internal error: {type(exc).__name__}: {exc} "
-              f"(set SHMGUARD_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
-        return EXIT_INTERNAL
+    given, gpu_notes = fill_gpus(JobOptions.take(args), os.environ)
+    job_options, notes = given.with_procs((), os.environ, given.gpu_count())
+    notes = gpu_notes + notes
+    job = job_options.resolve(nccl_env=os.environ)
+    for line in notes:
+        print(line, file=sys.stderr)
+    return check(job, as_json=as_json, strict=strict, root=Root(root))

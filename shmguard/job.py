@@ -25,7 +25,6 @@ SHARING_STRATEGIES = ("file_descriptor", "file_system")
 # into one batch tensor (torch's default_collate); `list` keeps the per-sample tensors (lists, tuple(zip(*b)),
 # dicts of lists), and in a worker each of them becomes its own shared-memory segment.
 COLLATES = ("default", "list")
-ENV_PREFIX = "SHMGUARD_"
 
 # Option name -> environment variable; the same names `shmguard run` sets.
 ENV_VARS = {
@@ -43,6 +42,7 @@ ENV_VARS = {
     "collate": "SHMGUARD_COLLATE",
     "tensors_per_sample": "SHMGUARD_TENSORS_PER_SAMPLE",
     "batch_segments": "SHMGUARD_BATCH_SEGMENTS",
+    "nccl_version": "SHMGUARD_NCCL_VERSION",
 }
 
 
@@ -68,39 +68,52 @@ class Job(Record):
     nccl_env: tuple = ()
     collate: str = "default"
     tensors_per_sample: int = 1
+    # The NCCL version the job's torch uses (`2.21.5`), which changes NCCL's /dev/shm; None: not known.
+    nccl_version: str | None = None
 
     @property
     def batch_bytes(self) -> int:
         """Payload bytes of one collated batch (the largest, for variable-size samples)."""
         return self.batch_size * self.sample_bytes
 
-    def to_env(self) -> dict[str, str]:
-        """The SHMGUARD_* variables that describe this job to `health`/`check` inside the container."""
-        env = {
-            ENV_VARS["workers"]: str(self.workers),
-            ENV_VARS["batch_size"]: str(self.batch_size),
-            ENV_VARS["prefetch_factor"]: str(self.prefetch_factor),
-            ENV_VARS["procs_per_node"]: str(self.procs_per_node),
-            ENV_VARS["gpus"]: str(self.gpus),
-            ENV_VARS["pin_memory"]: "1" if self.pin_memory else "0",
-            ENV_VARS["sharing_strategy"]: self.sharing_strategy,
+    def to_values(self) -> dict[str, str]:
+        """The job as option values (option name -> text): the one way back from a Job to what describes it.
+
+        `make_job(**job.to_values(), nccl_env=job.nccl_env)` is the same job. The SHMGUARD_* variables `run` and
+        `render` hand the container are these values (to_env), and so are the defaults that `patch`, `explain`
+        and the webhook complete from a pod's annotations; default values are left out where the variable would
+        only repeat them."""
+        values = {
+            "workers": str(self.workers),
+            "batch_size": str(self.batch_size),
+            "prefetch_factor": str(self.prefetch_factor),
+            "procs_per_node": str(self.procs_per_node),
+            "gpus": str(self.gpus),
+            "pin_memory": "1" if self.pin_memory else "0",
+            "sharing_strategy": self.sharing_strategy,
         }
         if self.nccl_transport != "shm":
-            env[ENV_VARS["nccl_transport"]] = self.nccl_transport
+            values["nccl_transport"] = self.nccl_transport
+        if self.nccl_version:
+            values["nccl_version"] = self.nccl_version
         if self.sample_shape:
-            env[ENV_VARS["sample_shape"]] = ",".join(map(str, self.sample_shape))
-            env[ENV_VARS["dtype"]] = self.dtype or "float32"
+            values["sample_shape"] = ",".join(map(str, self.sample_shape))
+            values["dtype"] = self.dtype or "float32"
         else:
-            env[ENV_VARS["sample_bytes"]] = str(self.sample_bytes)
+            values["sample_bytes"] = str(self.sample_bytes)
         if self.collate != "default":
-            env[ENV_VARS["collate"]] = self.collate
+            values["collate"] = self.collate
         if self.tensors_per_sample != 1:
-            env[ENV_VARS["tensors_per_sample"]] = str(self.tensors_per_sample)
+            values["tensors_per_sample"] = str(self.tensors_per_sample)
         if self.batch_segments:
             from shmguard.segments import encode
 
-            env[ENV_VARS["batch_segments"]] = encode(self.batch_segments)
-        return env
+            values["batch_segments"] = encode(self.batch_segments)
+        return values
+
+    def to_env(self) -> dict[str, str]:
+        """The SHMGUARD_* variables that describe this job to `health`/`check` inside the container."""
+        return {ENV_VARS[name]: value for name, value in self.to_values().items()}
 
 
 MAX_COUNT = 1_000_000  # workers, batch size, prefetch, processes, GPUs: more is a typo, not a job
@@ -154,6 +167,7 @@ def make_job(
     workers=None, batch_size=None, sample_shape=None, dtype=None, sample_bytes=None,
     prefetch_factor=None, procs_per_node=None, gpus=None, pin_memory=None, sharing_strategy=None,
     nccl_transport=None, nccl_env=None, collate=None, tensors_per_sample=None, batch_segments=None,
+    nccl_version=None,
 ) -> Job:
     """Validate raw option values (strings or numbers; None = not given) into a Job.
 
@@ -231,6 +245,7 @@ def make_job(
         batch_segments=segments,
         collate=collate_name,
         tensors_per_sample=parse_count("tensors_per_sample", 1 if tensors_per_sample is None else tensors_per_sample, 1),
+        nccl_version=parse_nccl_version(nccl_version),
     )
 
 
@@ -241,6 +256,15 @@ def parse_transport(value) -> str:
     from shmguard import nccl
 
     return nccl.parse_transport(value)
+
+
+def parse_nccl_version(value) -> str | None:
+    """--nccl-version (`2.21.5`, `v2.21.5-1`, `(2, 21, 5)`) as `2.21.5`; None: not given (the module loads only when given)."""
+    if value is None or value == "" or value == ():
+        return None
+    from shmguard import nccl
+
+    return nccl.parse_version(value)
 
 
 def nccl_pairs(values) -> tuple:

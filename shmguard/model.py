@@ -33,6 +33,7 @@ from shmguard import segments
 from shmguard.units import MIB
 
 PAGE = segments.PAGE
+round_up = segments.round_up  # whole pages (or whole MiB for sizes to give)
 TRAINER_HELD_BATCHES = 2
 PIN_BATCHES = 1
 # The semaphores of a DataLoader's queues and events, a page each (measured: 11, 14, 20 and 32 pages at 1, 2, 4
@@ -46,10 +47,6 @@ HEADROOM_PAGES = 16
 # cache of torch's libraries, which the cgroup charges too) and each forked worker's own pages.
 TRAINER_MEMORY = 352 * MIB
 WORKER_MEMORY = 24 * MIB
-
-
-def round_up(n: int, unit: int = PAGE) -> int:
-    return -(-n // unit) * unit
 
 
 LABEL_BYTES = 8  # default_collate turns a number per sample into one int64 tensor

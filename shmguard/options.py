@@ -1,16 +1,22 @@
 """The job options, defined once: the click commands and the standard-library `check` are built from this table.
 
 Each option also reads a SHMGUARD_* variable (shmguard.job.ENV_VARS), so a launcher
-can hand the job to the container. `job_from_options` turns the parsed values into
-a Job; with --dataset it measures real batches first (that path needs torch).
+can hand the job to the container. `JobOptions` holds the parsed values and resolves
+them into a Job; with --dataset it measures real batches first (that path needs torch).
 Standard library only: `pip install shmguard` without extras runs `check`.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING, Any, Callable
 
+from shmguard.errors import UsageError
+from shmguard.record import Record
 from shmguard.units import SIZE_RULE
+
+if TYPE_CHECKING:
+    from shmguard.job import Job
 
 # (flag, option name, help); values are strings, validated by shmguard.job.make_job.
 JOB_OPTIONS = (
@@ -32,6 +38,9 @@ JOB_OPTIONS = (
                                            "(SIZE[xCOUNT],...): replaces the estimate from --collate."),
     ("--nccl-transport", "nccl_transport", "How the job's GPUs talk, for NCCL's own /dev/shm: shm (default: through host "
                                            "memory, the most /dev/shm) or p2p (NVLink/PCIe peer-to-peer: none)."),
+    ("--nccl-version", "nccl_version", "The NCCL version the job's torch uses, e.g. 2.21.5 (python -c 'import torch; "
+                                       "print(torch.cuda.nccl.version())'): NCCL's own /dev/shm depends on it. Default: "
+                                       "found in the container (check, health), else sized for the version that needs most."),
 )
 PIN_MEMORY_HELP = "The DataLoader pins memory."
 DATASET_HELP = ("Measure the sample size from real batches of this dataset factory (needs torch) "
@@ -40,54 +49,112 @@ COLLATE_HELP = "With --dataset: the DataLoader's collate_fn (default: default_co
 JOB_KEYS = tuple(name for _flag, name, _help in JOB_OPTIONS) + ("pin_memory",)
 
 
-def job_from_options(values: dict, note=None, nccl_env=None):
-    """The Job from the job options (popped from values); with --dataset, the sample size is measured.
+class JobOptions(Record):
+    """The job as it was given (options or SHMGUARD_* variables): raw text, None where not given.
 
-    nccl_env: the environment the training processes will see (this one for `check`, the -e values
-    for `run` and `render`), whose NCCL_* variables change NCCL's /dev/shm (shmguard.nccl)."""
-    from shmguard.errors import UsageError
-    from shmguard.job import make_job, parse_count
+    Made once, right after the command line is parsed, and never rewritten: the steps
+    that complete it (processes per node inferred, `run --tune`'s recommendation)
+    return a new one. `resolve` validates it into the Job `check`, `run` and `render`
+    size; `defaults` gives the values that `patch`, `explain` and the webhook complete
+    from a pod's annotations.
+    """
 
-    raw = {key: values.pop(key, None) for key in JOB_KEYS}
-    dataset, collate_fn = values.pop("dataset", None), values.pop("collate_fn", None)
-    if dataset:
-        if raw["sample_shape"] is not None or raw["sample_bytes"] is not None:
+    workers: str | None = None
+    batch_size: str | None = None
+    sample_shape: str | None = None
+    dtype: str | None = None
+    sample_bytes: str | None = None
+    prefetch_factor: str | None = None
+    procs_per_node: str | None = None
+    gpus: str | None = None
+    sharing_strategy: str | None = None
+    collate: str | None = None
+    tensors_per_sample: str | None = None
+    batch_segments: str | None = None
+    nccl_transport: str | None = None
+    nccl_version: str | None = None
+    pin_memory: str | bool | None = None
+    dataset: str | None = None  # MODULE:CALLABLE whose batches are measured (needs torch)
+    collate_fn: str | None = None  # with dataset: the DataLoader's collate_fn
+
+    @classmethod
+    def take(cls, values: dict) -> JobOptions:
+        """The job options popped from a mapping of parsed options (the rest stays: the command's own)."""
+        return cls(**{name: values.pop(name, None) for name in (*JOB_KEYS, "dataset", "collate_fn")})
+
+    def given(self) -> dict[str, Any]:
+        """The job values that were given, keyed by option name."""
+        return {name: getattr(self, name) for name in JOB_KEYS if getattr(self, name) is not None}
+
+    def gpu_count(self) -> int | None:
+        """--gpus as a count, when it is one (make_job judges it later)."""
+        text = str(self.gpus or "").strip()
+        return int(text) if text.isdigit() else None
+
+    def with_procs(self, command=(), environ=None, gpus: int | None = None) -> tuple[JobOptions, list[str]]:
+        """Processes per node filled in from the command, the environment and the GPUs (shmguard.sizing), unless
+        given; and the lines that say where it came from and where the sources disagree (to show once the job is
+        known to be valid, so that a bad option stays one line)."""
+        from shmguard import sizing
+
+        inferred = sizing.procs_per_node(self.procs_per_node, command, environ, gpus)
+        lines = inferred.messages(given=self.procs_per_node is not None)
+        if self.procs_per_node is None and inferred.source != "default":
+            return self.replace(procs_per_node=str(inferred.value)), lines
+        return self, lines
+
+    def resolve(self, note: Callable[[str], None] | None = None, nccl_env=None) -> Job:
+        """The Job; with --dataset, its batches are measured first (the sample size and the segments).
+
+        nccl_env: the environment the training processes will see (this one for `check`, the -e values
+        for `run` and `render`), whose NCCL_* variables change NCCL's /dev/shm (shmguard.nccl)."""
+        from shmguard.job import make_job
+
+        raw = self.values(note)
+        if not nccl_env or not any(name.startswith("NCCL_") for name in nccl_env):
+            return make_job(**raw)
+        from shmguard.nccl import env_of
+
+        return make_job(**raw, nccl_env=env_of(nccl_env))
+
+    def defaults(self, note: Callable[[str], None] | None = None) -> dict[str, Any]:
+        """Job values for commands that complete them per pod or container from its annotations and variables
+        (patch, explain): the given ones, with --dataset the measured sample and segments too; validated when
+        they describe a job, so that a bad value is one error, not one per template."""
+        raw = self.values(note)
+        if "workers" in raw or "batch_size" in raw:
+            from shmguard.job import make_job
+
+            make_job(**raw)
+        return raw
+
+    def values(self, note: Callable[[str], None] | None = None) -> dict[str, Any]:
+        """The given values, with --dataset the measured sample size and segments too (not validated: a
+        container's own variables may complete them)."""
+        raw = self.given()
+        if self.dataset:
+            raw.update(self._measured(note))
+        elif self.collate_fn:
+            raise UsageError("--collate-fn goes with --dataset")
+        return raw
+
+    def _measured(self, note) -> dict[str, Any]:
+        """The sample size and segments of the dataset's largest batch, measured (needs torch)."""
+        from shmguard.job import parse_count
+
+        if self.sample_shape is not None or self.sample_bytes is not None:
             raise UsageError("give the sample size once: --dataset, --sample-shape or --sample-bytes")
-        if raw["batch_size"] is None:
+        if self.batch_size is None:
             raise UsageError("--dataset needs --batch-size: the batches are built with it")
-        if raw["batch_segments"] is not None:
+        if self.batch_segments is not None:
             raise UsageError("give the batch once: --dataset (measured) or --batch-segments")
         from shmguard.commands.measure import measure
 
-        measured = measure(dataset, parse_count("batch_size", raw["batch_size"], 1), collate_spec=collate_fn,
-                           sharing_strategy=raw["sharing_strategy"] or "file_descriptor")
+        measured = measure(str(self.dataset), parse_count("batch_size", self.batch_size, 1), collate_spec=self.collate_fn,
+                           sharing_strategy=self.sharing_strategy or "file_descriptor")
         (note or (lambda text: print(text, file=sys.stderr)))(
-            f"shmguard: measured {dataset}: largest batch {measured.max_batch_bytes:,} bytes in "
+            f"shmguard: measured {self.dataset}: largest batch {measured.max_batch_bytes:,} bytes in "
             f"{measured.segment_count} shared-memory segments, {measured.max_batch_shm:,} bytes of /dev/shm")
-        raw["sample_bytes"] = str(measured.sample_bytes)
-        raw["batch_segments"] = measured.segment_sizes
-        raw["dtype"] = None
-    elif collate_fn:
-        raise UsageError("--collate-fn goes with --dataset")
-    from shmguard.nccl import env_of
+        from shmguard.segments import encode
 
-    return make_job(**raw, nccl_env=env_of(nccl_env))
-
-
-def infer_procs(options: dict, command, environ, gpus: int | None) -> list[str]:
-    """Fill the job's processes per node from the command, the environment and the GPUs (shmguard.sizing), unless
-    given; return the lines that say where it came from and where the sources disagree (to show once the job
-    is known to be valid, so that a bad option stays one line)."""
-    from shmguard import sizing
-
-    inferred = sizing.procs_per_node(options.get("procs_per_node"), command, environ, gpus)
-    lines = inferred.messages(given=options.get("procs_per_node") is not None)
-    if options.get("procs_per_node") is None and inferred.source != "default":
-        options["procs_per_node"] = str(inferred.value)
-    return lines
-
-
-def gpu_option(options: dict) -> int | None:
-    """The job's --gpus as a count, when it is one (the job's own parser judges it later)."""
-    text = str(options.get("gpus") or "").strip()
-    return int(text) if text.isdigit() else None
+        return {"sample_bytes": str(measured.sample_bytes), "batch_segments": encode(measured.segment_sizes)}

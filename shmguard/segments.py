@@ -64,6 +64,7 @@ def tensor_sizes(batch, _depth: int = 0) -> list[int]:
 
 
 def round_up(n: int, unit: int = PAGE) -> int:
+    """n rounded up to a whole number of units (a page by default: tmpfs holds whole pages)."""
     return -(-n // unit) * unit
 
 

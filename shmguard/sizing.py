@@ -14,8 +14,8 @@ the sizes to give, with one set of floors and roundings:
 - a memory limit is FAIL when it cannot even hold the shm peak plus half of the
   processes' estimate (the job will be OOM-killed), WARN below the full estimate
   (the process estimate is a model; the job may fit), PASS from there;
-- open files: under the file_descriptor strategy, one descriptor per shared
-  segment in flight (sender and receiver) on top of a base.
+- open files, per process (the limit is): under the file_descriptor strategy, one
+  descriptor per shared segment the trainer or a worker may hold, on top of a base.
 
 Each tool prints the answer in its own units (units.docker_size,
 units.k8s_quantity, units.compose_size). Standard library only: `health` imports it.
@@ -59,40 +59,128 @@ def memory_floor(job) -> int:
     return model.shm_bytes(job) + model.process_memory_bytes(job) // 2
 
 
-def memory_status(job, limit: int | None) -> str:
-    """PASS, WARN or FAIL for a memory limit (None: no limit, which caps nothing: PASS)."""
-    if limit is None or limit >= memory_needed(job):
+def memory_status(job, limit: int | None, needed: int | None = None) -> str:
+    """PASS, WARN or FAIL for a memory limit (None: no limit, which caps nothing: PASS).
+
+    `needed`: what the platform asks for when it adds headroom (slurm_memory_needed); the FAIL floor is the job's.
+    """
+    if limit is None or limit >= (memory_needed(job) if needed is None else needed):
         return PASS
     return FAIL if limit < memory_floor(job) else WARN
 
 
-def memory_shortfall(job, limit: int, flag: str, unit) -> str:
-    """Why `flag` (a limit below what the job needs) will or may not do, and what to ask for, in the tool's unit."""
-    needed = memory_needed(job)
-    verdict = "cannot hold the job" if memory_status(job, limit) == FAIL else "may be too small for the job"
+def memory_shortfall(job, limit: int, flag: str, unit, needed: int | None = None) -> str:
+    """Why `flag` (a limit below what the job needs) will or may not do, and what to ask for, in the tool's unit.
+
+    `needed`: the platform's need when it adds headroom (slurm_memory_needed)."""
+    needed = memory_needed(job) if needed is None else needed
+    verdict = "cannot hold the job" if memory_status(job, limit, needed) == FAIL else "may be too small for the job"
     return (f"{flag} {unit(limit)} {verdict}: it needs about {unit(needed)}, /dev/shm's {format_size(model.shm_bytes(job))} "
             f"included (tmpfs pages are charged to the memory limit); use {flag} {unit(needed)} or more")
 
 
+# The open-file limit is per process, so the count is too: the most any one process of a training process's
+# DataLoader holds (benchmarks/fd_count.py counts each process; BENCHMARKS.md section 7). Under file_descriptor
+# every shared segment is a descriptor:
+# - the trainer holds those of the batches it received and has not freed: the one the step uses and the one
+#   before it (TRAINER_HELD_BATCHES, and the pinning thread's), and, when a slow worker holds up the order,
+#   every batch the other workers made meanwhile (up to prefetch_factor each), kept until its turn;
+# - a worker holds its batch being sent twice (its segments, and the duplicates waiting at its resource sharer
+#   for the trainer to fetch) and the duplicates of its batches still in the result pipe. That pipe holds 16
+#   pages (Linux's default capacity) and a shared tensor's handle pickles to about 74 bytes: batches of many
+#   small tensors wait in the worker unpickled, holding nothing. TENSOR_HANDLE_BYTES is below the 74 measured,
+#   so that no fewer batches are counted in the pipe than fit.
+PIPE_BYTES = 16 * model.PAGE
+TENSOR_HANDLE_BYTES = 64
+
+
+def _batches_in_pipe(segments: int) -> int:
+    return -(-PIPE_BYTES // (TENSOR_HANDLE_BYTES * segments)) + 1  # and one half written
+
+
+def _worker_batches(job) -> int:
+    """Batches' worth of descriptors one worker holds at the most (see above)."""
+    return min(job.prefetch_factor - 1, _batches_in_pipe(model.segments_per_batch(job))) + 2
+
+
+def _trainer_own_batches(job) -> int:
+    return model.batches_in_flight(job) - job.prefetch_factor * job.workers
+
+
 def fds_needed(job) -> int:
-    """Open files the job needs: a base, plus under file_descriptor one per shared segment in flight
-    and a second one for each worker's batch being sent."""
+    """Open files one process of the job can hold at the most (the limit is per process): a base, plus under
+    file_descriptor one per shared segment of the batches the trainer may hold out of order, or of a worker's,
+    whichever is more."""
     if job.sharing_strategy != "file_descriptor" or job.workers == 0:
         return FD_BASE
-    held = model.batches_in_flight(job) + job.workers
-    return FD_BASE + job.procs_per_node * held * model.segments_per_batch(job)
+    trainer = (job.workers - 1) * job.prefetch_factor + _trainer_own_batches(job)
+    return FD_BASE + max(trainer, _worker_batches(job)) * model.segments_per_batch(job)
 
 
-def nofile_limit(job) -> int | None:
-    """The open-file ulimit to set, or None to keep the engine's: only when the job needs more than 1024.
+def fds_in_order(job) -> int:
+    """Open files one process holds while the batches arrive in order: the trainer then holds only its own.
+    An estimate, not a bound (fds_needed is): it says how likely a limit between the two is to do."""
+    if job.sharing_strategy != "file_descriptor" or job.workers == 0:
+        return FD_BASE
+    return FD_BASE + max(_trainer_own_batches(job), _worker_batches(job)) * model.segments_per_batch(job)
 
-    Setting it otherwise could lower what the engine would give, and above the
-    engine's own hard limit the container cannot start.
+
+def nofile_limit(job, ceiling: int | None = None) -> int | None:
+    """The open-file ulimit to set, or None to keep the engine's: only when the job may need more than 1024.
+
+    Enough for fds_needed (a power of two), never above `ceiling`, the most the engine gives a container
+    (shmguard.engine.nofile): above it the container cannot start, and the job is better run with what the
+    engine allows (see nofile_shortfall). Setting it when not needed could lower what the engine would give.
     """
-    needed = fds_needed(job)
-    if job.sharing_strategy != "file_descriptor" or needed <= NOFILE_COMMON_SOFT:
+    wanted = fds_needed(job)
+    if job.sharing_strategy != "file_descriptor" or wanted <= NOFILE_COMMON_SOFT:
         return None
-    return 1 << (needed - 1).bit_length()
+    limit = 1 << (wanted - 1).bit_length()
+    return limit if ceiling is None else min(limit, ceiling)
+
+
+def nofile_shortfall(job, limit: int, where: str) -> str | None:
+    """What to say when `limit` (the most `where` gives) is below what the job may hold: None when it is enough;
+    else how likely it is to matter (below even the in-order count, likely) and the two fixes."""
+    most = fds_needed(job)
+    if limit >= most:
+        return None
+    in_order = fds_in_order(job)
+    likely = (f"even while batches arrive in order one holds about {in_order:,}, so expect 'Too many open files' or "
+              f"'received 0 items of ancdata'" if limit < in_order else
+              f"enough while batches arrive in order (about {in_order:,}), not when a slow worker holds up the rest")
+    return (f"the open-file limit {limit:,} ({where}) is below the {most:,} descriptors one process of this job can "
+            f"hold under the file_descriptor strategy: {likely}. Fix: --sharing-strategy file_system (torch.multiprocessing."
+            f"set_sharing_strategy('file_system'): no descriptor per segment), or raise the engine's limit "
+            f"(dockerd's LimitNOFILE, or --default-ulimit nofile=N:N)")
+
+
+# Under Slurm the job's memory cgroup holds Slurm's own processes too: the batch step's slurmstepd and
+# script, srun, and a slurmstepd per step (6 MiB resident each, measured with Slurm 22.05). When the job fills
+# its cgroup with /dev/shm the OOM killer may take a slurmstepd first, and the job then hangs RUNNING until
+# scancel (shared/SLURM.md). So --mem leaves this much room above the job's own need.
+SLURM_HEADROOM = 64 * MIB
+
+
+def slurm_memory_needed(job) -> int:
+    """The `#SBATCH --mem` the job needs on each node: its shm, its processes and Slurm's headroom, whole MiB."""
+    return memory_needed(job) + SLURM_HEADROOM
+
+
+def cpus_per_process(job) -> int:
+    """CPUs one training process keeps busy: one per DataLoader worker plus its own."""
+    return job.workers + 1
+
+
+def cpus_needed(job) -> int:
+    """CPUs for the job on a node: every training process with its workers."""
+    return job.procs_per_node * cpus_per_process(job)
+
+
+def nofile_wanted(job) -> int:
+    """The open-file limit a container (or job) should have: what `run` sets (nofile_limit), else the common
+    soft default it leaves in place."""
+    return nofile_limit(job) or NOFILE_COMMON_SOFT
 
 
 # Ray keeps its object store in /dev/shm. Unless `object-store-memory` is given, a node
@@ -139,7 +227,6 @@ def ray_memory_needed(job, object_store: int | None) -> int:
 
 # ---- processes per node: how many training processes (each with its own DataLoader) share the container ----
 
-PROC_ENV = ("LOCAL_WORLD_SIZE", "WORLD_SIZE")  # torchrun sets both; LOCAL_ is the one per node
 LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 
 
@@ -161,6 +248,8 @@ class ProcsPerNode(Record):
 def nproc_in_command(command) -> str | None:
     """The literal value of --nproc_per_node / --nproc-per-node (`=` or space form) given to torchrun or
     `python -m torch.distributed.run` in the command (also inside a `sh -c "..."` string); None if absent."""
+    if not command:
+        return None  # no shlex (and its re) for `health`, which has no command
     import shlex
 
     args: list[str] = []
@@ -194,13 +283,30 @@ def _count(text) -> int | None:
     return value if value >= 1 else None
 
 
-def procs_per_node(given=None, command=(), environ=None, gpus: int | None = None) -> ProcsPerNode:
+def slurm_tasks_on_node(environ) -> tuple[int, str] | None:
+    """The ranks Slurm runs on this node, with their source, inside a Slurm job (shmguard.probe.slurm)."""
+    if not (environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")):
+        return None
+    from shmguard.probe.slurm import probe_slurm
+
+    info = probe_slurm(environ)
+    if info is None or info.tasks is None or info.tasks_source is None:
+        return None
+    return info.tasks, info.tasks_source
+
+
+def procs_per_node(given=None, command=(), environ=None, gpus: int | None = None,
+                   devices: str | None = None) -> ProcsPerNode:
     """How many training processes run in the container, and from what.
 
     Sources, first found wins: the explicit value (--procs-per-node or SHMGUARD_PROCS_PER_NODE); a literal
     --nproc_per_node in a torchrun command (`gpu`/`auto` mean the GPU count); LOCAL_WORLD_SIZE, then WORLD_SIZE
-    in the (container's) environment; the GPU count (one process per GPU, as torchrun is used); else 1.
-    A warning for each source that disagrees with the one used.
+    in the (container's) environment, except that in a Slurm job without torchrun the tasks Slurm runs on this
+    node come before WORLD_SIZE (SLURM_NTASKS_PER_NODE, else this node's SLURM_STEP_TASKS_PER_NODE or
+    SLURM_TASKS_PER_NODE: srun's ranks share the job's memory cgroup); the GPU count (one process per GPU, as torchrun is used); else 1.
+    A warning for each source that disagrees with the one used (fewer Slurm tasks than processes is torchrun's
+    way, not a disagreement). devices: how to name the GPU count's source when the devices are other
+    accelerators (`8 huawei.com/Ascend910`).
     """
     environ = {} if environ is None else environ
     found: list[tuple[int, str]] = []
@@ -213,16 +319,25 @@ def procs_per_node(given=None, command=(), environ=None, gpus: int | None = None
         value = gpus if text in ("gpu", "auto") and gpus else _count(text)
         if value is not None:
             found.append((value, f"--nproc_per_node={nproc} in the command"))
-    for name in PROC_ENV:
-        from_env = _count(environ.get(name))
-        if from_env is not None:
-            found.append((from_env, f"{name}={environ[name]}"))
-            break
+    local = _count(environ.get("LOCAL_WORLD_SIZE"))
+    if local is not None:
+        found.append((local, f"LOCAL_WORLD_SIZE={environ['LOCAL_WORLD_SIZE']}"))
+    # Slurm's tasks on this node are the ranks when srun starts them; under torchrun (one task per node starting
+    # the ranks, which get LOCAL_WORLD_SIZE) they are the launchers, so they count only without torchrun's word.
+    # They come before WORLD_SIZE, which counts every node's ranks (srun scripts often set it to SLURM_NTASKS).
+    slurm_tasks = None if nproc is not None or local is not None else slurm_tasks_on_node(environ)
+    if slurm_tasks is not None:
+        found.append(slurm_tasks)
+    world = _count(environ.get("WORLD_SIZE")) if local is None else None
+    if world is not None:
+        found.append((world, f"WORLD_SIZE={environ['WORLD_SIZE']}"))
     if gpus:
-        found.append((gpus, f"{gpus} GPU{'s' if gpus > 1 else ''}"))
+        found.append((gpus, devices or f"{gpus} GPU{'s' if gpus > 1 else ''}"))
     if not found:
         return ProcsPerNode(1, "default")
     value, source = found[0]
+    # Fewer Slurm tasks than processes is how torchrun runs under Slurm (one task starts them all): no disagreement.
     warnings = tuple(f"{source} but {other}: shmguard sizes for {value} process{'es' if value > 1 else ''} per node "
-                     f"(--procs-per-node sets it)" for n, other in found[1:] if n != value)
+                     f"(--procs-per-node sets it)" for n, other in found[1:]
+                     if n != value and not (other.startswith("SLURM_") and n < value))
     return ProcsPerNode(value, source, warnings)

@@ -1,4 +1,4 @@
-"""Sizes as people type them, and as Docker and Kubernetes want them.
+"""Sizes as people type them, and as Docker, Kubernetes and Slurm want them.
 
 The rule (stated in every --help that takes a size): a plain number is bytes;
 k, m, g, t — with or without a trailing b, or as KiB/MiB/GiB/TiB or Ki/Mi/Gi/Ti —
@@ -78,6 +78,13 @@ def k8s_quantity(n: int) -> str:
     if n % GIB == 0 and n:
         return f"{n // GIB}Gi"
     return f"{max(1, ceil_div(n, MIB))}Mi"
+
+
+def slurm_size(n: int) -> str:
+    """A Slurm memory size (`--mem=917M`, `--mem=2G`) that is at least n bytes; Slurm's M and G are MiB and GiB."""
+    if n % GIB == 0 and n:
+        return f"{n // GIB}G"
+    return f"{max(1, ceil_div(n, MIB))}M"
 
 
 _K8S_SUFFIXES = {

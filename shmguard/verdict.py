@@ -3,18 +3,26 @@
 Pure: takes a Job and a Snapshot, returns a Report. Statuses are PASS, WARN and
 FAIL; the verdict is the worst of them. "Cannot tell" (a file that could not be
 read) is a WARN that says so. Finding ids are stable: scripts may key on them.
+
+Fixes are spelled for the platform the snapshot found (shmguard.fixes: Docker,
+Podman, Kubernetes, Slurm; both Docker's and Kubernetes' words when unknown), with
+every size from shmguard.sizing. Under Slurm the job's memory cgroup, not the size
+of /dev/shm, is the cap on shared memory (shared/SLURM.md): --mem is judged with
+Slurm's headroom, and without a cgroup limit against what the job asked for.
 """
 
 from __future__ import annotations
 
-from shmguard import model, nccl, sizing
+from shmguard import fixes, model, nccl, sizing
+from shmguard.fixes import shm_fix  # also imported from here by api_messages
 from shmguard.job import Job
-from shmguard.probe.cpu import workers_for
+from shmguard.probe.cpu import cpus_per_process, workers_for
+from shmguard.probe.platform import SLURM
 from shmguard.probe.shm import DOCKER_DEFAULT_SHM, printable
 from shmguard.record import Record
-from shmguard.units import docker_size, format_size, k8s_quantity
+from shmguard.sizing import FAIL, PASS, WARN  # the statuses are sizing's: one set of names
+from shmguard.units import docker_size, format_size
 
-PASS, WARN, FAIL = "PASS", "WARN", "FAIL"
 _RANK = {PASS: 0, WARN: 1, FAIL: 2}
 
 
@@ -31,40 +39,41 @@ class Report(Record):
     verdict: str
     job: Job
     required: dict  # shm_bytes, memory_bytes
-    recommended: dict  # workers, shm_size, memory (Docker sizes)
+    recommended: dict  # workers, shm_size, memory (Docker sizes); under Slurm also sbatch (the #SBATCH options)
     findings: list[Finding]
-
-
-def shm_fix(needed: int) -> str:
-    return (f"docker run --shm-size={docker_size(needed)} …; Kubernetes: an emptyDir "
-            f"{{medium: Memory, sizeLimit: {k8s_quantity(needed)}}} mounted at /dev/shm "
-            f"(shmguard render k8s writes it)")
+    platform: str | None = None  # whose words the fixes use (shmguard.probe.platform); None: Docker's and Kubernetes'
 
 
 def _size(n: int | None) -> str | None:
     return None if n is None else format_size(n)
 
 
-def check_shm(job, shm) -> list[Finding]:
+SLURM_SHM_NOTE = ("under Slurm its size means nothing: /dev/shm pages are charged to the job's memory cgroup, "
+                  "which is the cap (memory.limit)")
+
+
+def check_shm(job, shm, platform: str | None = None) -> list[Finding]:
     needed = model.shm_bytes(job)
+    size = sizing.shm_size(job)
     findings = []
     if needed == 0:
         return [Finding(id="shm.size", status=PASS, message="workers=0: batches are loaded in the trainer, no /dev/shm is used",
                         found=_size(shm.total), needed="0 B")]
     if shm.total is None:
         return [Finding(id="shm.size", status=FAIL, message=f"cannot tell the size of /dev/shm: {'; '.join(shm.errors)}",
-                        needed=_size(needed), fix=shm_fix(needed))]
+                        needed=_size(needed), fix=shm_fix(size, platform))]
     if shm.fstype is not None and shm.fstype != "tmpfs":
         findings.append(Finding(id="shm.mount", status=FAIL,
                                 message=f"/dev/shm is a {shm.fstype}, not a tmpfs: shared memory is written to disk or fails",
-                                found=shm.fstype, needed="tmpfs", fix=shm_fix(needed)))
+                                found=shm.fstype, needed="tmpfs", fix=shm_fix(size, platform)))
     elif shm.fstype is None:
         findings.append(Finding(id="shm.mount", status=WARN,
                                 message="cannot tell whether /dev/shm is a tmpfs (no mountinfo entry for it)",
                                 needed="tmpfs"))
     if shm.total >= needed:
+        note = f"; {SLURM_SHM_NOTE}" if platform == SLURM else ""
         findings.append(Finding(id="shm.size", status=PASS,
-                                message=f"/dev/shm holds {format_size(shm.total)}; the job needs {format_size(needed)} at its peak",
+                                message=f"/dev/shm holds {format_size(shm.total)}; the job needs {format_size(needed)} at its peak{note}",
                                 found=_size(shm.total), needed=_size(needed)))
     else:
         default = " (Docker's default)" if shm.total == DOCKER_DEFAULT_SHM else ""
@@ -80,21 +89,21 @@ def check_shm(job, shm) -> list[Finding]:
             message=(f"/dev/shm is {format_size(shm.total)}{default} but the job needs {format_size(needed)}: "
                      f"{' plus '.join(parts)}; it would die with a Bus error or 'unable to allocate shared memory'"
                      + (" (NCCL: 'Error while creating shared memory segment')" if nccl_bytes else "")),
-            found=_size(shm.total), needed=_size(needed), fix=shm_fix(needed)))
+            found=_size(shm.total), needed=_size(needed), fix=shm_fix(size, platform)))
         return findings
     if shm.free is not None and shm.free < needed:
         findings.append(Finding(
             id="shm.free", status=FAIL,
             message=f"/dev/shm has {format_size(shm.free)} free of {format_size(shm.total)}; the job needs {format_size(needed)}",
             found=_size(shm.free), needed=_size(needed),
-            fix="free /dev/shm (stale segments below), or give it more room: " + shm_fix(needed + (shm.used or 0))))
+            fix=fixes.shm_free_fix(sizing.shm_size_for(needed + (shm.used or 0)), platform)))
     else:
         findings.append(Finding(id="shm.free", status=PASS, message=f"{format_size(shm.free)} free",
                                 found=_size(shm.free), needed=_size(needed)))
     return findings
 
 
-def check_nccl(job, shm) -> list[Finding]:
+def check_nccl(job, shm, platform: str | None = None) -> list[Finding]:
     """NCCL's own /dev/shm between the node's GPU ranks, as its own line (none for jobs without two GPU ranks)."""
     if nccl.local_ranks(job) == 0:
         return []
@@ -104,11 +113,11 @@ def check_nccl(job, shm) -> list[Finding]:
         return [Finding(id="shm.nccl", status=FAIL,
                         message=(f"{line}; /dev/shm is {format_size(shm.total)}: NCCL alone does not fit and the job "
                                  f"would die at its first collective ('NCCL WARN Error while creating shared memory segment')"),
-                        found=_size(shm.total), needed=_size(needed), fix=shm_fix(model.shm_bytes(job)))]
+                        found=_size(shm.total), needed=_size(needed), fix=shm_fix(sizing.shm_size(job), platform))]
     return [Finding(id="shm.nccl", status=PASS, message=line, found=_size(shm.total), needed=_size(needed))]
 
 
-def check_stale(shm) -> list[Finding]:
+def check_stale(shm, platform: str | None = None) -> list[Finding]:
     stale = [s for s in shm.segments if s.stale]
     if not stale:
         return [Finding(id="shm.stale", status=PASS, message="no segments left by dead processes in /dev/shm")]
@@ -116,47 +125,84 @@ def check_stale(shm) -> list[Finding]:
     return [Finding(id="shm.stale", status=WARN,
                     message=f"{len(stale)} segments of processes that no longer exist hold {format_size(shm.stale_bytes)} ({names})",
                     found=_size(shm.stale_bytes), needed="0 B",
-                    fix="rm /dev/shm/torch_<pid>_* for pids that are gone (or restart the container)")]
+                    fix=fixes.stale_fix(platform))]
 
 
-def check_memory(job, memory, shm) -> list[Finding]:
-    needed = sizing.memory_needed(job)
+def memory_needed(job, platform: str | None = None) -> int:
+    """The memory limit the job needs on this platform (sizing: Slurm's with its headroom)."""
+    return sizing.slurm_memory_needed(job) if platform == SLURM else sizing.memory_needed(job)
+
+
+def check_memory(job, memory, shm, platform: str | None = None, slurm=None) -> list[Finding]:
+    needed = memory_needed(job, platform)
     shm_needed = model.shm_bytes(job)
-    if memory.limit is None:
+    under_slurm = platform == SLURM
+    limit, asked = memory.limit, ""
+    if limit is None and under_slurm and slurm is not None and slurm.memory is not None:
+        # No cgroup limit (ConstrainRAMSpace=no): the job's --mem is what it was given, if not enforced.
+        limit = slurm.memory
+        asked = (f"the job asked for {format_size(limit)} ({slurm.memory_source}; no memory cgroup enforces it, "
+                 f"and beyond it the job takes other jobs' memory on the node): ")
+    fix = fixes.memory_fix(job, platform, slurm)
+    if limit is None:
         if memory.errors:
             return [Finding(id="memory.limit", status=WARN, message=f"cannot tell the memory limit: {'; '.join(memory.errors)}",
-                            needed=_size(needed))]
+                            needed=_size(needed), fix=fix if under_slurm else None)]
+        if under_slurm:
+            return [Finding(id="memory.limit", status=WARN,
+                            message=(f"no memory limit and no --mem: the job shares the node's memory; it needs about "
+                                     f"{format_size(needed)} (including {format_size(shm_needed)} of /dev/shm and "
+                                     f"Slurm's headroom)"),
+                            found="unlimited", needed=_size(needed), fix=fix)]
         return [Finding(id="memory.limit", status=PASS,
                         message=f"no container memory limit; the job needs about {format_size(needed)} (including {format_size(shm_needed)} of /dev/shm)",
                         found="unlimited", needed=_size(needed))]
-    status = sizing.memory_status(job, memory.limit)
+    status = sizing.memory_status(job, limit, needed)
     if status != PASS:
+        if under_slurm:
+            consequence = ("the job's memory cgroup, so a job that fills it is OOM-killed (state OUT_OF_MEMORY, exit "
+                           "0:125), never sees ENOSPC, and may hang RUNNING when the OOM killer takes its slurmstepd")
+            headroom = f", Slurm's {format_size(sizing.SLURM_HEADROOM)} of headroom included"
+        else:
+            consequence = ("the container's memory, so a big enough shm turns the Bus error into an OOM kill "
+                           "(exit 137)")
+            headroom = ""
         return [Finding(
             id="memory.limit", status=status,
-            message=(f"memory limit {format_size(memory.limit)} is below the {format_size(needed)} the job needs: /dev/shm pages "
-                     f"({format_size(shm_needed)}) are charged to the container's memory, so a big enough shm turns the Bus error into an OOM kill (exit 137)"),
-            found=_size(memory.limit), needed=_size(needed),
-            fix=f"docker run --memory={docker_size(needed)} …; Kubernetes: resources.limits.memory: {k8s_quantity(needed)}")]
-    headroom = memory.limit - (memory.usage or 0)
-    if memory.usage is not None and headroom < shm_needed:
+            message=(f"{asked}memory limit {format_size(limit)} is below the {format_size(needed)} the job needs"
+                     f"{headroom}: /dev/shm pages ({format_size(shm_needed)}) are charged to {consequence}"),
+            found=_size(limit), needed=_size(needed), fix=fix)]
+    headroom_left = limit - (memory.usage or 0)
+    if memory.usage is not None and headroom_left < shm_needed:
+        where = "job" if under_slurm else "container"
         return [Finding(id="memory.limit", status=WARN,
-                        message=f"only {format_size(headroom)} of the {format_size(memory.limit)} limit is free and the job's shm alone needs {format_size(shm_needed)}",
-                        found=_size(headroom), needed=_size(shm_needed),
-                        fix="stop what else uses memory in this container, or raise the limit")]
+                        message=f"{asked}only {format_size(headroom_left)} of the {format_size(limit)} limit is free and the job's shm alone needs {format_size(shm_needed)}",
+                        found=_size(headroom_left), needed=_size(shm_needed),
+                        fix=f"stop what else uses memory in this {where}, or raise the limit above the job's need")]
+    cap = " (the job's memory cgroup: the cap on /dev/shm too)" if under_slurm and memory.limit is not None else ""
     return [Finding(id="memory.limit", status=PASS,
-                    message=f"memory limit {format_size(memory.limit)} holds the job's {format_size(needed)} (shm included)",
-                    found=_size(memory.limit), needed=_size(needed))]
+                    message=f"{asked}memory limit {format_size(limit)}{cap} holds the job's {format_size(needed)} (shm included)",
+                    found=_size(limit), needed=_size(needed))]
 
 
-def check_cpu(job, cpu) -> list[Finding]:
-    usable = workers_for(cpu.effective, job.procs_per_node)
+def usable_workers(procs_per_node: int, snapshot) -> int | None:
+    """num_workers each of the training processes can keep busy (probe.cpu.cpus_per_process): in an srun task its
+    affinity is already its share and is not divided by the ranks again."""
+    slurm = getattr(snapshot, "slurm", None)
+    own_share = slurm is not None and slurm.in_task
+    return workers_for(cpus_per_process(snapshot.cpu, procs_per_node, own_share))
+
+
+def check_cpu(job, cpu, platform: str | None = None, slurm=None) -> list[Finding]:
+    own_share = slurm is not None and slurm.in_task
+    usable = workers_for(cpus_per_process(cpu, job.procs_per_node, own_share))
     if usable is None:
         return [Finding(id="cpu.workers", status=WARN, message=f"cannot tell the CPUs available: {'; '.join(cpu.errors)}")]
     sources = []
     if cpu.quota is not None:
         sources.append(f"quota {cpu.quota:g}")
     if cpu.affinity is not None:
-        sources.append(f"affinity {cpu.affinity}")
+        sources.append(f"affinity {cpu.affinity}" + (": this srun task's own CPUs" if own_share else ""))
     detail = f"{cpu.effective:g} CPUs ({', '.join(sources) or 'host'}; the host has {cpu.host})"
     if job.workers <= usable:
         return [Finding(id="cpu.workers", status=PASS, message=f"{job.workers} workers per process on {detail}",
@@ -164,24 +210,32 @@ def check_cpu(job, cpu) -> list[Finding]:
     return [Finding(id="cpu.workers", status=WARN,
                     message=f"{job.workers} workers per process but only {detail}: the extra workers wait for CPU and use shm",
                     found=f"{cpu.effective:g} CPUs", needed=f"{job.workers} workers",
-                    fix=f"DataLoader(num_workers={usable}) or more CPUs (docker run --cpus={job.workers * job.procs_per_node})")]
+                    fix=fixes.cpu_fix(job, usable, platform, slurm))]
 
 
-def check_gpu(job, gpu) -> list[Finding]:
+def check_gpu(job, gpu, platform: str | None = None, slurm=None) -> list[Finding]:
+    given = slurm.gpus if slurm is not None else None
     if job.gpus == 0:
         return [Finding(id="gpu.visible", status=PASS, message=f"the job asks for no GPU ({gpu.visible} visible)",
                         found=str(gpu.visible), needed="0")]
-    notes = f" ({'; '.join(gpu.notes)})" if gpu.notes else ""
+    notes = list(gpu.notes)
+    if given is not None and given < job.gpus:
+        note = f"; {'; '.join(notes)}" if notes else ""
+        return [Finding(id="gpu.visible", status=FAIL,
+                        message=f"the job needs {job.gpus} GPUs but Slurm gave it {given} ({slurm.gpus_source}{note})",
+                        found=str(min(given, gpu.visible)), needed=str(job.gpus), fix=fixes.gpu_fix(job, platform, slurm))]
+    if given is not None:
+        notes.append(f"Slurm gave the job {given}: {slurm.gpus_source}")
+    note = f" ({'; '.join(notes)})" if notes else ""
     if gpu.visible >= job.gpus:
-        return [Finding(id="gpu.visible", status=PASS, message=f"{gpu.visible} GPUs visible{notes}",
+        return [Finding(id="gpu.visible", status=PASS, message=f"{gpu.visible} GPUs visible{note}",
                         found=str(gpu.visible), needed=str(job.gpus))]
     return [Finding(id="gpu.visible", status=FAIL,
-                    message=f"the job needs {job.gpus} GPUs but {gpu.visible} are visible{notes}",
-                    found=str(gpu.visible), needed=str(job.gpus),
-                    fix=f"docker run --gpus {job.gpus} …; Kubernetes: resources.limits nvidia.com/gpu: {job.gpus}; check CUDA_VISIBLE_DEVICES")]
+                    message=f"the job needs {job.gpus} GPUs but {gpu.visible} are visible{note}",
+                    found=str(gpu.visible), needed=str(job.gpus), fix=fixes.gpu_fix(job, platform, slurm))]
 
 
-def check_nofile(job, nofile) -> list[Finding]:
+def check_nofile(job, nofile, platform: str | None = None) -> list[Finding]:
     needed = sizing.fds_needed(job)
     if nofile.soft is None and nofile.errors:
         return [Finding(id="nofile", status=WARN, message=f"cannot tell the open-file limit: {'; '.join(nofile.errors)}")]
@@ -191,31 +245,39 @@ def check_nofile(job, nofile) -> list[Finding]:
     return [Finding(id="nofile", status=WARN,
                     message=f"open-file limit {nofile.soft} is tight for the file_descriptor strategy (about {needed} descriptors)",
                     found=str(nofile.soft), needed=str(needed),
-                    fix=f"docker run --ulimit nofile={max(needed, 65536)}:{max(needed, 65536)} …, or torch.multiprocessing.set_sharing_strategy('file_system')")]
+                    fix=fixes.nofile_fix(job, nofile.hard, platform))]
 
 
 def evaluate(job, snapshot) -> Report:
+    platform = getattr(snapshot, "platform", None)
+    slurm = getattr(snapshot, "slurm", None)
     findings = [
-        *check_shm(job, snapshot.shm),
-        *check_nccl(job, snapshot.shm),
-        *check_stale(snapshot.shm),
-        *check_memory(job, snapshot.memory, snapshot.shm),
-        *check_cpu(job, snapshot.cpu),
-        *check_gpu(job, snapshot.gpu),
-        *check_nofile(job, snapshot.nofile),
+        *check_shm(job, snapshot.shm, platform),
+        *check_nccl(job, snapshot.shm, platform),
+        *check_stale(snapshot.shm, platform),
+        *check_memory(job, snapshot.memory, snapshot.shm, platform, slurm),
+        *check_cpu(job, snapshot.cpu, platform, slurm),
+        *check_gpu(job, snapshot.gpu, platform, slurm),
+        *check_nofile(job, snapshot.nofile, platform),
     ]
     verdict = max((f.status for f in findings), key=_RANK.__getitem__, default=PASS)
-    usable = workers_for(snapshot.cpu.effective, job.procs_per_node)
+    usable = usable_workers(job.procs_per_node, snapshot)
+    recommended = {
+        "workers": min(job.workers, usable) if usable is not None else job.workers,
+        "shm_size": docker_size(sizing.shm_size(job)),
+        "memory": docker_size(memory_needed(job, platform)),
+    }
+    if platform == SLURM:
+        from shmguard.slurm import launcher_of, sbatch_request
+
+        recommended["sbatch"] = " ".join(sbatch_request(job, launcher_of(job, slurm)).options())
     return Report(
         verdict=verdict,
         job=job,
         required={"shm_bytes": model.shm_bytes(job), "memory_bytes": model.memory_bytes(job)},
-        recommended={
-            "workers": min(job.workers, usable) if usable is not None else job.workers,
-            "shm_size": docker_size(sizing.shm_size(job)),
-            "memory": docker_size(sizing.memory_needed(job)),
-        },
+        recommended=recommended,
         findings=findings,
+        platform=platform,
     )
 
 

@@ -6,6 +6,7 @@ import json
 
 from shmguard.jsonout import stamp
 from shmguard.probe import Root
+from shmguard.probe.nccl_version import with_installed_version
 from shmguard.probe.snapshot import take_snapshot
 from shmguard.verdict import Report, evaluate, exit_code
 
@@ -34,10 +35,13 @@ def report_text(report: Report) -> str:
                 lines.append(f"      fix: {finding.fix}")
     rec = report.recommended
     lines.append(f"required: /dev/shm {rec['shm_size'] or '0'}, memory {rec['memory']}; recommended num_workers: {rec['workers']}")
+    if rec.get("sbatch"):
+        lines.append(f"under Slurm: #SBATCH {rec['sbatch']} (--mem with Slurm's headroom; /dev/shm's size means nothing)")
     return "\n".join(lines)
 
 
 def check(job, as_json: bool, strict: bool, root: Root | None = None, echo=print) -> int:
+    job = with_installed_version(job, root)  # the NCCL torch would use here, when the job does not say
     snapshot = take_snapshot(root)
     report = evaluate(job, snapshot)
     if as_json:

@@ -4,15 +4,20 @@ Three sources of evidence, each turned into shmguard.diagnosis.Evidence (pure
 functions here; the engine and stdin are read by the thin `explain` below):
 
 - a container, through the Docker API (Docker, or Podman's Docker-compatible
-  socket): `docker inspect` (exit code, OOMKilled, ShmSize, a tmpfs or bind at
-  /dev/shm, --ipc host, the memory limit, SHMGUARD_* env) and the log's tail;
+  socket) as `run` reaches it (shmguard.engine.client): `docker inspect` (exit
+  code, OOMKilled, ShmSize, a tmpfs or bind at /dev/shm, --ipc host, the memory
+  limit, SHMGUARD_* env) and the log's tail;
 - a Pod object (`kubectl get pod -o yaml|json`) on stdin: per container, its
   termination (state, else lastState: exit code, reason OOMKilled, the message),
   the volume mounted at /dev/shm (an emptyDir's medium and sizeLimit; none: the
   runtime's 64 MiB), its memory limit, and the job from shmguard.io/* annotations
   and SHMGUARD_* env (shmguard.manifests.annotations.resolve_job);
 - anything else on stdin is a log, with --shm-size, --memory-limit, --exit-code
-  and --oom-killed saying what the log cannot.
+  and --oom-killed saying what the log cannot. stdin is read in bounded memory:
+  a Pod object whole, a log as its last --tail lines (read_stdin).
+
+Everything it prints, text or JSON, has the terminal escapes and control
+characters of logs, names and Pod objects neutralised (shmguard.terminal).
 
 The job options fill what the container's own description (env, annotations)
 leaves out, as for `patch`. Exit 1 when a diagnosis blames shared memory, else 0.
@@ -22,16 +27,17 @@ from __future__ import annotations
 
 import json
 import re
+from collections import deque
 from typing import Any
 
 from shmguard.diagnosis import Diagnosis, Evidence, diagnose
 from shmguard.errors import EXIT_FAIL, EXIT_OK, ShmguardError, UsageError
 from shmguard.job import ENV_VARS, env_values, make_job
 from shmguard.jsonout import stamp
-from shmguard.units import MIB, parse_quantity
+from shmguard.record import Record
+from shmguard.terminal import printable
+from shmguard.units import KIB, MIB
 
-RUNTIME_DEFAULT_SHM = 64 * MIB  # containerd's and CRI-O's /dev/shm for a pod without a volume there
-LOG_TAIL_LINES = 2000
 POD_HINT = re.compile(r'^\s*kind:\s*["\']?(Pod|List)["\']?\s*$|"kind"\s*:\s*"(Pod|List)"', re.MULTILINE)
 TMPFS_SIZE = re.compile(r"(?:^|,)size=([^,]+)")
 
@@ -129,33 +135,23 @@ def pods_in(documents: list) -> list[dict]:
     return pods
 
 
-def quantity(value, where: str) -> int:
-    try:
-        return parse_quantity(value)
-    except ValueError as exc:
-        raise ExplainError(f"{where}: {exc}") from None
+def pod_shm(shm) -> tuple[int | None, bool]:
+    """(/dev/shm bytes, unbounded) of a pod's container, from the pod reader's Shm (shmguard.pod): the tmpfs the
+    kubelet mounts, the runtime's default, or the node's own (hostIPC, a hostPath, an emptyDir nothing caps)."""
+    from shmguard import pod
 
-
-def pod_shm(spec: dict, container: dict, where: str) -> tuple[int | None, bool]:
-    """(/dev/shm bytes, unbounded) of a pod's container: the volume mounted there, else the runtime's default."""
-    mounts = container.get("volumeMounts") if isinstance(container.get("volumeMounts"), list) else []
-    name = next((m.get("name") for m in mounts if isinstance(m, dict) and str(m.get("mountPath", "")).rstrip("/") == "/dev/shm"), None)
-    if name is None:
-        return (None, True) if spec.get("hostIPC") else (RUNTIME_DEFAULT_SHM, False)
-    volumes = spec.get("volumes") if isinstance(spec.get("volumes"), list) else []
-    volume = next((v for v in volumes if isinstance(v, dict) and v.get("name") == name), {})
-    empty_dir = volume.get("emptyDir")
-    if isinstance(empty_dir, dict) and empty_dir.get("medium") == "Memory":
-        if empty_dir.get("sizeLimit") is None:
-            return None, True
-        return quantity(empty_dir["sizeLimit"], f"{where}: volume {name} sizeLimit"), False
-    return None, False  # a disk-backed emptyDir or another volume: not a tmpfs whose size we know
+    if shm.kind == pod.RUNTIME:
+        return shm.size, False
+    if shm.kind == pod.MEMORY:
+        return shm.size, shm.size is None
+    return None, shm.kind in (pod.HOST_IPC, pod.HOST_PATH)  # on disk, another volume: not a tmpfs of known size
 
 
 def termination(status: dict) -> tuple[dict | None, bool]:
     """(the termination to explain, still running): the current one, else the last (a restarted container)."""
-    state = status.get("state") if isinstance(status.get("state"), dict) else {}
-    last = status.get("lastState") if isinstance(status.get("lastState"), dict) else {}
+    from shmguard.pod import dict_of
+
+    state, last = dict_of(status.get("state")), dict_of(status.get("lastState"))
     if isinstance(state.get("terminated"), dict):
         return state["terminated"], False
     if isinstance(last.get("terminated"), dict):
@@ -164,41 +160,50 @@ def termination(status: dict) -> tuple[dict | None, bool]:
 
 
 def pod_evidence(pod: dict, flag_values: dict) -> list[tuple[str, Evidence]]:
-    """Evidence for each container of a Pod object."""
-    from shmguard.manifests.annotations import CONTAINER, annotation_values
+    """Evidence for each container of a Pod object, read by the one pod reader (shmguard.pod)."""
+    from shmguard import pod as pods
+    from shmguard.manifests.annotations import annotation_values
     from shmguard.manifests.annotations import env_values as container_env_values
 
-    metadata = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-    status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
+    metadata, spec, status = (pods.dict_of(pod.get(key)) for key in ("metadata", "spec", "status"))
     pod_name = metadata.get("name") or "the pod"
-    containers = [c for c in spec.get("containers") or [] if isinstance(c, dict)]
+    containers = [c for c in pods.list_of(spec.get("containers")) if isinstance(c, dict)]
     if not containers:
         raise ExplainError(f"pod {pod_name}: no spec.containers; give the whole object (kubectl get pod NAME -o yaml)")
-    statuses = {s.get("name"): s for s in status.get("containerStatuses") or [] if isinstance(s, dict)}
-    annotations = metadata.get("annotations") if isinstance(metadata.get("annotations"), dict) else {}
-    # The job options and annotations describe the container that runs the DataLoader (as for patch).
-    loader = annotations.get(CONTAINER) or containers[0].get("name")
+    statuses = {s.get("name"): s for s in pods.list_of(status.get("containerStatuses")) if isinstance(s, dict)}
+    annotations = pods.dict_of(metadata.get("annotations"))
+    try:
+        # The job options and annotations describe the containers that run the DataLoader (as for patch).
+        reading = pods.read_pod(pod)
+        volumes = pods.volumes_by_name(spec.get("volumes"))
+        per_container = [(pods.container_shm(c, volumes, reading.memory, reading.host_ipc),
+                          pods.effective_memory_limit(c, reading.memory)) for c in containers]
+    except pods.PodError as exc:
+        raise ExplainError(f"pod {pod_name}: {exc}") from None
     out = []
-    for container in containers:
-        name = str(container.get("name") or "?")
+    for index, container in enumerate(containers):
+        name = pods.name_of(container)
         where = f"pod {pod_name}, container {name}"
         own = container_env_values(container)
         notes: list[str] = []
-        if container.get("name") == loader:
+        if index in reading.loaders:
             own.update(annotation_values(annotations))
             job = job_for(flag_values, own, f"{where}'s shmguard.io/* annotations or SHMGUARD_* env", notes)
         else:
             job = job_for({}, own, f"{where}'s SHMGUARD_* env", notes)
-        shm, unbounded = pod_shm(spec, container, where)
-        limits = (container.get("resources") or {}).get("limits") or {}
-        memory = quantity(limits["memory"], f"{where}: limits.memory") if limits.get("memory") is not None else None
-        ended, running = termination(statuses.get(name, {}))
+        shm, memory = per_container[index]
+        shm_size, unbounded = pod_shm(shm)
+        if shm.kind == pods.MEMORY and shm.capped_by == pods.BY_NODE and reading.memory.unlimited:
+            notes.append(f"{', '.join(reading.memory.unlimited)} without a memory limit, so the pod has none: the "
+                         f"memory emptyDir at /dev/shm is capped by nothing but the node's allocatable memory")
+        if shm.kind == pods.MEMORY and shm.volume == reading.shm.volume:
+            notes += reading.notes
+        ended, running = termination(statuses.get(container.get("name"), {}))
         ended = ended or {}
         exit_code = ended.get("exitCode")
         out.append((name, Evidence(
             exit_code=exit_code if isinstance(exit_code, int) else None, oom_killed=ended.get("reason") == "OOMKilled",
-            logs=str(ended.get("message") or ""), shm_size=shm, shm_unbounded=unbounded, memory_limit=memory,
+            logs=str(ended.get("message") or ""), shm_size=shm_size, shm_unbounded=unbounded, memory_limit=memory,
             job=job, platform="kubernetes", running=running, notes=tuple(notes))))
     return out
 
@@ -210,6 +215,18 @@ def entry(container: str | None, evidence: Evidence, found: Diagnosis) -> dict[s
             "shm_size_bytes": evidence.shm_size, "shm_unbounded": evidence.shm_unbounded,
             "memory_limit_bytes": evidence.memory_limit,
             "job": evidence.job.as_dict() if evidence.job is not None else None, **found.as_dict()}
+
+
+def safe(value: Any) -> Any:
+    """Every string explain prints, text or JSON, with terminal escape sequences and control characters
+    neutralised: they come from logs, container names and Pod objects, which a stranger may have written."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {key: safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [safe(item) for item in value]
+    return value
 
 
 def text_report(entries: list[dict]) -> str:
@@ -228,82 +245,146 @@ def text_report(entries: list[dict]) -> str:
 def report(source: str, name: str | None, items: list[tuple[str | None, Evidence]], as_json: bool) -> tuple[str, int]:
     """The report (text or JSON) and explain's exit code: 1 when any diagnosis blames shared memory."""
     diagnosed = [(container, ev, diagnose(ev)) for container, ev in items]
-    entries = [entry(container, ev, found) for container, ev, found in diagnosed]
+    entries = safe([entry(container, ev, found) for container, ev, found in diagnosed])
     blames = any(found.blames_shared_memory for _, _, found in diagnosed)
     if as_json:
-        data = stamp({"source": source, "name": name, "blames_shared_memory": blames, "diagnoses": entries})
+        data = stamp({"source": source, "name": safe(name), "blames_shared_memory": blames, "diagnoses": entries})
         return json.dumps(data, indent=2), EXIT_FAIL if blames else EXIT_OK
     return text_report(entries), EXIT_FAIL if blames else EXIT_OK
 
 
 # --- the readers (engine, stdin) ------------------------------------------------------------------
 
-def last_lines(chunks, count: int) -> bytes:
-    """The last count lines of a streamed log, in bounded memory.
-
-    Podman 4.3's Docker API answers `tail=N` now and then with an empty or partial log
-    where the whole log has the lines (about 1 in 5 in tests/integration/test_podman.py);
-    reading it whole keeps only what the tail would have given.
-    """
-    from collections import deque
-
-    lines: deque[bytes] = deque(maxlen=count)
-    partial = b""
-    for chunk in chunks:
-        parts = (partial + chunk).split(b"\n")
-        partial = parts.pop()
-        lines.extend(part + b"\n" for part in parts)
-    if partial:
-        lines.append(partial)
-    return b"".join(lines)
-
-
-def is_podman(client) -> bool:
-    """Whether the engine behind the Docker API is Podman (its version names a "Podman Engine" component)."""
-    try:
-        components = client.version().get("Components") or []
-    except Exception:  # an engine that cannot say is treated as Docker
-        return False
-    return any("podman" in str(c.get("Name", "")).lower() for c in components)
-
-
 def read_container(name: str, host: str | None, tail: int) -> tuple[dict, str]:
-    """`docker inspect` and the log's tail of a container, through the Docker API (DOCKER_HOST, or --host)."""
-    import docker
+    """`docker inspect` and the log's tail of a container, through the engine client `run` uses
+    (shmguard.engine.client); any failure to read it is explain's one-line error, exit 2."""
+    from shmguard.engine import client
 
     try:
-        client = docker.DockerClient(base_url=host) if host else docker.from_env()
-        client.ping()
-    except Exception as exc:  # DockerException, or requests' errors for a socket that is not there
-        where = host or "DOCKER_HOST or the local socket"
-        raise ExplainError(f"no Docker engine answers at {where}: {exc}") from None
-    try:
-        container = client.containers.get(name)
-        if is_podman(client):
-            logs = last_lines(container.logs(stdout=True, stderr=True, stream=True), tail)
-        else:
-            logs = container.logs(stdout=True, stderr=True, tail=tail)
-        return container.attrs, logs.decode("utf-8", "replace")
-    except docker.errors.NotFound:
-        raise ExplainError(f"no container {name!r} on this engine (docker ps -a lists them)") from None
-    except docker.errors.APIError as exc:
-        raise ExplainError(f"the engine could not give {name}'s inspect and logs: {exc.explanation or exc}") from None
-    finally:
-        client.close()
+        return client.read_container(name, host, tail)
+    except ShmguardError as exc:  # engine unreachable, container unreadable, engine lost mid-read
+        raise ExplainError(str(exc)) from None
 
 
-def stdin_items(text: str, flag_values: dict, stdin_facts: dict) -> tuple[str, str | None, list]:
+HEAD_BYTES = 256 * KIB  # enough of stdin to tell a Pod object from a log
+LINE_BYTES = 64 * KIB  # a longer log line keeps its start (where the message is) and says it was cut
+LOG_BYTES = 16 * MIB  # the most of a log's tail kept, whatever --tail says
+POD_BYTES = 64 * MIB  # a Pod object is read whole, up to what the strict YAML loader reads (yamlio)
+CHUNK = 64 * KIB
+
+
+class StdinText(Record):
+    """What was kept of stdin: the text, and how many lines of a log were left out or cut."""
+
+    text: str
+    pod: bool = False
+    lines_seen: int = 0
+    lines_kept: int = 0
+    lines_cut: int = 0
+
+    @property
+    def note(self) -> str | None:
+        """What the diagnosis should say of what it did not read."""
+        parts = []
+        if self.lines_kept < self.lines_seen:
+            parts.append(f"read the last {self.lines_kept} of the log's {self.lines_seen} lines (--tail)")
+        if self.lines_cut:
+            parts.append(f"{self.lines_cut} line(s) longer than {LINE_BYTES // KIB} KiB cut")
+        return "stdin: " + ", ".join(parts) if parts else None
+
+
+class _Tail:
+    """The last `count` lines of a stream fed in chunks, in bounded memory: each line at most LINE_BYTES
+    (its start), all of them at most LOG_BYTES."""
+
+    def __init__(self, count: int) -> None:
+        self.lines: deque[bytes] = deque()
+        self.count = count
+        self.size = 0
+        self.partial = bytearray()
+        self.partial_cut = False
+        self.seen = self.cut = 0
+
+    def feed(self, chunk: bytes) -> None:
+        start = 0
+        while True:
+            end = chunk.find(b"\n", start)
+            piece = chunk[start:] if end < 0 else chunk[start:end]
+            room = LINE_BYTES - len(self.partial)
+            if len(piece) > room:
+                self.partial_cut = True
+            self.partial += piece[:max(room, 0)]
+            if end < 0:
+                return
+            self.close_line()
+            start = end + 1
+
+    def close_line(self) -> None:
+        line = bytes(self.partial) + (b" [line cut]" if self.partial_cut else b"") + b"\n"
+        self.seen += 1
+        self.cut += self.partial_cut
+        self.partial = bytearray()
+        self.partial_cut = False
+        self.lines.append(line)
+        self.size += len(line)
+        while len(self.lines) > self.count or self.size > LOG_BYTES:
+            self.size -= len(self.lines.popleft())
+
+    def finish(self) -> StdinText:
+        if self.partial or self.partial_cut:
+            self.close_line()
+        text = b"".join(self.lines).decode("utf-8", "replace")
+        return StdinText(text, False, self.seen, len(self.lines), self.cut)
+
+
+def _chunks(stream: Any):
+    """stdin's bytes, whether the stream gives bytes (sys.stdin.buffer) or text (a StringIO in tests)."""
+    while True:
+        data = stream.read(CHUNK)
+        if not data:
+            return
+        yield data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data
+
+
+def read_stdin(stream: Any, tail: int) -> StdinText:
+    """stdin in bounded memory (issue 33 item 15: reading it all cost 428 MB for a 200 MB line): a Pod
+    object whole, up to POD_BYTES; a log as its last `tail` lines, as `--tail` bounds a container's."""
+    chunks = _chunks(stream)
+    head = bytearray()
+    for chunk in chunks:
+        head += chunk
+        if len(head) >= HEAD_BYTES:
+            break
+    if looks_like_pod(head.decode("utf-8", "replace")):
+        for chunk in chunks:
+            head += chunk
+            if len(head) > POD_BYTES:
+                raise ExplainError(f"stdin: a Pod object of more than {POD_BYTES // MIB} MiB; give one pod "
+                                   f"(kubectl get pod NAME -o yaml)")
+        return StdinText(head.decode("utf-8", "replace"), True)
+    keeper = _Tail(tail)
+    keeper.feed(bytes(head))
+    del head
+    for chunk in chunks:
+        keeper.feed(chunk)
+    return keeper.finish()
+
+
+def stdin_items(text: str, flag_values: dict, stdin_facts: dict, note: str | None = None
+                ) -> tuple[str, str | None, list]:
     """A Pod object (or a List of pods) on stdin, or else a log."""
     if looks_like_pod(text):
         from shmguard.manifests.yamlio import load
 
         try:
             documents = load(text, "stdin")
-        except ShmguardError:
-            documents = []
+        except ShmguardError as exc:  # a Pod the strict loader refuses is not silently read as a log (#33 item 24)
+            raise ExplainError(f"stdin looks like a Pod object (kind: Pod or List), but it cannot be read: {exc}. "
+                               f"Give the object as kubectl prints it (kubectl get pod NAME -o yaml), or pipe "
+                               f"the log alone (kubectl logs NAME)") from None
         pods = pods_in(documents)
         if pods:
-            if any(v is not None and v is not False for v in stdin_facts.values()):
+            if any(v is not None and v is not False for k, v in stdin_facts.items() if k != "platform"):
                 raise UsageError("--shm-size, --memory-limit, --exit-code and --oom-killed describe a log; "
                                  "a Pod object says them itself")
             items = []
@@ -315,7 +396,7 @@ def stdin_items(text: str, flag_values: dict, stdin_facts: dict) -> tuple[str, s
     job = job_for(flag_values, {}, "the job options")
     evidence = Evidence(exit_code=stdin_facts["exit_code"], oom_killed=bool(stdin_facts["oom_killed"]), logs=text,
                         shm_size=stdin_facts["shm_size"], memory_limit=stdin_facts["memory_limit"], job=job,
-                        platform=stdin_facts.get("platform"))
+                        platform=stdin_facts.get("platform"), notes=(note,) if note else ())
     return "logs", None, [(None, evidence)]
 
 
@@ -330,8 +411,9 @@ def describe_sizes(value: str | None, flag: str) -> int | None:
         raise UsageError(f"{flag}: {exc}") from None
 
 
-def explain(container: str | None, flag_values: dict, stdin_text: str | None, host: str | None, tail: int,
+def explain(container: str | None, flag_values: dict, stdin: Any, host: str | None, tail: int,
             stdin_facts: dict, as_json: bool, echo=print) -> int:
+    """Explain a container (through the engine) or what stdin holds (a stream, or its text)."""
     if container:
         if any(v is not None and v is not False for k, v in stdin_facts.items() if k != "platform"):
             raise UsageError("--shm-size, --memory-limit, --exit-code and --oom-killed describe a log on stdin; "
@@ -341,13 +423,13 @@ def explain(container: str | None, flag_values: dict, stdin_text: str | None, ho
         name = str(attrs.get("Name") or container).lstrip("/")
         text, code = report("container", name, [(name, evidence)], as_json)
     else:
-        if stdin_text is None:
+        if stdin is None:
             raise UsageError("give a CONTAINER, or pipe a log or a Pod object on stdin "
                              "(kubectl logs POD | shmguard explain, kubectl get pod POD -o yaml | shmguard explain)")
-        if not stdin_text.strip():
+        read = StdinText(stdin) if isinstance(stdin, str) else read_stdin(stdin, tail)
+        if not read.text.strip():
             raise UsageError("stdin is empty: nothing to explain")
-        source, name, items = stdin_items(stdin_text, flag_values, stdin_facts)
-        text, code = report(source, name, items, as_json)
+        source, pod_name, items = stdin_items(read.text, flag_values, stdin_facts, read.note)
+        text, code = report(source, pod_name, items, as_json)
     echo(text)
     return code
-

@@ -73,9 +73,14 @@ def recommend(steps: list[Step]) -> Step | None:
     ran = [s for s in steps if s.batches_per_second]
     if not ran:
         return None
-    best = max(s.batches_per_second for s in ran)
-    good = [s for s in ran if s.batches_per_second >= (1 - KNEE_TOLERANCE) * best]
-    return min(good, key=lambda s: (s.workers, s.prefetch_factor, -s.batches_per_second))
+    best = max(rate(s) for s in ran)
+    good = [s for s in ran if rate(s) >= (1 - KNEE_TOLERANCE) * best]
+    return min(good, key=lambda s: (s.workers, s.prefetch_factor, -rate(s)))
+
+
+def rate(step: Step) -> float:
+    """A step's batches/s; 0 for one that was skipped."""
+    return step.batches_per_second or 0.0
 
 
 def resource_sampler(root: Root, memory_file: str | None) -> PeakSampler:
@@ -198,13 +203,13 @@ def tune(dataset_spec: str, batch_size: int, workers: list[int] | None = None, p
 
 
 def table(result: TuneResult) -> str:
-    best = max((s.batches_per_second for s in result.steps if s.batches_per_second), default=0)
+    best = max((rate(s) for s in result.steps), default=0.0)
     lines = [f"{'workers':>7} {'prefetch':>8} {'batches/s':>10} {'peak shm':>10} {'model shm':>10} {'peak mem':>10}  "]
     for s in result.steps:
         if s.skipped:
             lines.append(f"{s.workers:>7} {s.prefetch_factor:>8} {'skipped':>10}  {s.skipped}")
             continue
-        bar = "#" * int(round(30 * s.batches_per_second / best)) if best else ""
+        bar = "#" * int(round(30 * rate(s) / best)) if best else ""
         mem = format_size(s.peak_memory) if s.peak_memory else "-"
         shm = format_size(s.peak_shm) if s.peak_shm is not None else "-"
         lines.append(f"{s.workers:>7} {s.prefetch_factor:>8} {s.batches_per_second:>10.1f} {shm:>10} "
@@ -237,7 +242,7 @@ def write_png(path: str, result: TuneResult, width: int = 480, height: int = 240
     from shmguard.files import write_atomic_bytes
 
     ran = [s for s in result.steps if s.batches_per_second]
-    best = max((s.batches_per_second for s in ran), default=1.0)
+    best = max((rate(s) for s in ran), default=1.0)
     pixels = [[(255, 255, 255)] * width for _ in range(height)]
     slot = width // max(1, len(result.steps))
     for i, s in enumerate(result.steps):
@@ -245,7 +250,7 @@ def write_png(path: str, result: TuneResult, width: int = 480, height: int = 240
             color, bar_height = (200, 200, 200), 4
         else:
             color = (40, 160, 60) if s == result.recommended else (60, 90, 200)
-            bar_height = max(2, int((height - 20) * s.batches_per_second / best))
+            bar_height = max(2, int((height - 20) * rate(s) / best))
         for y in range(height - bar_height, height):
             for x in range(i * slot + slot // 6, (i + 1) * slot - slot // 6):
                 pixels[y][x] = color

@@ -258,7 +258,7 @@ def parse_mount(spec: str) -> str:
 def mount_object(canonical: str):
     import docker.types
 
-    fields = dict((f.partition("=")[0], f.partition("=")[2] or "true") for f in canonical.split(","))
+    fields: dict[str, Any] = dict((f.partition("=")[0], f.partition("=")[2] or "true") for f in canonical.split(","))
     return docker.types.Mount(
         target=fields["target"], source=fields.get("source"), type=fields["type"],
         read_only=fields.get("readonly") == "true", consistency=fields.get("consistency"),
@@ -286,18 +286,40 @@ def parse_env_file(path: str) -> str:
     return os.path.abspath(path)
 
 
-def read_env_file(path: str) -> dict[str, str]:
-    import docker.errors
-    from docker.utils import parse_env_file as docker_parse_env_file
-
+def read_env_file(path: str, environ=None) -> dict[str, str]:
+    """An --env-file read as the docker CLI reads it (docker/cli opts/file.go, parseKeyValueFile): leading white
+    space and a first-line UTF-8 BOM dropped, blank and `#` lines skipped, `NAME=value` with the value kept as it
+    is (trailing spaces too), a bare `NAME` taken from this environment (left out when unset), line ends LF or CRLF.
+    A name with a space or tab in it, or none at all, is refused as docker refuses it."""
+    environ = os.environ if environ is None else environ
     try:
-        return docker_parse_env_file(path)
+        with open(path, "rb") as f:
+            data = f.read()
     except OSError as exc:
         raise UsageError(f"--env-file {path}: {exc.strerror or exc}") from None
-    except (docker.errors.DockerException, UnicodeError) as exc:
-        first = str(exc).splitlines()
-        raise UsageError(f"--env-file {path}: {first[0] if first else exc}"
-                         f"{': ' + first[1] if len(first) > 1 else ''} (use NAME=VALUE lines)") from None
+    values: dict[str, str] = {}
+    for number, raw in enumerate(data.split(b"\n"), 1):
+        raw = raw.removesuffix(b"\r")
+        if number == 1:
+            raw = raw.removeprefix(b"\xef\xbb\xbf")
+        try:
+            line = raw.decode("utf-8").lstrip()
+        except UnicodeDecodeError:
+            raise UsageError(f"--env-file {path}: line {number} is not UTF-8 text") from None
+        if not line or line.startswith("#"):
+            continue
+        name, eq, value = line.partition("=")
+        name = name.lstrip(" \t")
+        if not name:
+            raise UsageError(f"--env-file {path}: line {number} has no variable name (use NAME=VALUE lines)")
+        if " " in name or "\t" in name:
+            raise UsageError(f"--env-file {path}: line {number}: variable {name!r} contains white space "
+                             f"(use NAME=VALUE lines)")
+        if eq:
+            values[name] = value
+        elif name in environ:
+            values[name] = environ[name]
+    return values
 
 
 def parse_env_item(item: str) -> str:
@@ -345,6 +367,19 @@ def parse_nonempty(flag: str) -> Callable[[str], str]:
             raise UsageError(f"{flag} needs a value")
         return str(text)
     return parse
+
+
+# The engine's rule for container names (moby daemon/names.go, validContainerNamePattern): checked here so that a
+# bad name is one line before any engine call, not exit 125 after the plan was printed.
+CONTAINER_NAME = re.compile(r"/?[a-zA-Z0-9][a-zA-Z0-9_.-]+")
+
+
+def parse_container_name(text: str) -> str:
+    name = str(text)
+    if not CONTAINER_NAME.fullmatch(name):
+        raise UsageError(f"--name {name!r} is not a container name: a letter or digit, then at least one more of "
+                         f"letters, digits, _ . or - (as the engine requires)")
+    return name
 
 
 def parse_ulimit(text: str) -> int:
@@ -456,7 +491,7 @@ ROWS: tuple[Row, ...] = (
     Row("interactive", "--interactive", _interactive_sdk,
         option=("-i", "--interactive"), help="Keep stdin open and attach it (for pdb)."),
     Row("tty", "--tty", lambda v, values: {"tty": True}, option=("-t", "--tty"), help="Allocate a terminal."),
-    Row("name", "--name", lambda v, values: {"name": v}, parse_nonempty("--name"), option=("--name",),
+    Row("name", "--name", lambda v, values: {"name": v}, parse_container_name, option=("--name",),
         help="Container name."),
     Row("init", "--init", lambda v, values: {"init": True}, option=("--init/--no-init",),
         help="Run an init as PID 1 so Ctrl-C and SIGTERM stop the job (default on)."),

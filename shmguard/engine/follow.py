@@ -19,7 +19,7 @@ import time
 from contextlib import contextmanager
 from typing import Any
 
-from shmguard.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED, ShmguardError
+from shmguard.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED, ShmguardError, silence
 from shmguard.record import Record, field
 
 POLL = 0.5  # seconds between attempts to reach a lost engine
@@ -142,19 +142,6 @@ class Output(Record):
 class Ending(Record):
     exit_code: int
     note: str | None = None  # how an engine loss was ridden out, for the report
-
-
-def silence(stream) -> None:
-    """Point a closed stream's descriptor at /dev/null, so that nothing (not even the exit's flush) fails on it."""
-    import os
-
-    try:
-        fd = stream.fileno()
-    except (AttributeError, OSError, ValueError):
-        return
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, fd)
-    os.close(null)
 
 
 def follow(container, stream, output: Output, engine_wait: float, err=None) -> Ending:

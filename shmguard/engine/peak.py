@@ -9,7 +9,10 @@ read this time (the container is gone, a file vanished): that sample is skipped.
 from __future__ import annotations
 
 import threading
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    import subprocess
 
 Reader = Callable[[], "int | None"]
 
@@ -66,7 +69,7 @@ class ProcessPeakSampler:
         self.python = python
         self.peaks: dict[str, int | None] = {"shm": None}
         self.samples = 0
-        self._proc = None
+        self._proc: subprocess.Popen[str] | None = None
 
     def start(self) -> "ProcessPeakSampler":
         import os

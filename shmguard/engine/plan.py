@@ -19,6 +19,7 @@ from shmguard import model, nccl, sizing
 from shmguard.diagnosis import NO_FAILURE, Diagnosis, Evidence, diagnose
 from shmguard.engine import flags, secrets
 from shmguard.errors import EXIT_RUN_FAILED, ShmguardError, UsageError
+from shmguard.probe.cpu import workers_for
 from shmguard.record import Record, field
 from shmguard.units import docker_size, format_size
 
@@ -135,8 +136,14 @@ def job_conflicts(job_env: dict[str, str], user_env: dict[str, str]) -> None:
                              f"give {flag} {value} instead, so that /dev/shm is sized for it")
 
 
-def make_plan(job, options: RunOptions, host_memory: int | None = None, environ=None) -> RunPlan:
-    """Size the container for the job; refuse (RunError; UsageError for contradicting input) what cannot work."""
+def make_plan(job, options: RunOptions, host_memory: int | None = None, environ=None,
+              host_cpus: float | None = None, nofile_ceiling: int | None = None) -> RunPlan:
+    """Size the container for the job; refuse (RunError; UsageError for contradicting input) what cannot work.
+
+    host_memory, host_cpus: the engine's (`docker info`), once it was asked; the CPUs are what a container
+    without --cpus gets, judged by the same rule as `check` (probe.cpu.workers_for). nofile_ceiling: the most
+    open files the engine gives a container (shmguard.engine.nofile; 0: not even the common 1024), once asked:
+    the job starts with that much and a warning rather than not at all."""
     options = normalized(options)
     warnings = []
     required = model.shm_bytes(job)
@@ -161,12 +168,13 @@ def make_plan(job, options: RunOptions, host_memory: int | None = None, environ=
             if status == sizing.FAIL:
                 raise RunError(message)
             warnings.append(message)
-    if options.cpus is not None:
-        per_process = options.cpus / job.procs_per_node
-        if job.workers > max(1, int(per_process)):
-            warnings.append(f"{job.workers} workers per process but --cpus {options.cpus:g} gives "
-                            f"{per_process:g} CPUs per process: the extra workers wait for CPU and still hold shm; "
-                            f"num_workers={max(1, int(per_process))} is enough")
+    cpus = options.cpus if options.cpus is not None else host_cpus
+    usable = workers_for(cpus, job.procs_per_node)
+    if usable is not None and job.workers > usable:
+        given = f"--cpus {cpus:g}" if options.cpus is not None else f"the Docker host's {cpus:g} CPUs (no --cpus)"
+        warnings.append(f"{job.workers} workers per process but {given} give{'s' if options.cpus is not None else ''} "
+                        f"{cpus / job.procs_per_node:g} CPUs per process: the extra workers wait for CPU and still "
+                        f"hold shm; num_workers={usable} is enough")
     job_env = job.to_env()
     if options.gpus is not None and options.gpus.known_count is None and not job.gpus:
         from shmguard.job import ENV_VARS
@@ -176,7 +184,14 @@ def make_plan(job, options: RunOptions, host_memory: int | None = None, environ=
                         "left unset (health and check inside count the GPUs they see); give --gpus N to pin it")
     user_env = user_environment(options, environ)
     job_conflicts(job_env, user_env)
-    nofile = sizing.nofile_limit(job)
+    nofile = sizing.nofile_limit(job, nofile_ceiling or None)
+    if nofile_ceiling is not None and nofile is not None:
+        if nofile_ceiling == 0:
+            nofile = None
+        shortfall = sizing.nofile_shortfall(job, nofile or sizing.NOFILE_COMMON_SOFT,
+                                            "the most this engine gives a container")
+        if shortfall:
+            warnings.append(shortfall)
     environment = {**job_env, **user_env}
     return RunPlan(options=options, job=job, shm_bytes=shm, required_shm=required, mem_limit=options.memory,
                    nofile=nofile, environment=environment, warnings=tuple(warnings), job_env=job_env)
@@ -248,7 +263,3 @@ def post_mortem(exit_code: int, logs_tail: str, oom_killed: bool, plan: RunPlan,
     if found.verdict == NO_FAILURE or found.cause == "unknown":
         return None
     return found
-
-
-def parse_memory(value: str | None) -> int | None:
-    return None if value is None else flags.parse_bytes("--memory", value)

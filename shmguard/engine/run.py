@@ -1,7 +1,8 @@
-"""`shmguard run`: the training container on the engine, through the Docker SDK.
+"""`shmguard run`'s engine side: the training container on the engine, through the Docker SDK.
 
 The plan (sizes, SDK arguments, the `docker run` line, the post-mortem) is pure and
-lives in shmguard/run_plan.py; this is the engine side: preflight the engine and the
+lives in shmguard/engine/plan.py, and the command (options in, the report out) in
+shmguard/commands/run.py; this is the engine side: preflight the engine and the
 image, create, start, stream the logs (riding out an engine restart: follow.py),
 watch /dev/shm, stop on Ctrl-C, explain a shared-memory death, remove the container.
 
@@ -20,7 +21,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from shmguard.diagnosis import Diagnosis
-from shmguard.engine.follow import Output, engine_answers, follow, is_engine_loss, lost_engine, silence
+from shmguard.engine.follow import Output, engine_answers, follow, is_engine_loss, lost_engine
 from shmguard.engine.interactive import attach_stream, pump_stdin, raw_terminal
 from shmguard.engine.peak import PeakSampler, ProcessPeakSampler
 from shmguard.engine.plan import (
@@ -28,16 +29,11 @@ from shmguard.engine.plan import (
     RunOptions,
     RunPlan,
     create_kwargs,
-    describe,
-    docker_cli,
-    make_plan,
     post_mortem,
-    redact,
     resource_kwargs,
     user_environment,
 )
 from shmguard.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED
-from shmguard.jsonout import stamp
 from shmguard.record import Record
 from shmguard.units import format_size
 
@@ -45,26 +41,121 @@ STOP_TIMEOUT = 10  # seconds between SIGTERM and SIGKILL on Ctrl-C
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
+class KillNow(KeyboardInterrupt):
+    """A second stop signal while the container is being stopped: kill it now instead of waiting."""
+
+
+class StopSignals:
+    """What SIGINT, SIGTERM and SIGHUP do while `run` works, decided in the handler so that no burst can cut the
+    cleanup short: the first raises KeyboardInterrupt (stop the container: SIGTERM, SIGKILL after the timeout);
+    the next, while the container is being stopped, raises KillNow (kill it now); every later one is only counted.
+    While held (Hold: creating a container and entering the try that removes it; removing it), the first waits
+    and is raised when the hold ends.
+
+    A signal mask alone could not hold them: with another thread running (the log follower, a sampler) the kernel
+    gives a signal to that thread, and Python raises it in the main thread all the same; a burst of Ctrl-C (five
+    within 50 ms) left the container exited, not removed.
+    """
+
+    def __init__(self) -> None:
+        self.interrupted = False
+        self.stopping = False  # a container is being stopped: the next signal kills it
+        self.holding = 0
+        self.deferred = False  # a first signal came while held
+        self.count = 0
+
+    def handle(self, signum, frame) -> None:
+        self.count += 1
+        if self.holding:
+            self.deferred = self.deferred or not self.interrupted
+            return
+        if not self.interrupted:
+            self.interrupted = True
+            raise KeyboardInterrupt
+        if self.stopping:
+            self.stopping = False
+            raise KillNow
+
+    def release(self) -> None:
+        """End one hold; the first signal that came meanwhile is raised now."""
+        self.holding -= 1
+        if not self.holding and self.deferred:
+            self.deferred = False
+            self.interrupted = True
+            raise KeyboardInterrupt
+
+    @contextmanager
+    def stopping_container(self):
+        """While inside, the next stop signal raises KillNow."""
+        self.stopping = True
+        try:
+            yield
+        finally:
+            self.stopping = False
+
+
+_installed: list[StopSignals] = []  # the StopSignals of each stop_signals_interrupt being inside, innermost last
+
+
+class Hold:
+    """Stop signals held back from now until release(), which raises the one that came meanwhile: through the
+    installed StopSignals, else (no stop_signals_interrupt around: the API, tests) with this thread's signal mask."""
+
+    def __init__(self) -> None:
+        self.signals = _installed[-1] if _installed else None
+        if self.signals is not None:
+            self.signals.holding += 1
+        else:
+            self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+
+    def release(self) -> None:
+        if self.signals is not None:
+            self.signals.release()
+        else:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
+
+
 @contextmanager
 def stop_signals_interrupt():
-    """SIGTERM and SIGHUP (the terminal closing) raise KeyboardInterrupt, as Ctrl-C does, while inside: every
-    container `run` makes (the tuning one, the healthcheck probe, the job's) is stopped and removed on them.
+    """SIGINT, SIGTERM and SIGHUP (the terminal closing) handled as StopSignals says while inside: every container
+    `run` makes (the tuning one, the healthcheck probe, the job's) is stopped and removed on them. Yields the
+    StopSignals.
 
     A signal ignored when shmguard started stays ignored: `nohup shmguard run …` must outlive its terminal
     (as Python leaves SIGINT ignored for a command started in the background)."""
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    signals = StopSignals()
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     previous = {sig: handler for sig, handler in previous.items() if handler != signal.SIG_IGN}
-
-    def terminate(signum, frame):
-        raise KeyboardInterrupt
-
+    _installed.append(signals)
     for sig in previous:
-        signal.signal(sig, terminate)
+        signal.signal(sig, signals.handle)
     try:
-        yield
+        yield signals
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        _installed.remove(signals)
+
+
+def stop_container(container, err, signals: StopSignals | None = None, what: str = "") -> None:
+    """Stop a container as `docker stop` does (its stop signal, SIGKILL after STOP_TIMEOUT), or kill it at once on
+    the next stop signal; the engine's refusal (it ended meanwhile) is not an error."""
+    import docker
+
+    print(f"\nshmguard: interrupted; stopping {what}{container.name} (SIGTERM, SIGKILL after {STOP_TIMEOUT}s; "
+          f"interrupt again to kill it now)", file=err)
+    try:
+        try:
+            if signals is None:
+                container.stop(timeout=STOP_TIMEOUT)
+            else:
+                with signals.stopping_container():
+                    container.stop(timeout=STOP_TIMEOUT)
+        except KeyboardInterrupt:  # KillNow, or a second Ctrl-C where no StopSignals is installed
+            print(f"shmguard: killing {container.name}", file=err)
+            container.kill()
+    except docker.errors.APIError:
+        pass  # it ended meanwhile
 
 
 @contextmanager
@@ -72,31 +163,31 @@ def created(client, *args, **kwargs):
     """Create a container and yield it; it is removed on the way out, whatever happens.
 
     Creating and entering the protecting try are one step with respect to stop signals: they are held back
-    from before the create until the try is entered, so a Ctrl-C or SIGTERM in between cannot leave a
-    `created` container behind (it is delivered inside the try, and the container is removed).
+    from before the create until the try is entered (Hold), so a Ctrl-C or SIGTERM in between cannot leave a
+    `created` container behind (it is raised inside the try, and the container is removed).
     """
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    hold = Hold()
     try:
         container = client.containers.create(*args, **kwargs)
     except BaseException:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        hold.release()
         raise
     try:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        hold.release()
         yield container
     finally:
         remove_uninterrupted(container)
 
 
 def remove_uninterrupted(container) -> bool:
-    """Remove a container with SIGINT/SIGTERM/SIGHUP held back until it is done (then delivered).
+    """Remove a container with SIGINT/SIGTERM/SIGHUP held back until it is done (the first is raised then).
 
     Returns whether it is gone. Errors are swallowed: the engine may be gone, which the
     caller reports.
     """
     import docker
 
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    hold = Hold()
     try:
         container.remove(force=True)
         return True
@@ -105,7 +196,7 @@ def remove_uninterrupted(container) -> bool:
     except Exception:
         return False
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        hold.release()
 
 
 FAST_INTERVAL = 0.0002  # seconds between samples of the sampler process
@@ -166,15 +257,12 @@ def host_shm_path(engine_info: dict, container) -> str | None:
 
 
 def connect():
-    import docker
+    from shmguard.engine import client
 
     try:
-        client = docker.from_env()
-        client.ping()
-    except docker.errors.DockerException as exc:
-        raise RunError(f"no Docker engine answers ({exc}). Start it (sudo systemctl start docker, or dockerd) "
-                       f"or point DOCKER_HOST at one") from None
-    return client
+        return client.connect()
+    except client.EngineUnreachable as exc:
+        raise RunError(f"{exc}. Start it (sudo systemctl start docker, or dockerd) or point DOCKER_HOST at one") from None
 
 
 def cache_dir() -> str:
@@ -295,7 +383,7 @@ def start(container, plan: RunPlan) -> None:
 
 
 def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
-            labels: dict[str, str] | None = None) -> RunResult:
+            labels: dict[str, str] | None = None, signals: StopSignals | None = None) -> RunResult:
     """Run the plan on the engine; always remove the container unless --keep (detached: the engine removes it).
 
     `out` gets the container's stdout (the caller passes stderr under --json); secret values are masked in
@@ -307,14 +395,14 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
     opts = plan.options
     healthcheck = opts.healthcheck if opts.healthcheck is not None else image_has_shmguard(client, image)
     # Stop signals wait from the creation until the try whose finally removes the container: none is left behind.
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    hold = Hold()
     try:
         container = client.containers.create(**create_kwargs(plan, labels, healthcheck))
     except docker.errors.APIError as exc:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        hold.release()
         raise RunError(f"the engine refused the container: {exc.explanation or exc}") from None
     except BaseException:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        hold.release()
         raise
     interrupted = removed = False
     watcher = None
@@ -322,7 +410,7 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
     output = Output(out, err, maskers=output_maskers(plan))
     note = None
     try:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        hold.release()
         # Attached before the start, as `docker run` does: all the output comes live, and no log replay is asked
         # for (an engine whose log driver cannot be read, `none`, answers a replay with an error in the stream).
         stdin_socket = None
@@ -346,16 +434,8 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
             output.flush_masked()
         except KeyboardInterrupt:
             interrupted = True
-            print(f"\nshmguard: interrupted; stopping {container.name} (SIGTERM, SIGKILL after {STOP_TIMEOUT}s; "
-                  f"interrupt again to kill it now)", file=err)
             try:
-                try:
-                    container.stop(timeout=STOP_TIMEOUT)
-                except KeyboardInterrupt:
-                    print(f"shmguard: killing {container.name}", file=err)
-                    container.kill()
-            except docker.errors.APIError:
-                pass  # it ended meanwhile
+                stop_container(container, err, signals)
             except Exception as exc:
                 if not is_engine_loss(exc):
                     raise
@@ -399,94 +479,11 @@ def output_maskers(plan: RunPlan):
     return (Masker(values), Masker(values)) if values else None
 
 
-def report_lines(result: RunResult) -> list[str]:
-    lines = []
-    if result.peak_shm is not None:
-        pct = f" ({100 * result.peak_shm / result.shm_size:.0f}%)" if result.shm_size else ""
-        if result.peak_lower_bound:
-            lines.append(f"shmguard: peak /dev/shm at least {format_size(result.peak_shm)} of "
-                         f"{format_size(result.shm_size)}{pct} (sampled through docker exec every {EXEC_INTERVAL:g} s: "
-                         f"shorter peaks are missed, so this is a lower bound; size from the model, not from it)")
-        else:
-            lines.append(f"shmguard: peak /dev/shm {format_size(result.peak_shm)} of {format_size(result.shm_size)}{pct}")
-    if result.engine_note:
-        lines.append(f"shmguard: {result.engine_note}")
-    if result.diagnosis:
-        lines.append(f"shmguard: {result.diagnosis.text()}")
-    return lines
-
-
-def run(job, options: RunOptions, dry_run: bool, as_json: bool, out=None, err=None) -> int:
-    out = out or sys.stdout
-    err = err or sys.stderr
-    client = image = None
-    engine_info: dict = {}
-    plan = make_plan(job, options)  # every refusal that needs no engine comes before any engine call
-    if not dry_run:
-        with engine_answers("shmguard looked up the engine and the image"):
-            client = connect()
-            engine_info = client.info()
-            image = local_image(client, options.image, options.pull, err)
-        plan = make_plan(job, options, engine_info.get("MemTotal"))
-    for warning in plan.warnings:
-        print(f"shmguard: warning: {warning}", file=err)
-    healthcheck_hint = bool(options.healthcheck)
-    if dry_run:
-        if as_json:
-            emit(json.dumps(stamp({"plan": {"shm_bytes": plan.shm_bytes, "required_shm_bytes": plan.required_shm,
-                                            "procs_per_node": job.procs_per_node,
-                                            "mem_limit": plan.mem_limit, "nofile": plan.nofile,
-                                            "environment": {k: redact(k, v) for k, v in plan.environment.items()},
-                                            "warnings": list(plan.warnings)},
-                                   "docker_run": docker_cli(plan, healthcheck_hint)}), indent=2), out)
-        else:
-            for line in describe(plan):
-                print(line, file=out)
-            print(docker_cli(plan, healthcheck_hint), file=out)
-        return 0
-    for line in describe(plan):
-        print(f"shmguard: {line}", file=err)
-    with stop_signals_interrupt():  # SIGTERM, or the terminal closing: stop the container as for Ctrl-C
-        with engine_answers("shmguard created the container"):  # inside execute, a container's name is given
-            # With --json, stdout carries the one JSON object: the container's stdout goes to stderr.
-            result = execute(plan, client, image, engine_info, out=err if as_json else out, err=err)
-    if options.detach:
-        if as_json:
-            emit(json.dumps(stamp({"container": result.name, "container_id": result.container_id, "detached": True,
-                                   "auto_remove": options.remove, "shm_size_bytes": result.shm_size,
-                                   "required_shm_bytes": plan.required_shm})), out)
-        else:
-            emit(result.container_id or "", out)
-        return 0
-    if as_json:
-        emit(json.dumps(stamp({"exit_code": result.exit_code, "container": result.name, "container_id": result.container_id,
-                               "shm_size_bytes": result.shm_size, "required_shm_bytes": plan.required_shm,
-                               "peak_shm_bytes": result.peak_shm, "peak_shm_lower_bound": result.peak_lower_bound,
-                               "diagnosis": result.diagnosis.as_dict() if result.diagnosis else None,
-                               "interrupted": result.interrupted, "removed": result.removed,
-                               "engine_note": result.engine_note})), out)
-    else:
-        for line in report_lines(result):
-            print(line, file=err)
-        if options.remove and not result.removed:
-            print(f"shmguard: {result.name} could not be removed (does the engine answer?): "
-                  f"remove it with docker rm -f {result.name}", file=err)
-    return result.exit_code
-
-
-def emit(text: str, out) -> None:
-    """Print shmguard's own result; a closed stdout (`| head`) is not an error of the run."""
-    try:
-        print(text, file=out, flush=True)
-    except BrokenPipeError:
-        silence(out)
-
-
 TUNE_SHM_CAP = 4 * 1024**3  # /dev/shm for the tuning container when --shm-size is not given
 
 
 def tune_in_container(options: RunOptions, dataset: str, batch_size: int, collate: str | None = None,
-                      err=None) -> dict:
+                      err=None, signals: StopSignals | None = None) -> dict:
     """Run `shmguard tune --json` in a container of the target image (same CPUs, memory, env, volumes,
     workdir) and return its result: the sweep runs where the job will, on the dataset the image has."""
     import docker
@@ -524,9 +521,8 @@ def tune_in_container(options: RunOptions, dataset: str, batch_size: int, collat
                     scanned = max(scanned, end)
             status = container.wait()
         except KeyboardInterrupt:
-            print(f"\nshmguard: interrupted; stopping the tuning container {container.name}", file=err)
             try:
-                container.stop(timeout=STOP_TIMEOUT)
+                stop_container(container, err, signals, what="the tuning container ")
             except Exception:
                 pass  # it is removed (forced) on the way out anyway
             raise
@@ -537,10 +533,31 @@ def tune_in_container(options: RunOptions, dataset: str, batch_size: int, collat
                 raise
             raise lost_engine(f"{container.name} was tuning", exc, container.name) from None
     logs, progress = stdout.decode("utf-8", "replace"), stderr.decode("utf-8", "replace")
-    if status.get("StatusCode") != 0 or "{" not in logs:
+    result = last_json_object(logs) if status.get("StatusCode") == 0 else None
+    if result is None:
         raise RunError(f"tuning in {options.image} failed (exit {status.get('StatusCode')}); does the image have "
                        f"shmguard and torch, and can it import {dataset}? Its last words:\n{progress[-1500:]}")
-    result = json.loads(logs[logs.index("{"):])
     if not result.get("recommended"):
         raise RunError("tuning found no num_workers that fits the /dev/shm it had; give it --shm-size")
     return result
+
+
+def last_json_object(text: str) -> dict | None:
+    """The JSON object that ends the text (`shmguard tune --json`'s result), or None: what the dataset module
+    printed before it on the same stdout, braces included, is not mistaken for it."""
+    decoder = json.JSONDecoder()
+    end = len(text.rstrip())
+    start = text.rfind("\n{", 0, end)
+    while True:
+        at = start + 1 if start >= 0 else (0 if text.startswith("{") else -1)
+        if at < 0:
+            return None
+        try:
+            value, stop = decoder.raw_decode(text, at)
+        except ValueError:
+            value, stop = None, -1
+        if stop == end and isinstance(value, dict):
+            return value
+        if start < 0:
+            return None
+        start = text.rfind("\n{", 0, start)

@@ -19,7 +19,7 @@ def parse_limits(text: str) -> tuple[int | None, int | None]:
     for line in text.splitlines():
         if line.startswith("Max open files"):
             fields = line[len("Max open files"):].split()
-            values = []
+            values: list[int | None] = []
             for field in fields[:2]:
                 if field == "unlimited":
                     values.append(None)

@@ -8,7 +8,9 @@ from shmguard.probe.cpu import CpuInfo, probe_cpu
 from shmguard.probe.gpu import GpuInfo, probe_gpu
 from shmguard.probe.mountinfo import read_mountinfo
 from shmguard.probe.nofile import NofileInfo, probe_nofile
+from shmguard.probe.platform import detect_platform
 from shmguard.probe.shm import ShmInfo, probe_shm
+from shmguard.probe.slurm import SlurmInfo, probe_slurm
 from shmguard.record import Record
 
 
@@ -20,6 +22,8 @@ class Snapshot(Record):
     gpu: GpuInfo
     nofile: NofileInfo
     errors: tuple
+    platform: str | None = None  # shmguard.probe.platform: whose words the fixes use (None: Docker's and Kubernetes')
+    slurm: SlurmInfo | None = None  # the Slurm job this process runs in
 
 
 def take_snapshot(root: Root | None = None, environ=None, nvml=None, use_nvml: bool = True) -> Snapshot:
@@ -36,4 +40,8 @@ def take_snapshot(root: Root | None = None, environ=None, nvml=None, use_nvml: b
     cpu: CpuInfo = probe_cpu(root, mounts, entries)
     gpu: GpuInfo = probe_gpu(root, environ=environ, nvml=nvml, use_nvml=use_nvml)
     nofile: NofileInfo = probe_nofile(root)
-    return Snapshot(root=root.path, shm=shm, memory=memory, cpu=cpu, gpu=gpu, nofile=nofile, errors=tuple(errors))
+    slurm = probe_slurm(environ)
+    if slurm is not None:
+        errors.extend(slurm.errors)
+    return Snapshot(root=root.path, shm=shm, memory=memory, cpu=cpu, gpu=gpu, nofile=nofile, errors=tuple(errors),
+                    platform=detect_platform(root, environ), slurm=slurm)

@@ -27,7 +27,7 @@ def service_names(service: str, namespace: str) -> list[str]:
     return [service, f"{service}.{namespace}", f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local"]
 
 
-def make_certs(service: str, namespace: str, extra_sans: list[str] = (), now: datetime.datetime | None = None,
+def make_certs(service: str, namespace: str, extra_sans: list[str] | tuple[str, ...] = (), now: datetime.datetime | None = None,
                days: int = SERVING_DAYS) -> dict[str, bytes]:
     """PEM bytes for ca.crt, ca.key, tls.crt and tls.key: a CA and a serving certificate it signed."""
     from cryptography import x509
@@ -87,7 +87,7 @@ def make_certs(service: str, namespace: str, extra_sans: list[str] = (), now: da
     }
 
 
-def write_certs(directory: str, service: str, namespace: str, extra_sans: list[str] = (), force: bool = False,
+def write_certs(directory: str, service: str, namespace: str, extra_sans: list[str] | tuple[str, ...] = (), force: bool = False,
                 days: int = SERVING_DAYS) -> list[str]:
     """Write the four files into directory; refuse to overwrite existing ones unless force. Returns the paths."""
     try:

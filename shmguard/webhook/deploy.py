@@ -19,11 +19,12 @@ from __future__ import annotations
 import base64
 
 from shmguard.webhook.certs import service_names
+from shmguard.webhook.server import MAX_BODY, buffer_budget
 
 OPT_IN_LABEL = "shmguard.io/webhook"
 OPT_IN_VALUE = "enabled"
 PORT = 8443
-FAILURE_POLICIES = ("Ignore", "Fail")
+MEMORY_LIMIT_MI = 256  # the container's memory limit; the server's body budget is a share of it (buffer_budget)
 
 
 def render_webhook(*, namespace: str = "shmguard", name: str = "shmguard-webhook", image: str = "shmguard-webhook:latest",
@@ -82,12 +83,13 @@ def render_webhook(*, namespace: str = "shmguard", name: str = "shmguard-webhook
                          "imagePullPolicy": image_pull_policy,
                          "command": ["shmguard", "webhook", "serve", "--port", str(PORT), "--tls-cert", "/tls/tls.crt",
                                   "--tls-key", "/tls/tls.key", "--mode", mode, "--on-error", on_error,
-                                  "--drain-seconds", "5"],
+                                  "--drain-seconds", "5", "--max-buffer",
+                                  f"{buffer_budget(MEMORY_LIMIT_MI * 2**20, 1, MAX_BODY) // 2**20}Mi"],
                          "ports": [{"name": "https", "containerPort": PORT, "protocol": "TCP"}],
                          "readinessProbe": probe("/readyz", 5),
                          "livenessProbe": probe("/healthz", 10),
                          "resources": {"requests": {"cpu": "100m", "memory": "64Mi"},
-                                       "limits": {"cpu": "1", "memory": "256Mi"}},
+                                       "limits": {"cpu": "1", "memory": f"{MEMORY_LIMIT_MI}Mi"}},
                          "securityContext": container_security,
                          "volumeMounts": [{"name": "tls", "mountPath": "/tls", "readOnly": True}],
                      }],
@@ -105,7 +107,7 @@ def render_webhook(*, namespace: str = "shmguard", name: str = "shmguard-webhook
     annotations = {} if ca_bundle is not None else {"cert-manager.io/inject-ca-from": f"{namespace}/{name}"}
 
     def webhook(hook_name: str, path: str) -> dict:
-        client = {"service": {"name": name, "namespace": namespace, "path": path, "port": 443}}
+        client: dict[str, object] = {"service": {"name": name, "namespace": namespace, "path": path, "port": 443}}
         if ca_bundle is not None:
             client["caBundle"] = base64.b64encode(ca_bundle).decode("ascii")
         return {

@@ -9,17 +9,38 @@ integer beyond 64 bits as a float (the apiserver never sends one: it has decoded
 Pod into int32 and int64 fields before it asks), and writes a NaN or an infinite float
 as null (the json module writes NaN and Infinity, which are not JSON; the webhook's
 answers and log lines carry no such float).
+
+orjson before 3.9.15 has no limit on nesting: a body of a million `[` crashes the process
+(CVE-2024-27454). Such a version is not used; the json module refuses deep nesting with a
+RecursionError, which the review answers with 400, as orjson 3.9.15 and later refuse it too.
 """
 
 from __future__ import annotations
 
 import json
+from types import ModuleType
 from typing import Any, Callable
 
-try:
-    import orjson
-except ImportError:  # the webhook extra brings it; without it, the json module does all
-    orjson = None
+SAFE_ORJSON = (3, 9, 15)  # the first orjson that bounds nesting (CVE-2024-27454)
+
+
+def safe_version(version: str) -> bool:
+    """Whether an orjson version string is SAFE_ORJSON or later (a version it cannot read is not)."""
+    try:
+        return tuple(int(part) for part in version.split(".")[:3]) >= SAFE_ORJSON
+    except ValueError:
+        return False
+
+
+def _usable_orjson() -> ModuleType | None:
+    try:
+        import orjson as module
+    except ImportError:  # the webhook extra brings it; without it, the json module does all
+        return None
+    return module if safe_version(getattr(module, "__version__", "0")) else None
+
+
+orjson = _usable_orjson()
 
 
 def loads(data: bytes | str) -> Any:

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import re
 
-SHM_ERROR = re.compile(
-    r"unable to allocate shared memory|out of shared memory|Bus error|No space left on device"
-)
+from tests.integration.shm_death import form
+
 JOB = [
     "python", "/app/train.py",
     "--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224", "--dtype", "float32",
@@ -26,10 +25,11 @@ MIB = 2**20
 def test_default_shm_kills_the_dataloader(run_container, demo_image):
     result = run_container(demo_image, JOB)
     assert result.attrs["HostConfig"]["ShmSize"] == 64 * MIB, "expected Docker's default /dev/shm"
-    # A worker's failed shm allocation surfaces as a RuntimeError in the trainer, or as a lost
-    # batch and the DataLoader's timeout (exit 1 both); a SIGBUS in the trainer would be 128 + 7.
+    # A worker's failed shm allocation surfaces as a RuntimeError in the trainer, as a worker killed by
+    # SIGBUS, or as a lost batch and the DataLoader's timeout (exit 1 all); a SIGBUS in the trainer would be
+    # 128 + 7. Which one comes depends on the machine's load (tests/integration/shm_death.py).
     assert result.exit_code in (1, 135), result.logs[-2000:]
-    assert SHM_ERROR.search(result.logs), result.logs[-2000:]
+    assert form(result.logs, exit_code=result.exit_code), result.logs[-2000:]
     assert "demo: completed" not in result.logs
 
 

@@ -15,7 +15,8 @@ import pytest
 
 from tests.integration.conftest import DEMO_IMAGE, SESSION, TEST_LABEL, unavailable
 from tests.integration.podman_engine import missing, podman_service
-from tests.integration.test_bus_error import JOB, SHM_ERROR
+from tests.integration.shm_death import form
+from tests.integration.test_bus_error import JOB
 
 pytestmark = pytest.mark.integration
 MIB = 2**20
@@ -48,7 +49,7 @@ def test_podmans_default_shm_kills_the_dataloader(client):
         logs = container.logs().decode("utf-8", "replace")
         container.reload()
         assert container.attrs["HostConfig"]["ShmSize"] == PODMAN_DEFAULT_SHM
-        assert code in (1, 135) and SHM_ERROR.search(logs), logs[-2000:]
+        assert code in (1, 135) and form(logs, exit_code=code), logs[-2000:]
     finally:
         container.remove(force=True)
 

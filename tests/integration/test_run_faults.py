@@ -72,6 +72,23 @@ def test_signals_stop_and_remove(docker_client, demo_image, name, signals):
     assert gone(docker_client, name)
 
 
+def test_a_burst_of_ctrl_c_stops_and_removes(docker_client, demo_image, name):
+    """Issue 33.4: five Ctrl-C within 50 ms against a job that ignores SIGTERM left it exited, not removed."""
+    proc = start(name, *STUBBORN)
+    try:
+        wait_running(docker_client, name)
+        for _ in range(5):
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.01)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "killing" in err and "Traceback" not in err
+    assert gone(docker_client, name)
+
+
 def test_missing_command_is_127(docker_client, demo_image, name):
     proc = subprocess.run([sys.executable, "-m", "shmguard", "run", *JOB, "--name", name, demo_image, "--",
                            "no-such-command-here"], capture_output=True, text=True, timeout=120)

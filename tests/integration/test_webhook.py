@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shmguard import sizing
+from shmguard.pod import read_pod
 from shmguard.units import parse_quantity
 from shmguard.webhook.deploy import render_webhook
 from shmguard.webhook.mutation import job_of_pod
@@ -32,8 +33,8 @@ WEBHOOK_IMAGE = os.environ.get("SHMGUARD_WEBHOOK_IMAGE", "shmguard-webhook:lates
 REVIEWS = sorted(p.stem for p in DATA.glob("*.json"))
 
 
-def shmguard(*args: str, **kwargs) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def shmguard(*args: str, env_extra: dict | None = None, **kwargs) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env_extra or {})}
     return subprocess.Popen([sys.executable, "-m", "shmguard", *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, **kwargs)
 
@@ -50,10 +51,10 @@ def certs(tmp_path_factory) -> Path:
 class Running:
     """A `shmguard webhook serve` process on 127.0.0.1, on a port it picked (read from its first log line)."""
 
-    def __init__(self, certs: Path, *args: str) -> None:
+    def __init__(self, certs: Path, *args: str, env_extra: dict | None = None) -> None:
         self.certs = certs
         self.proc = shmguard("webhook", "serve", "--host", "127.0.0.1", "--port", "0", "--tls-cert", str(certs / "tls.crt"),
-                             "--tls-key", str(certs / "tls.key"), *args)
+                             "--tls-key", str(certs / "tls.key"), *args, env_extra=env_extra)
         first = json.loads(self.proc.stderr.readline())
         assert first["event"] == "listening", first
         self.url = f"https://localhost:{first['port']}"
@@ -84,7 +85,12 @@ class Running:
         self.session.close()
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=30)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()  # a server that does not stop fails the test, and is not left behind
+            self.proc.wait()
+            raise
         self.reader.join(30)
         return self.proc.returncode, [line if isinstance(line, dict) else json.loads(line)
                                       for line in self.log_lines if isinstance(line, dict) or line.startswith("{")]
@@ -116,8 +122,8 @@ def check_sized(ar: dict, answer: dict) -> None:
     if job is None:
         assert "patch" not in response
         return
-    container = pod["spec"]["containers"][0]
-    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/dev/shm"]
+    container = pod["spec"]["containers"][read_pod(pod).loaders[0]]  # the DataLoader's, as the webhook reads it
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"].rstrip("/") == "/dev/shm"]
     (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == mount["name"]]
     assert volume["emptyDir"]["medium"] == "Memory"
     # As `patch` does (#20): a sizeLimit that holds the job, or an existing unsized one kept unsized; a memory
@@ -348,3 +354,80 @@ def test_processes_share_the_port_the_metrics_and_the_shutdown(certs):
     # so the metrics above were summed over them.
     assert len({r["pid"] for r in reviews}) == 2
     assert subprocess.run(["ps", "-p", children[0]], capture_output=True).returncode != 0  # the child is gone too
+
+
+def test_processes_stop_gracefully_on_sighup_and_leave_no_metrics_directory(certs, tmp_path):
+    """Issue 33, item 22: SIGHUP killed the server at once and left its metrics directory behind."""
+    running = Running(certs, "--processes", "2", env_extra={"TMPDIR": str(tmp_path)})
+    assert list(tmp_path.glob("shmguard-webhook-metrics-*"))  # made by --processes
+    assert running.post("/mutate", load("pod-annotations")).status_code == 200
+    running.proc.send_signal(signal.SIGHUP)
+    try:
+        running.proc.wait(timeout=30)
+    finally:
+        code, lines = running.stop()
+    assert code == 0 and lines[-1]["event"] == "stopped"
+    assert not list(tmp_path.glob("shmguard-webhook-metrics-*"))
+
+
+def test_a_second_server_with_processes_refuses_a_busy_port(certs):
+    """Issue 33, item 23: SO_REUSEPORT let a second `serve --processes 2` share the port, the kernel splitting the
+    traffic between the two."""
+    first = Running(certs, "--processes", "2")
+    try:
+        port = first.url.rsplit(":", 1)[1]
+        second = shmguard("webhook", "serve", "--host", "127.0.0.1", "--port", port, "--tls-cert",
+                          str(certs / "tls.crt"), "--tls-key", str(certs / "tls.key"), "--processes", "2")
+        try:
+            _, err = second.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            second.send_signal(signal.SIGTERM)
+            second.communicate(timeout=30)
+            raise AssertionError("the second server started on the busy port") from None
+        assert second.returncode == 2 and "cannot serve" in err and "Traceback" not in err, err
+    finally:
+        code, _ = first.stop()
+    assert code == 0
+
+
+def test_process_refuses_an_encrypted_key_in_one_line(certs, tmp_path):
+    """Issue 33, item 11: the key's pass-phrase was asked on the terminal, blocking the server."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    (tmp_path / "tls.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                          serialization.BestAvailableEncryption(b"secret")))
+    proc = shmguard("webhook", "serve", "--port", "0", "--tls-cert", str(certs / "tls.crt"), "--tls-key",
+                    str(tmp_path / "tls.key"), stdin=subprocess.DEVNULL)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and "is encrypted" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_process_survives_hostile_clients(certs):
+    """The checks of benchmarks/webhook_hostile.py (issue 33) at small sizes, against the real process."""
+    import asyncio
+    import ssl
+
+    from tests.unit.webhook import hostile
+
+    running = Running(certs, "--timeout", "2", "--max-connections", "8")
+    try:
+        port = int(running.url.rsplit(":", 1)[1])
+        context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+        slow = asyncio.run(hostile.slowloris(port, context, connections=16, byte_every=0.3, hold=25.0,
+                                             review_after=1.0, review_timeout=20.0, closed_within=15.0))
+        assert slow["passed"], slow
+        strict = asyncio.run(hostile.strict_parsing(port, context))
+        assert strict["passed"], strict
+        wide = asyncio.run(hostile.slow_review(port, context, big=1, containers=30_000, small_clients=4, small_each=5,
+                                               timeout=120.0))
+        assert wide["passed"], wide
+        stop = asyncio.run(hostile.graceful_stop(port, context, lambda: running.proc.send_signal(signal.SIGTERM),
+                                                 clients=8, stop_after=0.5))
+        assert stop["lost"] == 0, stop
+        running.proc.wait(timeout=30)  # stopped by the check's SIGTERM (a second one could come as it exits)
+    finally:
+        code, lines = running.stop()
+    assert code == 0 and lines[-1]["event"] == "stopped", (code, lines[-5:])
+    assert not [line for line in lines if line.get("level") == "error"]

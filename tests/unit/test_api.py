@@ -17,7 +17,8 @@ torch = pytest.importorskip("torch")
 from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, SequentialSampler  # noqa: E402
 
 import shmguard  # noqa: E402
-from shmguard import api, fit, sizing  # noqa: E402
+from shmguard import api, sizing  # noqa: E402
+from shmguard.api import fit, guarded  # noqa: E402
 from shmguard.errors import ShmguardError, ShmguardWarning, ShmTooSmall, UsageError  # noqa: E402
 from shmguard.units import docker_size  # noqa: E402
 from tests.unit.test_fit import GIB, IMAGE, MIB, shm, snapshot  # noqa: E402
@@ -60,7 +61,7 @@ class Stream(IterableDataset):
 def container(monkeypatch):
     """The snapshot the API sees: 64 MiB of /dev/shm and 8 CPUs unless a test sets another."""
     state = {"snapshot": snapshot()}
-    monkeypatch.setattr(api, "_snapshot", lambda root: state["snapshot"])
+    monkeypatch.setattr(guarded, "read_container", lambda root: state["snapshot"])
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     monkeypatch.delenv("SHMGUARD_PROCS_PER_NODE", raising=False)
     return state

@@ -21,6 +21,7 @@ from shmguard.job import job_from_env, make_job
 from shmguard.units import GIB, MIB
 
 from .conftest import DATA
+from .test_explain_public import read_case
 
 CAPTURED = DATA / "explain"
 PUBLIC = CAPTURED / "public"
@@ -124,7 +125,7 @@ def test_enospc_inside_a_shared_memory_call_is_shm():
     ("nccl-1589-attach.log", UNDETERMINED, "nccl-shm-attach", None),
 ])
 def test_public_nccl_logs(name, verdict, cause, size):
-    found = diagnose(Evidence(exit_code=1, logs=(PUBLIC / name).read_text(), shm_size=64 * MIB))
+    found = diagnose(Evidence(exit_code=1, logs=read_case(PUBLIC / name)[1], shm_size=64 * MIB))
     assert (found.verdict, found.cause) == (verdict, cause), found
     if size:
         assert "NCCL_SHM_DISABLE=1" in found.fix and f"{size / MIB:.1f} MiB" in found.summary
@@ -206,3 +207,76 @@ def test_a_failure_after_shm_filled_up_is_likely_shm_even_without_a_message():
     unbounded = diagnose(Evidence(exit_code=1, logs="ValueError", shm_size=64 * MIB, shm_peak=64 * MIB,
                                   shm_unbounded=True))
     assert unbounded.verdict == UNDETERMINED
+
+
+SLURM = CAPTURED / "slurm-shm-oom"  # a real Slurm 22.05 job (capture_slurm.sh): 400 MB into /dev/shm, --mem=256M
+SLURM_LOG = (SLURM / "slurm.out").read_text() + (SLURM / "scontrol.txt").read_text()
+
+
+def test_slurm_oom_kill_with_dev_shm_in_the_log_is_the_shm_in_the_jobs_cgroup():
+    found = diagnose(Evidence(logs=SLURM_LOG))
+    assert (found.verdict, found.cause) == (LIKELY, "oom-shm")
+    assert "Slurm" in found.summary and "writing 400 MB to /dev/shm" in found.summary
+    assert "#SBATCH --mem above 256M" in found.fix and "--shm-size" not in found.fix
+    assert any("memory limit 256.0 MiB" in e for e in found.evidence)
+    with_job = diagnose(Evidence(logs=SLURM_LOG, job=JOB))
+    assert f"#SBATCH --mem={sizing.memory_needed(JOB) // MIB}M or more" in with_job.fix
+    assert with_job.memory_needed == sizing.memory_needed(JOB) and "Cap /dev/shm" not in with_job.fix
+
+
+def test_slurm_words_alone_are_an_oom_kill_not_shm():
+    """OUT_OF_MEMORY and 0:125 (scontrol), or slurmstepd's oom_kill line, without /dev/shm in the log."""
+    state = diagnose(Evidence(logs=(SLURM / "scontrol.txt").read_text()))
+    assert (state.verdict, state.cause) == (UNDETERMINED, "oom") and "#SBATCH --mem above 256M" in state.fix
+    for line in ("slurmstepd: error: Detected 2 oom_kill events in StepId=7.0. Some of the step tasks have been "
+                 "OOM Killed.", "   Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:125"):
+        assert diagnose(Evidence(logs=line)).cause == "oom", line
+
+
+def test_without_the_job_the_fix_names_the_smallest_size_the_evidence_supports():
+    nccl = diagnose(Evidence(exit_code=1, logs=read_case(PUBLIC / "nccl-525-posix-fallocate.log")[1],
+                             shm_size=64 * MIB))
+    assert "--shm-size=74m or more" in nccl.fix and "sizeLimit: 74Mi or more" in nccl.fix  # 64 MiB + 9.2 MiB
+    ray = diagnose(Evidence(logs=read_case(PUBLIC / "llmaz-238-ray-object-store-tmp.log")[1]))
+    assert "--shm-size=5161m or more" in ray.fix and "not a crash" in ray.summary  # Ray's own 5.04gb
+    df = diagnose(Evidence(logs=read_case(PUBLIC / "travis-docker-17-bus-error-df.log")[1]))
+    assert "--shm-size above 64m" in df.fix and "/dev/shm 64.0 MiB (df in the log)" in df.evidence
+    bare = diagnose(Evidence(logs="RuntimeError: unable to write to file </torch_1_2>"))
+    assert "--shm-size=SIZE (compose: shm_size; Docker gives 64m unless told)" in bare.fix and "Describing the job" in bare.fix
+
+
+@pytest.mark.parametrize("line, platform, knob, absent", [
+    ("kubectl logs trainer-0\nERROR: Unexpected bus error encountered in worker.", "kubernetes", "sizeLimit", "--shm-size"),
+    ("Error response from daemon: x\nERROR: Unexpected bus error encountered in worker.", "docker", "--shm-size", "sizeLimit"),
+    ("slurmstepd: error: x\nERROR: Unexpected bus error encountered in worker.", "slurm", "#SBATCH --mem", "--shm-size"),
+])
+def test_the_knob_is_the_platform_the_log_shows(line, platform, knob, absent):
+    found = diagnose(Evidence(logs=line))
+    assert knob in found.fix and absent not in found.fix, found.fix
+
+
+def test_no_failure_only_for_a_log_without_one():
+    assert diagnose(Evidence(logs="Traceback (most recent call last):\nValueError: bad lr")).verdict == UNDETERMINED
+    assert diagnose(Evidence(logs="epoch 1 loss 0.3\nepoch 2 loss 0.2")).verdict == NO_FAILURE
+
+
+def test_a_coloured_log_is_read_and_quoted_without_its_escapes():
+    found = diagnose(Evidence(logs="\x1b[31mRuntimeError: DataLoader worker (pid 7) is killed by signal: Bus error."
+                                   "\x1b[0m\x07"))
+    assert found.cause == "worker-bus-error" and "worker 7" in found.summary
+    assert all("\x1b" not in e and "\x07" not in e for e in found.evidence)
+
+
+def test_torch_write_without_a_reason_is_its_own_kind_and_with_one_stays_enospc_shm():
+    """The Python API reads `enospc-shm` for torch's segment writer with ENOSPC: that kind must not change."""
+    assert [s.kind for s in scan("RuntimeError: unable to write to file </torch_5_6>")] == ["torch-shm-write"]
+    assert [s.kind for s in scan("RuntimeError: unable to write to file </torch_5_6>: No space left on device (28)")
+            ] == ["enospc-shm"]
+
+
+@pytest.mark.parametrize("line", ['        "OOMKilled": true,', "    Reason:       OOMKilled",
+                                  "srun: error: node107: task 0: Out Of Memory",
+                                  "[ 1.0] Out of memory: Killed process 4242 (python) total-vm:1kB"])
+def test_the_words_of_an_oom_kill(line):
+    found = diagnose(Evidence(logs=line))
+    assert found.cause == "oom" and found.verdict == UNDETERMINED and found.shm_needed is None

@@ -1,11 +1,12 @@
-"""The Python API's pure decisions (shmguard/fit.py, shmguard/api_messages.py) on hand-built snapshots."""
+"""The Python API's pure decisions (shmguard/api/fit.py, shmguard/api/messages.py) on hand-built snapshots."""
 
 from __future__ import annotations
 
 import pytest
 
-from shmguard import api_messages as diagnosis
-from shmguard import fit, model, sizing
+from shmguard import model, sizing
+from shmguard.api import fit
+from shmguard.api import messages as diagnosis
 from shmguard.errors import UsageError
 from shmguard.probe.cgroup import MemoryInfo
 from shmguard.probe.cpu import CpuInfo
@@ -196,10 +197,15 @@ ALLOC = ("RuntimeError: Caught RuntimeError in DataLoader worker process 0.\nOri
 WRITE = "RuntimeError: unable to write to file </torch_57_3981_1>: No space left on device (28)"
 OSERR = "OSError: [Errno 28] No space left on device: '/dev/shm/cache.bin'"
 TIMEOUT = "RuntimeError: DataLoader timed out after 20 seconds"
+# No reason on the line (issue 31): torch's segment that could not be written is still its allocator's failure.
+WRITE_BARE = "RuntimeError: unable to write to file </torch_1234_5678_9>"
+SEMLOCK = ('File "/usr/lib/python3.10/multiprocessing/synchronize.py", line 57, in __init__\n'
+           "    sl = self._semlock = _multiprocessing.SemLock(\nOSError: [Errno 28] No space left on device")
 
 
 @pytest.mark.parametrize("text, kind", [(BUS, diagnosis.BUS), (ALLOC, diagnosis.ALLOC), (WRITE, diagnosis.ALLOC),
-                                        (OSERR, diagnosis.ENOSPC), (TIMEOUT, diagnosis.TIMEOUT)])
+                                        (OSERR, diagnosis.ENOSPC), (TIMEOUT, diagnosis.TIMEOUT),
+                                        (WRITE_BARE, diagnosis.ALLOC), (SEMLOCK, diagnosis.ENOSPC)])
 def test_crash_kinds(text, kind):
     assert diagnosis.crash_kind(text) == kind
 

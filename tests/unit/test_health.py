@@ -134,3 +134,50 @@ def test_imports_no_heavy_module(tmp_path):
     imported = set(proc.stdout.splitlines()[-1].split())
     assert "shmguard" in imported
     assert not imported & HEAVY, imported & HEAVY
+
+
+# ---- under Slurm (issue 32) ----
+
+SLURM_TASK = {"SLURM_JOB_ID": "5", "SLURM_STEP_ID": "0", "SLURM_STEP_TASKS_PER_NODE": "2", "SLURM_TASKS_PER_NODE": "2",
+              "SLURM_NODEID": "0", "SLURM_MEM_PER_NODE": "512"}
+
+
+def test_srun_ranks_count_unless_the_job_says():
+    from shmguard.health import slurm_job
+
+    job, slurm = slurm_job(JOB, SLURM_TASK)
+    assert job.procs_per_node == 2 and slurm.memory == 512 * MIB
+    job, _ = slurm_job(JOB, {**SLURM_TASK, "SHMGUARD_PROCS_PER_NODE": "1"})
+    assert job.procs_per_node == 1
+    assert slurm_job(JOB, {}) == (JOB, None)
+
+
+def test_mem_caps_shm_when_no_cgroup_does(tree):
+    from shmguard.health import slurm_job
+
+    job, slurm = slurm_job(JOB, SLURM_TASK)  # two ranks: 735 MiB of /dev/shm, more than --mem=512M
+    root = tree({"proc/self/mountinfo": mountinfo(SHM_LINE)}, shm=(12 * 2**30, 12 * 2**30))
+    assert assess(None, job, root)[0]  # without knowing the job's --mem: healthy
+    root = tree(base="docker-v1", shm=(12 * 2**30, 12 * 2**30),
+                files={"sys/fs/cgroup/memory/memory.limit_in_bytes": "9223372036854771712"})
+    healthy, message = assess(None, job, root, slurm)
+    assert not healthy and "the Slurm job's --mem (SLURM_MEM_PER_NODE=512, not enforced by a cgroup)" in message
+    healthy, message = assess(None, JOB, root, slurm)
+    assert healthy and "Slurm job 5" in message
+
+
+def test_imports_no_heavy_module_under_slurm(tmp_path):
+    code = (
+        "import sys\n"
+        "before = set(sys.modules)\n"
+        "from shmguard import main\n"
+        "rc = main(['health'])\n"
+        "new = sorted({m.split('.')[0] for m in set(sys.modules) - before})\n"
+        "print(' '.join(new))\n"
+    )
+    env = {**os.environ, **SLURM_TASK, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+           "SHMGUARD_WORKERS": "2", "SHMGUARD_BATCH_SIZE": "4", "SHMGUARD_SAMPLE_BYTES": "1k"}
+    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, env=env)
+    assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr
+    imported = set(proc.stdout.splitlines()[-1].split())
+    assert not imported & HEAVY, imported & HEAVY

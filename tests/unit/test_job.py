@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from shmguard.errors import UsageError
-from shmguard.job import job_from_env, make_job
+from shmguard.job import ENV_VARS, job_from_env, make_job
 
 
 def test_shape_and_dtype_give_sample_bytes():
@@ -57,3 +59,66 @@ def test_env_without_a_job_is_none():
 def test_env_with_bad_values_is_a_usage_error():
     with pytest.raises(UsageError):
         job_from_env({"SHMGUARD_WORKERS": "4", "SHMGUARD_BATCH_SIZE": "64", "SHMGUARD_SAMPLE_SHAPE": "big"})
+
+
+# --- one Job record from the options on (issue 26.1) ---
+
+@pytest.mark.parametrize("values", [
+    dict(workers=4, batch_size=64, sample_shape="3,224,224"),
+    dict(workers=2, batch_size=8, sample_bytes="1k", prefetch_factor=4, procs_per_node=2, gpus=2, pin_memory=True,
+         sharing_strategy="file_system", nccl_transport="p2p"),
+    dict(workers=3, batch_size=16, sample_bytes="12k", collate="list", tensors_per_sample=3),
+    dict(workers=1, batch_size=2, sample_bytes="100", batch_segments="4096x3,100"),
+    dict(workers=0, batch_size=1, sample_shape="10", dtype="uint8"),
+    dict(workers=2, batch_size=4, sample_bytes="1k", gpus=8, nccl_version="2.21.5"),
+])
+def test_a_job_goes_back_to_its_values_and_comes_back_the_same(values):
+    job = make_job(**values)
+    assert make_job(**job.to_values()) == job
+    assert job.to_env() == {ENV_VARS[name]: value for name, value in job.to_values().items()}
+
+
+def test_job_options_hold_every_job_option():
+    from shmguard.options import JOB_KEYS, JobOptions
+
+    assert set(JobOptions.__annotations__) == {*JOB_KEYS, "dataset", "collate_fn"}
+
+
+def test_job_options_are_never_rewritten_only_replaced():
+    from shmguard.options import JobOptions
+
+    given = {"workers": "4", "batch_size": "8", "sample_bytes": "1k", "image": "kept"}
+    options = JobOptions.take(given)
+    assert given == {"image": "kept"}  # the job's values are taken out, the command's own stay
+    inferred, notes = options.with_procs(["torchrun", "--nproc_per_node=2", "train.py"], {}, None)
+    assert options.procs_per_node is None and inferred.procs_per_node == "2"
+    assert inferred.resolve().procs_per_node == 2 and notes == [
+        "shmguard: 2 processes per node (from --nproc_per_node=2 in the command)"]
+
+
+def test_patch_and_render_with_dataset_size_the_same_job(tmp_path, capsys, monkeypatch):
+    """Issue 27.7: `patch --dataset` carried only part of the measured job (not its segments, collate, tensors
+    per sample or NCCL transport), so it sized another job than `render --dataset`."""
+    pytest.importorskip("torch")
+    import yaml
+
+    from shmguard import main
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    job = ["--dataset", "tests.data.measure_datasets:detection", "--collate-fn", "tests.data.measure_datasets:zip_collate",
+           "--batch-size", "4", "--workers", "2",
+           "--collate", "list", "--tensors-per-sample", "2", "--nccl-transport", "p2p", "--gpus", "2"]
+    assert main(["render", "k8s", *job, "--image", "x", "--kind", "pod"]) == 0
+    rendered = yaml.safe_load(capsys.readouterr().out)
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text("apiVersion: v1\nkind: Pod\nmetadata:\n  name: train\nspec:\n  containers:\n"
+                        "  - name: train\n    image: x\n    resources:\n      limits:\n"
+                        "        nvidia.com/gpu: 2\n        memory: 1Mi\n")
+    assert main(["patch", *job, str(manifest)]) == 0
+    patched = yaml.safe_load(capsys.readouterr().out)
+
+    def sizes(pod):
+        (shm,) = [v for v in pod["spec"]["volumes"] if v.get("emptyDir", {}).get("medium") == "Memory"]
+        return shm["emptyDir"]["sizeLimit"], pod["spec"]["containers"][0]["resources"]["limits"]["memory"]
+
+    assert sizes(patched) == sizes(rendered)

@@ -21,9 +21,12 @@ from shmguard.job import job_from_env, make_job
 
 MIB = 2**20
 DEFAULTS = (nccl.DEFAULT_LL_BUFFSIZE, nccl.DEFAULT_LL128_BUFFSIZE, nccl.DEFAULT_BUFFSIZE)
+RUNTIME = "2.27.7"  # a version that connects at the first collective (the SHM arithmetic below is the same at any)
 
 
 def gpu_job(ranks=8, workers=0, **kw):
+    """A job of `ranks` GPU processes; at NCCL 2.27.7 unless nccl_version says otherwise (None: not known)."""
+    kw.setdefault("nccl_version", RUNTIME)
     return make_job(workers=workers, batch_size=32, sample_shape="3,224,224", gpus=ranks, procs_per_node=ranks, **kw)
 
 
@@ -57,7 +60,7 @@ def test_the_guides_example_is_a_proxy_pool_not_an_shm_connection():
     # "failed to extend /dev/shm/nccl-03v824 to 4194660 bytes": 4 MiB of ops + 352 bytes of pool state + refcount
     assert 4194660 == 4 * MIB + 352 + nccl.REFCOUNT_BYTES
     assert nccl.simple_buffsize_of(4194656) is None
-    assert nccl.PROXY_POOL_BYTES - 352 == 27 * MIB // 2  # 13.5 MiB of ops (NVIDIA/nccl#1589)
+    assert nccl.version_row("2.24.3").proxy_pool_bytes - 352 == 27 * MIB // 2  # 13.5 MiB of ops (NVIDIA/nccl#1589)
 
 
 def test_simple_buffsize_of_rejects_sizes_below_the_fixed_part():
@@ -147,7 +150,7 @@ def test_nccl_proto_changes_nothing():
 def test_shm_disabled_sizes_the_proxy_pools():
     job = env_job({"NCCL_SHM_DISABLE": "1", "NCCL_P2P_DISABLE": "1"}, 8)
     assert nccl.transport(job) == "net"
-    assert nccl.shm_bytes(job) == 8 * nccl.round_up(nccl.PROXY_POOL_BYTES + 4)
+    assert nccl.shm_bytes(job) == 8 * nccl.round_up(nccl.version_row(RUNTIME).proxy_pool_bytes + 4)
     assert "sockets" in nccl.describe(job) and "or P2P" not in nccl.describe(job)
     assert "or P2P" in nccl.describe(env_job({"NCCL_SHM_DISABLE": "1"}, 8))
     assert nccl.transport(env_job({"NCCL_SHM_DISABLE": "0"})) == "shm"

@@ -21,7 +21,9 @@ from shmguard.units import k8s_quantity
 from shmguard.verdict import FAIL, PASS, evaluate
 
 MIB, GIB = 2**20, 2**30
-GPU_JOB = ["--workers", "0", "--batch-size", "32", "--sample-shape", "3,224,224", "--gpus", "8", "--procs-per-node", "8"]
+# At NCCL 2.27.7 (runtime connection: the SHM connections alone); tests without --nccl-version use GPU_JOB[:-2].
+GPU_JOB = ["--workers", "0", "--batch-size", "32", "--sample-shape", "3,224,224", "--gpus", "8", "--procs-per-node", "8",
+           "--nccl-version", "2.27.7"]
 
 
 def snapshot(total):
@@ -34,7 +36,8 @@ def snapshot(total):
 
 
 def gpu_job(**kw):
-    return make_job(**{"workers": 0, "batch_size": 32, "sample_shape": "3,224,224", "gpus": 8, "procs_per_node": 8, **kw})
+    return make_job(**{"workers": 0, "batch_size": 32, "sample_shape": "3,224,224", "gpus": 8, "procs_per_node": 8,
+                       "nccl_version": "2.27.7", **kw})
 
 
 def finding(report, fid):
@@ -69,9 +72,9 @@ def test_check_p2p_is_a_pass_with_nothing_in_shm():
     assert finding(report, "shm.nccl").status == PASS and report.verdict == PASS
 
 
-def test_check_cli_reads_the_containers_nccl_environment(monkeypatch, capsys):
+def test_check_cli_reads_the_containers_nccl_environment(monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("NCCL_BUFFSIZE", "524288")
-    assert main(["check", *GPU_JOB, "--json"]) in (0, 1)
+    assert main(["check", *GPU_JOB, "--json", "--root", str(tmp_path)]) in (0, 1)
     out = json.loads(capsys.readouterr().out)
     line = next(f for f in out["findings"] if f["id"] == "shm.nccl")
     assert "5,967,872-byte" in line["message"]
@@ -99,6 +102,7 @@ def test_run_dry_run_p2p(capsys):
     out = dry_run(capsys, "--nccl-transport", "p2p")
     assert out["plan"]["required_shm_bytes"] == 0 and "--shm-size=64m" in out["docker_run"]
     assert out["plan"]["environment"]["SHMGUARD_NCCL_TRANSPORT"] == "p2p"
+    assert out["plan"]["environment"]["SHMGUARD_NCCL_VERSION"] == "2.27.7"  # handed to health in the container
 
 
 def test_render_k8s_sizes_the_emptydir_for_nccl(capsys):
@@ -127,7 +131,8 @@ def test_bad_nccl_value_is_one_line_and_exit_2(capsys):
 ])
 def test_annotations_take_the_containers_nccl_env(env, expected):
     container = {"name": "train", "env": [{"name": "SHMGUARD_GPUS", "value": "8"}, *env]}
-    job = resolve_job({"workers": 0, "batch_size": 1, "sample_bytes": 1, "procs_per_node": 8}, container)
+    job = resolve_job({"workers": 0, "batch_size": 1, "sample_bytes": 1, "procs_per_node": 8, "nccl_version": "2.27"},
+                      container)
     assert nccl.shm_bytes(job) == expected * nccl.connection_bytes(nccl.buff_sizes({}))
 
 
@@ -135,12 +140,12 @@ def test_run_dry_run_text_names_the_nccl_part(capsys):
     assert main(["run", "--dry-run", *GPU_JOB, "demo:latest"]) == 0
     out = capsys.readouterr().out
     assert "NCCL between 8 local ranks: 276.1 MiB of /dev/shm (30 SHM connections" in out
-    assert main(["run", "--dry-run", *GPU_JOB[:-4], "demo:latest"]) == 0
+    assert main(["run", "--dry-run", *GPU_JOB[:-6], "demo:latest"]) == 0
     assert "NCCL" not in capsys.readouterr().out
 
 
 def test_run_gpus_all_counts_one_gpu_per_process(capsys):
-    base = ["--workers", "0", "--batch-size", "1", "--sample-bytes", "1", "--gpus", "all"]
+    base = ["--workers", "0", "--batch-size", "1", "--sample-bytes", "1", "--gpus", "all", "--nccl-version", "2.28"]
     assert main(["run", "--dry-run", "--json", *base, "--procs-per-node", "4", "demo:latest"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["plan"]["required_shm_bytes"] == 14 * nccl.connection_bytes(nccl.buff_sizes({}))
@@ -154,7 +159,7 @@ def test_health_in_the_container_counts_nccl(tree, monkeypatch):
     from shmguard.job import job_from_env
 
     env = {"SHMGUARD_WORKERS": "0", "SHMGUARD_BATCH_SIZE": "1", "SHMGUARD_SAMPLE_BYTES": "1",
-           "SHMGUARD_GPUS": "4", "SHMGUARD_PROCS_PER_NODE": "4"}
+           "SHMGUARD_GPUS": "4", "SHMGUARD_PROCS_PER_NODE": "4", "SHMGUARD_NCCL_VERSION": "2.27.7"}
     healthy, message = assess(None, job_from_env(env), tree(base="docker-v1", shm=(64 * MIB, 64 * MIB)))
     assert not healthy and "the job's 128.8 MiB" in message
     ring_small = job_from_env({**env, "NCCL_ALGO": "Ring", "NCCL_BUFFSIZE": "524288"})

@@ -76,3 +76,54 @@ def test_a_bad_option_stays_one_line_with_an_inference(capsys):
 def test_one_process_is_not_announced():
     assert sizing.procs_per_node(gpus=1).messages(given=False) == []
     assert sizing.procs_per_node(gpus=2).messages(given=False) == ["shmguard: 2 processes per node (from 2 GPUs)"]
+
+
+# ---- Slurm: srun's ranks share the job's memory cgroup (issue 32) ----
+
+SLURM_BATCH = {"SLURM_JOB_ID": "8", "SLURM_TASKS_PER_NODE": "2", "SLURM_NODEID": "0"}
+
+
+def test_slurm_tasks_on_the_node_are_the_processes():
+    p = sizing.procs_per_node(environ=SLURM_BATCH)
+    assert (p.value, p.source, p.warnings) == (2, "SLURM_TASKS_PER_NODE=2", ())
+    step = {**SLURM_BATCH, "SLURM_STEP_ID": "0", "SLURM_STEP_TASKS_PER_NODE": "3"}
+    assert sizing.procs_per_node(environ=step).source == "SLURM_STEP_TASKS_PER_NODE=3"
+    assert sizing.procs_per_node(environ={**step, "SLURM_NTASKS_PER_NODE": "4"}).value == 4
+    multi = {**SLURM_BATCH, "SLURM_TASKS_PER_NODE": "4(x2),1", "SLURM_NODEID": "2"}
+    assert sizing.procs_per_node(environ=multi).value == 1
+
+
+def test_slurm_tasks_do_not_count_without_a_slurm_job():
+    assert sizing.procs_per_node(environ={"SLURM_TASKS_PER_NODE": "2"}).value == 1
+
+
+def test_under_torchrun_the_slurm_task_is_the_launcher():
+    # srun --ntasks-per-node=1 torchrun --nproc-per-node=4: the ranks see LOCAL_WORLD_SIZE=4 and one Slurm task.
+    env = {**SLURM_BATCH, "SLURM_TASKS_PER_NODE": "1", "LOCAL_WORLD_SIZE": "4", "WORLD_SIZE": "8"}
+    p = sizing.procs_per_node(environ=env)
+    assert (p.value, p.warnings) == (4, ())
+    p = sizing.procs_per_node(command=["torchrun", "--nproc_per_node=4", "t.py"], environ=env)
+    assert p.value == 4 and p.warnings == ()
+
+
+def test_slurm_tasks_come_before_world_size():
+    # srun scripts often export WORLD_SIZE=$SLURM_NTASKS: every node's ranks, not this node's.
+    p = sizing.procs_per_node(environ={**SLURM_BATCH, "WORLD_SIZE": "8"})
+    assert (p.value, p.source) == (2, "SLURM_TASKS_PER_NODE=2") and "WORLD_SIZE=8" in p.warnings[0]
+
+
+def test_more_slurm_tasks_than_given_warns_fewer_does_not():
+    assert "SLURM_TASKS_PER_NODE=2" in sizing.procs_per_node(given="1", environ=SLURM_BATCH).warnings[0]
+    # The torchrun layout of `render slurm --launcher torchrun`: one task starts the 4 given processes.
+    assert sizing.procs_per_node(given="4", environ={**SLURM_BATCH, "SLURM_TASKS_PER_NODE": "1"}).warnings == ()
+
+
+def test_check_counts_srun_ranks(capsys, monkeypatch):
+    for name, value in {**SLURM_BATCH, "SLURM_STEP_ID": "0", "SLURM_STEP_TASKS_PER_NODE": "2"}.items():
+        monkeypatch.setenv(name, value)
+    for name in ("LOCAL_WORLD_SIZE", "WORLD_SIZE", "SHMGUARD_PROCS_PER_NODE"):
+        monkeypatch.delenv(name, raising=False)
+    main(["check", *J, "--json"])
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["job"]["procs_per_node"] == 2
+    assert "2 processes per node (from SLURM_STEP_TASKS_PER_NODE=2)" in captured.err

@@ -156,3 +156,169 @@ def test_a_container_whose_own_job_is_incomplete_is_explained_without_it():
     assert ev.job is None and "the job needs --workers and --batch-size" in ev.notes[0]
     flags = {**NO_FLAGS, "batch_size": "64", "sample_shape": "3,224,224"}
     assert container_evidence(attrs, "", flags).job.workers == 4  # the flags complete it
+
+
+class Lazy:
+    """A stdin that produces a huge log chunk by chunk, as a pipe does: `size` bytes of one line, then an end."""
+
+    def __init__(self, size: int, tail: str = "") -> None:
+        self.left = size
+        self.tail = tail
+
+    def isatty(self) -> bool:
+        return False
+
+    def read(self, n: int = -1) -> str:
+        if self.left <= 0:
+            data, self.tail = self.tail, ""
+            return data
+        take = self.left if n is None or n < 0 else min(n, self.left)
+        self.left -= take
+        return "x" * take
+
+
+def test_stdin_is_read_in_bounded_memory(monkeypatch, capsys):
+    """#33 item 15: a 200 MB line cost 428 MB of RSS; a 64 MiB one now costs a few MiB, and still reads the error
+    after it."""
+    import tracemalloc
+
+    stream = Lazy(64 * MIB, "\nRuntimeError: DataLoader worker (pid 9) is killed by signal: Bus error.\n")
+    monkeypatch.setattr("sys.stdin", stream)
+    tracemalloc.start()
+    try:
+        code = main(["explain", "--json"])
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    data = json.loads(capsys.readouterr().out)
+    assert peak < 8 * MIB, peak
+    assert code == 1 and data["diagnoses"][0]["cause"] == "worker-bus-error"
+    assert any("longer than 64 KiB cut" in e for e in data["diagnoses"][0]["evidence"])
+
+
+def test_tail_bounds_a_log_on_stdin(monkeypatch, capsys):
+    lines = ["RuntimeError: DataLoader worker (pid 9) is killed by signal: Bus error."] + [f"step {i}" for i in range(999)]
+    code, out, _ = run_cli(monkeypatch, capsys, ["--tail", "100", "--exit-code", "1"], "\n".join(lines) + "\n")
+    assert code == 0 and "read the last 100 of the log's 1000 lines (--tail)" in out  # the error was before them
+    code, out, _ = run_cli(monkeypatch, capsys, ["--exit-code", "1"], "\n".join(lines) + "\n")
+    assert code == 1 and "(--tail)" not in out
+
+
+def test_read_stdin_keeps_a_pod_whole_and_a_log_by_its_tail():
+    from shmguard.commands.explain import read_stdin
+
+    pod = (PODS / "enospc-default-shm.yaml").read_text()
+    assert read_stdin(io.StringIO(pod), 3).text == pod
+    read = read_stdin(io.BytesIO(b"a\nb\nc\nd"), 3)
+    assert read.text == "b\nc\nd\n" and (read.lines_seen, read.lines_kept) == (4, 3)
+
+
+def test_a_pod_the_strict_loader_refuses_is_said_so(monkeypatch, capsys):
+    """#33 item 24: a Pod object with a duplicate key was read as a plain log (exit 0, no-failure)."""
+    text = (PODS / "enospc-default-shm.yaml").read_text().replace("metadata:\n", "metadata:\n  name: a\n", 1)
+    code, out, err = run_cli(monkeypatch, capsys, [], text)
+    assert code == 2 and out == "" and "looks like a Pod object" in err and "duplicate" in err.lower()
+
+
+ESCAPES = ("\x1b]0;owned\x07\x1b]52;c;cm0gLXJmIH4=\x07\x1b[31mRuntimeError: DataLoader worker (pid 5) is killed "
+           "by signal: Bus error.\x1b[0m\x07\n\x1b]8;;http://example.invalid\x1b\\link\x1b]8;;\x1b\\ \x9b2J\x08\n")
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_terminal_escapes_from_a_log_are_not_printed(monkeypatch, capsys, as_json):
+    """#33 item 25: OSC titles, OSC 52 (the clipboard) and CSI from a log went to the terminal raw."""
+    code, out, _ = run_cli(monkeypatch, capsys, ["--exit-code", "1"] + (["--json"] if as_json else []), ESCAPES)
+    assert code == 1 and "worker-bus-error" in out  # the coloured line is still read
+    for raw in ("\x1b", "\x07", "\x9b", "\x08", "\\u001b", "\\u0007", "\\u009b"):
+        assert raw not in out, repr(raw)
+
+
+def test_a_container_name_with_escapes_is_not_printed_raw(monkeypatch, capsys):
+    def fake_read(name, host, tail):
+        attrs = inspect("dataloader-enospc-64m")
+        attrs["Name"] = "/train\x1b]0;owned\x07"
+        return attrs, "\x1b[2Jdone\n"
+
+    monkeypatch.setattr(explaining, "read_container", fake_read)
+    _, out, _ = run_cli(monkeypatch, capsys, ["trainer"])
+    assert "\x1b" not in out and "\x07" not in out and "train" in out
+
+
+class FakeContainers:
+    def __init__(self, error=None) -> None:
+        self.error = error
+
+    def get(self, name):
+        raise self.error
+
+
+class FakeClient:
+    def __init__(self, error) -> None:
+        self.containers = FakeContainers(error)
+        self.closed = False
+
+    def version(self):
+        return {"Components": [{"Name": "Engine"}]}
+
+    def close(self):
+        self.closed = True
+
+
+def test_explain_reads_a_container_through_the_engine_client(monkeypatch, capsys):
+    """#26 item 2: explain's own Docker client and error handling are the engine's (shmguard.engine.client)."""
+    import docker
+    from shmguard.engine import client
+
+    fake = FakeClient(docker.errors.NotFound("gone"))
+    monkeypatch.setattr(client, "connect", lambda host=None: fake)
+    code, _, err = run_cli(monkeypatch, capsys, ["trainer"])
+    assert code == 2 and "no container 'trainer' on this engine" in err and fake.closed
+    lost = FakeClient(ConnectionError("connection reset"))
+    monkeypatch.setattr(client, "connect", lambda host=None: lost)
+    code, _, err = run_cli(monkeypatch, capsys, ["trainer"])
+    assert code == 2 and "stopped answering" in err and "Traceback" not in err
+
+
+def test_run_connects_through_the_same_client(monkeypatch):
+    from shmguard.engine import client
+    from shmguard.engine import run as running
+    from shmguard.engine.plan import RunError
+
+    def unreachable(host=None):
+        raise client.EngineUnreachable("no Docker engine answers at the local socket (refused)")
+
+    monkeypatch.setattr(client, "connect", unreachable)
+    with pytest.raises(RunError, match="no Docker engine answers at the local socket .*Start it") as caught:
+        running.connect()
+    assert caught.value.exit_code == 125
+
+
+def test_a_slurm_job_log_on_stdin(monkeypatch, capsys):
+    """A real Slurm 22.05 job's output and scontrol (tests/data/explain/capture_slurm.sh): its memory, in Slurm's
+    terms."""
+    slurm = CAPTURED / "slurm-shm-oom"
+    logs = (slurm / "slurm.out").read_text() + (slurm / "scontrol.txt").read_text()
+    code, out, _ = run_cli(monkeypatch, capsys, ["--json"], logs)
+    found = json.loads(out)["diagnoses"][0]
+    assert code == 1 and found["cause"] == "oom-shm" and "#SBATCH --mem above 256M" in found["fix"]
+    code, out, _ = run_cli(monkeypatch, capsys, ["--platform", "slurm", *JOB_FLAGS], logs)
+    assert code == 1 and "#SBATCH --mem=853M or more" in out
+
+
+def test_27_6_a_pods_memory_and_shm_are_read_as_the_kubelet_sets_them():
+    """The Kubernetes docs' pod-level resources example, given an unsized memory /dev/shm: the pod's 200Mi limit
+    (KEP-2837) is the second container's limit and the tmpfs size; the trainer (oom-unbounded-shm.yaml) shares its
+    pod with a sidecar without a limit, so its unsized /dev/shm is capped by nothing but the node, and said."""
+    import yaml
+
+    manifests = PODS.parents[1] / "manifests"
+    pod = yaml.safe_load((manifests / "kubernetes-website-pod-level-resources.yaml").read_text())
+    pod["spec"]["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    for container in pod["spec"]["containers"]:
+        container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    (_, first), (_, second) = pod_evidence(pod, NO_FLAGS)
+    assert (first.memory_limit, second.memory_limit) == (100 * MIB, 200 * MIB)
+    assert (second.shm_size, second.shm_unbounded) == (200 * MIB, False)
+    trainer = pods_in([yaml.safe_load((PODS / "oom-unbounded-shm.yaml").read_text())])[0]
+    (_, ev), _ = pod_evidence(trainer, NO_FLAGS)
+    assert ev.shm_unbounded and any("metrics without a memory limit" in n and "nothing but the node" in n for n in ev.notes)

@@ -75,7 +75,7 @@ def test_the_whole_docker_run_line_reads_back_as_the_sdk_arguments(env_file):
 
 def test_a_plan_agrees_with_its_docker_run_line(env_file):
     plan = make_plan(JOB, RunOptions(
-        image="demo:latest", command=("python", "train.py"), cpus=1.5, memory=4 * GIB, gpus="2", name="t",
+        image="demo:latest", command=("python", "train.py"), cpus=1.5, memory=4 * GIB, gpus="2", name="t1",
         env=("A=1",), env_files=(env_file,), volumes=("/d:/d:ro,z", "/e:/e:Z"), mounts=("type=volume,target=/v",),
         devices=("/dev/fuse",), labels=("x=y",), network="none", user="1000", entrypoint="python", workdir="/w",
         pull="missing", interactive=True, tty=True), host_memory=None)
@@ -167,13 +167,13 @@ def test_parse_mount_rejects(spec):
         flags.parse_mount(spec)
 
 
-def test_env_file_uses_docker_pys_parser(tmp_path):
+def test_env_file_splits_at_the_first_equals_sign(tmp_path):
     good = tmp_path / "good.env"
     good.write_text("A=1\nB=x=y\n")
     assert flags.read_env_file(str(good)) == {"A": "1", "B": "x=y"}
     bad = tmp_path / "bad.env"
-    bad.write_text("A=1\nJUSTANAME\n")
-    with pytest.raises(UsageError, match="Invalid line"):
+    bad.write_text("A=1\nTWO WORDS\n")
+    with pytest.raises(UsageError, match="contains white space"):
         flags.parse_env_file(str(bad))
 
 
@@ -215,3 +215,22 @@ def test_the_line_passes_host_variables_by_name_and_masks_secrets(monkeypatch):
 def test_read_back_refuses_flags_shmguard_does_not_write():
     with pytest.raises(UsageError, match="--privileged"):
         flags.read_docker_argv(["--privileged", "image"])
+
+
+def test_an_env_file_is_read_as_the_docker_cli_reads_it(tmp_path):
+    """Issue 33.16: a bare NAME line was refused and the trailing spaces of a value were cut (docker-py's parser);
+    docker run takes NAME from its environment (left out when unset) and keeps a value as it is."""
+    path = tmp_path / "env"
+    path.write_bytes(b"\xef\xbb\xbfFIRST=1\n  # a comment\n\nPADDED=two  \nFROM_HOST\nUNSET_HERE\n\tINDENTED=x\r\n"
+                     b"EMPTY=\nEQUALS=a=b\n")
+    assert flags.read_env_file(str(path), {"FROM_HOST": "host value"}) == {
+        "FIRST": "1", "PADDED": "two  ", "FROM_HOST": "host value", "INDENTED": "x", "EMPTY": "", "EQUALS": "a=b"}
+
+
+@pytest.mark.parametrize("line, message", [(b"BAD NAME=1", "contains white space"), (b"=value", "has no variable name"),
+                                           (b"\xff=1", "not UTF-8")])
+def test_an_env_file_line_docker_refuses_is_one_line(tmp_path, line, message):
+    path = tmp_path / "env"
+    path.write_bytes(b"OK=1\n" + line + b"\n")
+    with pytest.raises(UsageError, match=message):
+        flags.read_env_file(str(path), {})

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from shmguard import main
+from shmguard.commands.run import launch
 from shmguard.engine import run as run_mod
 from shmguard.engine.plan import RunOptions
 from shmguard.job import make_job
@@ -120,7 +121,7 @@ def test_a_closed_stdout_is_not_a_lost_engine(engine):
     engine(container)
     out, err = ClosedPipe(allow=1), io.StringIO()
     job = make_job(workers=1, batch_size=1, sample_bytes="1k")
-    code = run_mod.run(job, RunOptions(image="demo:latest", healthcheck=False), dry_run=False, as_json=False,
+    code = launch(job, RunOptions(image="demo:latest", healthcheck=False), dry_run=False, as_json=False,
                        out=out, err=err)
     text = err.getvalue()
     assert code == 0 and out.getvalue() == "line 0\n"
@@ -257,3 +258,66 @@ def test_a_stop_signal_ignored_at_start_stays_ignored():
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
+
+
+class BurstContainer(FakeContainer):
+    """A stubborn job under a burst of Ctrl-C (issue 33.4: five within 50 ms left it exited, not removed). The
+    first comes while it runs, the next while it is being stopped, then two while it is killed and one while it
+    is removed; that last one is taken by another thread (whose stop signals are not held), as the kernel may do
+    with any thread of the process."""
+
+    def __init__(self):
+        super().__init__()
+        import threading
+
+        self.bystander_done = threading.Event()
+        self.bystander = threading.Thread(target=self.bystander_done.wait, daemon=True)
+        self.bystander.start()
+
+    def attach(self, **kwargs):
+        def chunks():
+            yield b"ready\n", None
+            os.kill(os.getpid(), signal.SIGINT)
+            yield b"never\n", None
+        return chunks()
+
+    def stop(self, timeout=None):
+        os.kill(os.getpid(), signal.SIGINT)  # kill it now
+        super().stop(timeout)
+
+    def kill(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+        super().kill()
+
+    def remove(self, force=False):
+        import time
+
+        signal.pthread_kill(self.bystander.ident, signal.SIGINT)
+        time.sleep(0.2)  # Python runs the handler in the main thread once it holds the interpreter again
+        self.removed += 1
+        self.bystander_done.set()
+
+
+def test_a_burst_of_ctrl_c_still_removes_the_container(engine, capsys):
+    container = BurstContainer()
+    engine(container)
+    code = main(["run", *P, "--no-healthcheck", "demo:latest", "--", "python", "t.py"])
+    err = capsys.readouterr().err
+    assert code == 130 and container.removed >= 1, err
+    assert "killing job-1" in err and "Traceback" not in err
+
+
+def test_tuning_output_after_a_dataset_that_prints_braces(engine, capsys):
+    """Issue 33.14: a dataset module that prints a `{` to stdout made `run --tune` fail with JSONDecodeError."""
+    result = {"recommended": {"workers": 2, "batches_per_second": 9.5}, "batch_bytes": 4096, "steps": [{"a": "}"}]}
+    chunks = [(b"loading shards {train,val}\n{ not json either\n", None), (None, b"shmguard tune: step 1/2\n"),
+              (json.dumps(result, indent=2).encode() + b"\n", None)]
+    engine(FakeContainer(chunks))
+    assert run_mod.tune_in_container(RunOptions(image="demo:latest"), "m:f", 8) == result
+
+
+def test_tuning_without_a_result_is_one_clear_error(engine, capsys):
+    engine(FakeContainer([(b"{ only a brace\n", None)]))
+    with pytest.raises(run_mod.RunError, match="tuning in demo:latest failed"):
+        run_mod.tune_in_container(RunOptions(image="demo:latest"), "m:f", 8)

@@ -162,3 +162,17 @@ def test_post_mortem_of_an_oom_kill_never_advises_a_limit_below_the_one_that_was
     assert found.verdict == "likely-shared-memory" and found.cause == "oom-shm"
     assert post_mortem(137, "", True, big, shm_peak=700 * MIB).verdict == "shared-memory"  # seen holding most of it
     assert f"--memory={sizing.memory_needed(JOB) // MIB}m or more" in found.text()
+
+
+def test_more_workers_than_the_hosts_cpus_warns_without_cpus():
+    """Issue 28.4: `run --workers 4` on a 2-CPU host with no --cpus said nothing, where `check` warns (same rule:
+    probe.cpu.workers_for)."""
+    from shmguard.probe.cpu import workers_for
+
+    host = make_plan(JOB, RunOptions(image="demo:latest"), host_memory=24 * GIB, host_cpus=2)
+    (warning,) = host.warnings
+    assert "the Docker host's 2 CPUs (no --cpus)" in warning and f"num_workers={workers_for(2, 1)} is enough" in warning
+    assert not make_plan(JOB, RunOptions(image="demo:latest"), host_memory=24 * GIB, host_cpus=8).warnings
+    two_procs = make_job(workers=2, batch_size=64, sample_shape="3,224,224", procs_per_node=2)
+    assert make_plan(two_procs, RunOptions(image="demo:latest"), host_memory=24 * GIB, host_cpus=2).warnings
+    assert not make_plan(JOB, RunOptions(image="demo:latest", cpus=4.0), host_memory=24 * GIB, host_cpus=2).warnings

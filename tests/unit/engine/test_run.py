@@ -39,6 +39,9 @@ J = ["--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224"]
     (["--mount", "type=bind,target=/x"], "a bind mount needs source"),
     (["--device", "/dev/fuse:/dev/fuse:rwx"], "the permissions are some of r, w, m"),
     (["--env-file", "/nonexistent/env"], "--env-file /nonexistent/env: No such file or directory"),
+    (["--name", "bad name"], "--name 'bad name' is not a container name"),
+    (["--name", "x"], "--name 'x' is not a container name"),
+    (["--name", "-dash"], "--name '-dash' is not a container name"),
     (["--gpus", "two"], "--gpus 'two'"),
     (["--pull", "sometimes"], "--pull is missing or always or never"),
     (["-e", "SHMGUARD_WORKERS=64"], "-e SHMGUARD_WORKERS=64 contradicts the job shmguard sizes the container for "
@@ -218,10 +221,19 @@ def test_the_watcher_reaches_the_containers_shm_or_says_its_peak_is_a_lower_boun
 
 
 def test_a_lower_bound_peak_is_reported_as_one():
-    from shmguard.engine.run import RunResult, report_lines
+    from shmguard.commands.run import report_lines
+    from shmguard.engine.run import RunResult
 
     exact = RunResult(0, "id", "n", 100 * 2**20, 50 * 2**20, None, True)
     assert report_lines(exact) == ["shmguard: peak /dev/shm 50.0 MiB of 100.0 MiB (50%)"]
     coarse = RunResult(0, "id", "n", 100 * 2**20, 50 * 2**20, None, True, peak_lower_bound=True)
     (line,) = report_lines(coarse)
     assert "at least 50.0 MiB" in line and "lower bound" in line
+
+
+def test_a_bad_name_is_refused_by_dry_run_too(capsys):
+    """Issue 33.28: `run --name 'bad name' --dry-run` passed, and a real run exited 125 after printing its plan."""
+    assert main(["run", *J, "--name", "bad name", "--dry-run", "demo:latest"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "--name 'bad name' is not a container name" in captured.err
+    assert main(["run", *J, "--name", "train-1.a_b", "--dry-run", "demo:latest"]) == 0

@@ -81,3 +81,25 @@ JSON = st.recursive(st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1) |
 def test_round_trips_agree_with_the_json_module(value):
     assert json.dumps(jsonio.loads(jsonio.dumps(value))) == json.dumps(json.loads(json.dumps(value)))
     assert json.dumps(jsonio.copy(value)) == json.dumps(value)
+
+
+@pytest.mark.parametrize("version, safe", [("3.8.3", False), ("3.9.14", False), ("3.9.15", True), ("3.10.0", True),
+                                           ("3.13.0", True), ("4", True), ("3.10.0rc1", False), ("", False)])
+def test_only_an_orjson_that_bounds_nesting_is_used(version, safe):
+    """Issue 33, item 3: orjson before 3.9.15 crashes on deep nesting (CVE-2024-27454)."""
+    assert jsonio.safe_version(version) is safe
+
+
+def test_a_deeply_nested_body_is_a_bad_review_not_a_crash():
+    """Run in a child: with an unsafe orjson the parse kills the process (SIGSEGV) rather than raising."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from shmguard.webhook.review import BadReview, parse_review\n"
+            "try:\n    parse_review(b'[' * 1000000 + b']' * 1000000)\n"
+            "except BadReview:\n    print('refused')\n")
+    root = str(DATA.parents[2])
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=root,
+                          env={**os.environ, "PYTHONPATH": root})
+    assert done.returncode == 0 and done.stdout == "refused\n", (done.returncode, done.stderr[-500:])

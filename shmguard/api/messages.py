@@ -1,0 +1,152 @@
+"""The Python API's messages: why a DataLoader cannot run in this /dev/shm, and what a shared-memory crash was.
+
+Which errors are shared-memory crashes is shmguard.diagnosis's to say (the same
+recognisers as `shmguard explain` and `run`'s post-mortem); this module words the
+answer for a training script.
+
+Pure: a Job, a Report or a probe.shm.ShmInfo and an error's text in, a message
+and the /dev/shm size to ask for out. Sizes come from shmguard.sizing, the fix
+text from shmguard.verdict.shm_fix: the same answer `shmguard check` gives.
+
+A crash is recognised by the messages PyTorch gives (torch/utils/data/_utils/signal_handling.py,
+ATen's MapAllocator): a worker "is killed by signal: Bus error", "unable to
+allocate shared memory(shm)", or a "No space left on device" that names shared
+memory. A DataLoader timeout is one too when /dev/shm was known to be short: a
+worker whose queue thread cannot put a batch in shared memory prints the error
+and loses the batch, and the trainer waits for it until its timeout. Anything else (a worker killed by the OOM killer, the user's own
+errors) is not a shared-memory crash and is left alone.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from shmguard import diagnosis, model, sizing
+from shmguard.api.fit import describe
+from shmguard.job import Job
+from shmguard.units import format_size
+from shmguard.verdict import Finding, shm_fix
+
+if TYPE_CHECKING:
+    from shmguard.probe.shm import ShmInfo
+
+BUS, ALLOC, ENOSPC = "bus error", "shared memory allocation", "no space left in /dev/shm"
+TIMEOUT = "a batch that never came"  # a worker's queue thread failed to share it; only a diagnosis when shm was short
+# shmguard.diagnosis's signal kinds that are a DataLoader's shared-memory crash, as the API words them.
+# The diagnosis's signal kinds (shmguard.diagnosis.rules) that are a DataLoader's shared-memory crash.
+_KINDS = {"worker-bus-error": BUS, "bus-error": BUS, "torch-shm-enospc": ALLOC, "torch-shm-write": ALLOC,
+          "enospc-shm": ENOSPC, "enospc-semlock": ENOSPC}
+_TIMEOUT = re.compile(r"DataLoader timed out after \d+ seconds")
+
+
+def error_text(exc: BaseException) -> str:
+    """The messages of an exception and of those it was raised from or during, outermost first."""
+    parts, seen = [], set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        parts.append(f"{type(current).__name__}: {current}")
+        current = current.__cause__ or current.__context__
+    return "\n".join(parts)
+
+
+def crash_kind(text: str) -> str | None:
+    """BUS, ALLOC or ENOSPC when an error's text is a shared-memory crash of a DataLoader, else None."""
+    for signal in diagnosis.scan(text):
+        if signal.kind == "enospc-shm" and diagnosis.TORCH_SEGMENT_IN_LINE.search(signal.line):
+            return ALLOC  # torch's allocator writing its segment: "unable to write to file </torch_…>"
+        if signal.kind in _KINDS:
+            return _KINDS[signal.kind]
+    if _TIMEOUT.search(text):
+        return TIMEOUT
+    return None
+
+
+def headline(text: str, kind: str) -> str:
+    """The line of the error that says what happened (PyTorch's messages run over many lines)."""
+    if kind == TIMEOUT:
+        lines = [line for line in text.splitlines() if _TIMEOUT.search(line)]
+        if lines:
+            return lines[0].strip()
+    for signal in diagnosis.scan(text):
+        if signal.kind in _KINDS:
+            return signal.line
+    return text.strip().splitlines()[0] if text.strip() else kind
+
+
+def size_to_ask(job: Job, shm: ShmInfo) -> int:
+    """The /dev/shm size to ask for: the job's (sizing.shm_size), or, when that is what /dev/shm already has and
+    something else fills it, room for the job on top of what is in use."""
+    size = sizing.shm_size(job)
+    not_tmpfs = shm.fstype is not None and shm.fstype != "tmpfs"  # a new tmpfs of the job's size, whatever this holds
+    if shm.total is not None and size <= shm.total and not not_tmpfs:
+        return sizing.shm_size_for(model.shm_bytes(job) + (shm.used or 0))
+    return size
+
+
+def shm_state(shm: ShmInfo) -> str:
+    """What /dev/shm holds: `64.0 MiB, 40.0 MiB used, 24.0 MiB free (3.0 MiB in segments of dead processes)`."""
+    if shm.total is None:
+        return f"unknown ({'; '.join(shm.errors) or 'cannot statvfs /dev/shm'})"
+    text = f"{format_size(shm.total)}, {format_size(shm.used or 0)} used, {format_size(shm.free or 0)} free"
+    if shm.stale_bytes:
+        text += f" ({format_size(shm.stale_bytes)} in segments of dead processes)"
+    return text
+
+
+def fit_hint(fitted: Job | None, job: Job) -> str:
+    if fitted is None or (fitted.workers, fitted.prefetch_factor) == (job.workers, job.prefetch_factor):
+        return ""
+    prefetch = f", prefetch_factor={fitted.prefetch_factor}" if fitted.workers else ""
+    return (f"\n  or keep this /dev/shm: shmguard.guard(loader, on_short=\"fit\") runs it with "
+            f"num_workers={fitted.workers}{prefetch}")
+
+
+def shortfall_message(job: Job, shm: ShmInfo, failures: list[Finding], fitted: Job | None = None) -> str:
+    """Why this /dev/shm cannot hold the loader, and the size to ask for (ShmTooSmall's message)."""
+    size = size_to_ask(job, shm)
+    lines = ["shmguard: /dev/shm is too small for this DataLoader"]
+    lines += [f"  {f.message}" for f in failures]
+    lines.append(f"  job: {describe(job)}")
+    lines.append(f"  /dev/shm: {shm_state(shm)}")
+    free_first = "free /dev/shm (segments of dead processes) or give it more room: " if any(
+        f.id == "shm.free" for f in failures) else ""
+    lines.append(f"  fix: {free_first}{shm_fix(size)}")
+    return "\n".join(lines) + fit_hint(fitted, job)
+
+
+def crash_message(job: Job, shm: ShmInfo, text: str, kind: str, fitted: Job | None = None) -> str:
+    """The diagnosis of a shared-memory crash: what /dev/shm holds now, what the job needs, the fix."""
+    needed = model.shm_bytes(job)
+    size = size_to_ask(job, shm)
+    lines = [f"shmguard: the DataLoader ran out of shared memory ({kind}): {headline(text, kind)}",
+             f"  /dev/shm: {shm_state(shm)}",
+             f"  the job needs {format_size(needed)} of it at its peak: {describe(job)}"]
+    if shm.total is not None and sizing.shm_size(job) <= shm.total:
+        lines.append(f"  shmguard's model says {format_size(shm.total)} holds the job: something else used /dev/shm "
+                     "(other processes, segments of dead ones), or the model is short for this job")
+    lines.append(f"  fix: {shm_fix(size)}")
+    return "\n".join(lines) + fit_hint(fitted, job)
+
+
+
+def unmeasured_crash_message(shm: ShmInfo, text: str, kind: str, reason: str) -> str:
+    """The diagnosis of a shared-memory crash of a loader whose batch could not be measured: no size to name."""
+    grow = f"more than its {format_size(shm.total)}" if shm.total is not None else "more room"
+    return "\n".join([
+        f"shmguard: the DataLoader ran out of shared memory ({kind}): {headline(text, kind)}",
+        f"  /dev/shm: {shm_state(shm)}",
+        f"  the loader's batch was not measured ({reason}), so shmguard cannot say how much it needs",
+        f"  fix: give /dev/shm {grow} (docker run --shm-size; Kubernetes: an emptyDir {{medium: Memory}} at "
+        f"/dev/shm), or lower num_workers or prefetch_factor; shmguard measure finds what a batch takes"])
+
+
+def unmeasured_note(reason: str, options: str | None, unchecked: str = "the loader is used unchecked") -> str:
+    """The one warning of a loader whose probe batch could not be made safely: why, and what stands in for it
+    (the sample size of the job options, or nothing: `unchecked` says what follows)."""
+    head = f"shmguard: could not measure this DataLoader's batch ({reason})"
+    if options is not None:
+        return f"{head}; checked against the sample size the job options give instead ({options})"
+    return (f"{head}; {unchecked} (SHMGUARD_SAMPLE_BYTES or SHMGUARD_SAMPLE_SHAPE, as `shmguard run` sets "
+            f"them, would be checked instead)")

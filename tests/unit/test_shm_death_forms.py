@@ -1,0 +1,96 @@
+"""The forms of a shared-memory death that the integration tests accept (tests/integration/shm_death.py, #34),
+made by the installed torch where it can make them, and read from logs recorded in the demo container."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.shm_death import FORMS, form
+
+torch = pytest.importorskip("torch")
+from torch.utils.data import DataLoader, Dataset  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+RECORDED = Path(__file__).resolve().parents[1] / "data" / "explain"
+# ATen's MapAllocator message when posix_fallocate finds /dev/shm full; this very line is in the recorded log
+# tests/data/explain/dataloader-enospc-64m/logs.txt (the demo trainer at Docker's default 64 MB).
+ALLOC_FAILED = "unable to allocate shared memory(shm) for file </torch_9_382822426_0>: No space left on device (28)"
+
+
+class Failing(Dataset):
+    """A worker that dies, errs or stalls as told, from its second sample on."""
+
+    def __init__(self, how: str) -> None:
+        self.how = how
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int):
+        if index >= 1:
+            if self.how in ("SIGBUS", "SIGKILL"):
+                os.kill(os.getpid(), getattr(signal, self.how))
+            if self.how == "stall":
+                time.sleep(60)
+            if self.how == "alloc":
+                raise RuntimeError(ALLOC_FAILED)
+            if self.how == "key":
+                raise KeyError("label")
+        return torch.zeros(4)
+
+
+def chain_of(how: str) -> str:
+    """The trainer's error, with every error it was raised from or during, as torch raises it."""
+    loader = DataLoader(Failing(how), batch_size=1, num_workers=1, timeout=2 if how == "stall" else 60)
+    with pytest.raises(Exception) as caught:
+        list(loader)
+    parts, current = [], caught.value
+    while current is not None:
+        parts.append(f"{type(current).__name__}: {current}")
+        current = current.__cause__ or current.__context__
+    return "\n".join(parts)
+
+
+def test_a_worker_killed_by_sigbus():
+    error = chain_of("SIGBUS")
+    assert form(error) == "worker killed"
+    assert form(error.splitlines()[0]) in ("worker killed", None)  # the outer error alone may be "exited"
+
+
+def test_a_worker_that_exited_counts_with_a_shm_error_or_shm_full():
+    # The trainer's error when it found the worker dead between two checks (torch/utils/data/dataloader.py,
+    # _try_get_data), without the SIGCHLD handler's "killed by signal" behind it.
+    outer = "RuntimeError: DataLoader worker (pid(s) 26524) exited unexpectedly"
+    assert form(outer) is None
+    assert form(outer, shm_full=True) == "worker exited"
+    said = "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared memory (shm)."
+    assert form(outer, logs=said) == "worker exited"  # torch's worker SIGBUS handler, printed by the worker
+
+
+def test_a_workers_allocation_error_sent_to_the_trainer():
+    assert form(chain_of("alloc")) == "worker error"
+    assert form((RECORDED / "dataloader-enospc-64m" / "logs.txt").read_text()) == "worker error"
+
+
+def test_a_timeout_counts_only_with_shm_full_or_a_shm_error():
+    error = chain_of("stall")
+    assert "DataLoader timed out after 2 seconds" in error
+    assert form(error) is None  # a slow dataset: not shared memory
+    assert form(error, shm_full=True) == "timeout"
+    assert form(error, logs=f"Traceback (most recent call last):\nRuntimeError: {ALLOC_FAILED}") == "timeout"
+
+
+def test_what_is_not_shared_memory():
+    assert form(chain_of("SIGKILL"), shm_full=True) is None  # the OOM killer's SIGKILL
+    assert form(chain_of("key"), shm_full=True) is None  # the dataset's own error
+    assert form("RuntimeError: CUDA out of memory", exit_code=1) is None
+
+
+def test_the_trainer_killed_by_sigbus():
+    assert form("", exit_code=135) == "trainer SIGBUS"
+    assert set(FORMS) == {"worker killed", "worker exited", "worker error", "timeout", "trainer SIGBUS"}
