@@ -30,8 +30,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,15 +38,12 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from tests.integration.test_exporter import free_port, stop, wait_ready  # noqa: E402
+
 IMAGE = "shmguard-base:bookworm"
 LABEL = {"org.shmguard.test": "exporter-bench"}
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def cpu_seconds(pid: int) -> float:
@@ -72,30 +67,6 @@ def scrape(port: int) -> tuple[float, bytes]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as answer:
         body = answer.read()
     return time.perf_counter() - start, body
-
-
-def wait_http(port: int, proc: subprocess.Popen, path: str = "/metrics") -> None:
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
-                if answer.status == 200:
-                    return
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"port {port} never answered")
-        time.sleep(0.2)
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def start_containers(client, count: int) -> list:
@@ -172,8 +143,8 @@ def measure(args) -> dict:
                                    "--collector.filesystem.mount-points-exclude=^/(proc|sys)($|/)"],
                                   stderr=subprocess.DEVNULL)
         procs.append(theirs)
-        wait_http(shm_port, ours)
-        wait_http(node_port, theirs)
+        wait_ready(f"http://127.0.0.1:{shm_port}/metrics", ours)
+        wait_ready(f"http://127.0.0.1:{node_port}/metrics", theirs)
         deadline = time.monotonic() + 120
         while True:  # every container in a pass before timing
             body = scrape(shm_port)[1]

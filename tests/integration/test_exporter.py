@@ -54,6 +54,21 @@ def stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
+def wait_ready(url: str, proc: subprocess.Popen, why=lambda: "", timeout: float = WAIT) -> None:
+    """Until url answers 200 (AssertionError when proc exits first or the time is up, with why())."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"{url} never answered: {why()}")
+        time.sleep(0.2)
+
+
 @contextmanager
 def exporter(*args: str, env: dict | None = None) -> Iterator[int]:
     """`shmguard exporter` from this tree on a free port; yields the port; stopped (SIGTERM, exit 0) after."""
@@ -127,17 +142,7 @@ def prometheus(target_port: int, workdir: Path) -> Iterator[Prometheus]:
                             stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
     try:
         server = Prometheus(port)
-        deadline = time.monotonic() + WAIT
-        while True:
-            try:
-                with urllib.request.urlopen(f"{server.base}/-/ready", timeout=5) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"Prometheus did not start: {(workdir / 'prometheus.log').read_text()[-3000:]}")
-            time.sleep(0.2)
+        wait_ready(f"{server.base}/-/ready", proc, lambda: (workdir / "prometheus.log").read_text()[-3000:])
         yield server
     finally:
         stop(proc)
