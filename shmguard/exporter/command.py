@@ -10,7 +10,7 @@ from shmguard.errors import UsageError
 
 def needs_prometheus_client() -> None:
     if importlib.util.find_spec("prometheus_client") is None:
-        raise UsageError("`shmguard exporter` needs prometheus_client: pip install 'shmguard[webhook]'")
+        raise UsageError("`shmguard exporter` needs prometheus_client: pip install 'shmguard[exporter]'")
 
 
 def run_exporter(*, port: int, address: str, interval: str, host: str | None, kubelet_root: str | None,
@@ -35,7 +35,7 @@ def run_exporter(*, port: int, address: str, interval: str, host: str | None, ku
         if api_server is not None:
             raise UsageError("--api-server goes with --kubelet-root (node mode)")
         if importlib.util.find_spec("docker") is None:
-            raise UsageError("`shmguard exporter` needs the Docker SDK: pip install 'shmguard[run]'")
+            raise UsageError("`shmguard exporter` needs the Docker SDK: pip install 'shmguard[exporter]'")
         from shmguard.exporter.engine import EngineSource
 
         source = EngineSource(host, root=root)

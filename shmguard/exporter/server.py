@@ -191,8 +191,7 @@ def once(source, *, as_json_output: bool, out=None, err=None) -> int:
     else:
         out.write(exporter.exposition().decode("utf-8"))
     if not sample.source_up:
-        what = "the Docker engine" if sample.mode == "engine" else "the Kubernetes API"
-        detail = f": {sample.errors[0]}" if sample.errors else ""
-        print(f"shmguard exporter: {what} did not answer{detail}", file=err)
+        what = "the engine" if sample.mode == "engine" else "the Kubernetes API"
+        print(f"shmguard exporter: {sample.errors[0] if sample.errors else what + ' did not answer'}", file=err)
         return 2
     return 0

@@ -93,7 +93,8 @@ def test_once_json_with_no_engine_says_so_and_exits_2(capsys):
     captured = capsys.readouterr()
     data = json.loads(captured.out)
     assert data["schema_version"] == 1 and data["source_up"] is False and data["targets"] == []
-    assert captured.err.startswith("shmguard exporter: the Docker engine did not answer")
+    assert captured.err.startswith("shmguard exporter: the engine did not answer: ") and captured.err.count("\n") == 1
+    assert captured.err.count("did not answer") == 1
 
 
 def test_the_server_keeps_serving_without_an_engine_and_stops_on_sigterm():
