@@ -500,6 +500,77 @@ def health_command(args) -> int:
     return health_main(list(args))
 
 
+@cli.group("exporter", invoke_without_command=True)
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=9808, show_default=True,
+              help="Port of /metrics and /healthz (0: any free one, printed on stderr).")
+@click.option("--address", default="0.0.0.0", show_default=True, help="Address to listen on.")
+@click.option("--interval", default="1s", show_default=True, metavar="DURATION",
+              help="Time between passes over the containers (100ms to 1h): the resolution of the peak.")
+@click.option("--host", metavar="URL", help="The Docker API to ask (default: DOCKER_HOST, else the local socket); "
+                                            "Podman's socket works too, e.g. unix:///run/podman/podman.sock.")
+@click.option("--kubelet-root", "kubelet_root", metavar="DIR",
+              help="Node mode: the memory emptyDirs of the pods under this kubelet root (e.g. /var/lib/kubelet), "
+                   "named through the Kubernetes API, instead of the engine's containers.")
+@click.option("--node-name", "node_name", envvar="NODE_NAME", show_envvar=True, metavar="NAME",
+              help="Node mode: this node's name (the pods listed are those with spec.nodeName=NAME).")
+@click.option("--api-server", "api_server", metavar="URL",
+              help="Node mode: the Kubernetes API (default: the pod's service account; outside a pod, e.g. "
+                   "`kubectl proxy`'s http://127.0.0.1:8001).")
+@click.option("--once", is_flag=True, help="Take one pass, print it (Prometheus text format) and exit.")
+@click.option("--json", "as_json", is_flag=True, help="With --once: print the pass as one JSON object.")
+@click.pass_context
+def exporter(ctx, port, address, interval, host, kubelet_root, node_name, api_server, once, as_json) -> int:
+    """Serve live /dev/shm and memory metrics of every running container for Prometheus (/metrics, /healthz).
+
+    Per container of the Docker or Podman engine (or, with --kubelet-root, per
+    memory emptyDir of the node's pods): /dev/shm size, use, peak and what the
+    declared job needs (its SHMGUARD_* variables), the memory limit, use and
+    shmem of its cgroup. `shmguard exporter render k8s` writes the DaemonSet,
+    alerts and dashboard. Exit 2 on a bad option or a port in use.
+    """
+    if ctx.invoked_subcommand is not None:
+        return 0
+    from shmguard.exporter.command import run_exporter
+
+    return run_exporter(port=port, address=address, interval=interval, host=host, kubelet_root=kubelet_root,
+                        node_name=node_name, api_server=api_server, once=once, as_json=as_json)
+
+
+@exporter.group("render")
+def exporter_render() -> None:
+    """Print what runs the exporter in a cluster."""
+
+
+@exporter_render.command("k8s")
+@click.option("--namespace", default="shmguard", show_default=True, help="Namespace of the DaemonSet and Service.")
+@click.option("--name", default="shmguard-exporter", show_default=True, help="Name of every object.")
+@click.option("--image", default="shmguard-webhook:latest", show_default=True,
+              help="An image with shmguard and its webhook extra (prometheus_client).")
+@click.option("--kubelet-root", "kubelet_root", default="/var/lib/kubelet", show_default=True, metavar="DIR",
+              help="The kubelet's root directory on the nodes.")
+@click.option("--interval", default="5s", show_default=True, metavar="DURATION", help="Time between passes.")
+@click.option("--port", type=click.IntRange(min=1, max=65535), default=9808, show_default=True)
+@click.option("--dashboard", "dashboard_path", type=click.Path(dir_okay=False), metavar="FILE.json",
+              help="Also write the Grafana dashboard here (it is in a ConfigMap of the output too).")
+def exporter_render_k8s(namespace, name, image, kubelet_root, interval, port, dashboard_path) -> int:
+    """Print the DaemonSet (node mode), its ServiceAccount and ClusterRole (get/list pods), Service, ServiceMonitor,
+    PrometheusRule with the alerts, and a ConfigMap with the Grafana dashboard."""
+    from shmguard.exporter.command import render_k8s
+
+    click.echo(render_k8s(namespace=namespace, name=name, image=image, kubelet_root=kubelet_root, interval=interval,
+                          port=port, dashboard_path=dashboard_path), nl=False)
+    return 0
+
+
+@exporter_render.command("rules")
+def exporter_render_rules() -> int:
+    """Print the alerts as a Prometheus rules file (for a Prometheus without the operator: rule_files)."""
+    from shmguard.exporter.command import render_rules
+
+    click.echo(render_rules(), nl=False)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code instead of exiting (the boundary: shmguard.errors.guarded)."""
 

@@ -23,6 +23,8 @@ CRDS = {
     "trainer.kubeflow.org-trainjob.crd.yaml": "trainjob.schema.json",
     "kubeflow.org-mpijob.crd.yaml": "mpijob.schema.json",  # issue #27: MPIJob launchers that train, Kueue quotas
     "batch.volcano.sh-job.crd.yaml": "volcano-job.schema.json",  # issue #27: Volcano jobs on Ascend NPUs
+    "monitoring.coreos.com-servicemonitor.crd.yaml": "servicemonitor.schema.json",  # issue #30: the exporter
+    "monitoring.coreos.com-prometheusrule.crd.yaml": "prometheusrule.schema.json",  # issue #30: its alerts
 }
 STUB = {"type": "object", "x-pruned": "a PodTemplateSpec: validated as a Pod (kubernetes-validate, strict)"}
 
