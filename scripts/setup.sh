@@ -34,6 +34,38 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
+# The exporter's tests and benchmark: a real Prometheus (with promtool) and node_exporter from Debian. Their
+# packages start a service on install; a machine of tests must have none running, so the install runs under a
+# policy-rc.d that refuses to start services (put there for it when the machine has none), and a service
+# started anyway (systemd, or an init script) is stopped.
+need_prom=()
+command -v promtool >/dev/null || need_prom+=(prometheus)
+command -v prometheus-node-exporter >/dev/null || need_prom+=(prometheus-node-exporter)
+if [ ${#need_prom[@]} -gt 0 ]; then
+  log "installing ${need_prom[*]} (their services not started)"
+  policy=/usr/sbin/policy-rc.d
+  made_policy=0
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\n# shmguard setup: no service starts while packages install\nexit 101\n' >"$policy"
+    chmod 755 "$policy"
+    made_policy=1
+  fi
+  installed=0
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_prom[@]}" >/dev/null \
+    && installed=1
+  [ "$made_policy" = 1 ] && rm -f "$policy"
+  [ "$installed" = 1 ] || { log "installing ${need_prom[*]} failed"; exit 1; }
+fi
+for service in prometheus prometheus-node-exporter; do
+  if command -v systemctl >/dev/null && systemctl is-active --quiet "$service" 2>/dev/null; then
+    systemctl stop "$service" && systemctl disable --quiet "$service" 2>/dev/null || true
+  fi
+  pidfile=/run/prometheus/$service.pid
+  if [ -s "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+    start-stop-daemon --stop --quiet --retry 10 --pidfile "$pidfile" || true
+  fi
+done
+
 # A live (not zombie) dockerd process, if any.
 live_dockerd() {
   local pid

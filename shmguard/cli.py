@@ -12,6 +12,7 @@ import click
 
 from shmguard import __version__
 from shmguard.errors import EXIT_USAGE, guarded
+from shmguard.webhook import FAILURE_POLICIES, MODES, ON_ERROR
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -140,14 +141,19 @@ def target_options(command):
               help="Workers: PyTorchJob Worker replicas, Ray workers, JobSet pods, TrainJob nodes.")
 @click.option("--runtime", default="torch-distributed", show_default=True,
               help="TrainJob: the ClusterTrainingRuntime it runs on.")
+@click.option("--accelerator", default="nvidia.com/gpu", show_default=True, metavar="RESOURCE",
+              help="The device resource --gpus asks for: amd.com/gpu, huawei.com/Ascend910, habana.ai/gaudi, …")
+@click.option("--pod-resources", is_flag=True, help="CPU and memory as the pod's own spec.resources (Kubernetes 1.34+).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def render_k8s_command(job, image, name, cpus, memory, env, namespace, kind, replicas, runtime, command) -> int:
+def render_k8s_command(job, image, name, cpus, memory, env, namespace, kind, replicas, runtime, accelerator,
+                       pod_resources, command) -> int:
     """Print a Kubernetes manifest: an emptyDir of medium Memory at /dev/shm with a sizeLimit, memory limits
     that include it, CPUs for the workers, GPUs, the SHMGUARD_* environment and `shmguard health` probes."""
     from shmguard.commands.render import render_k8s
 
     click.echo(render_k8s(job, image, name, cpus, memory, env, strip_dashes(command), kind=kind, namespace=namespace,
-                          workers_replicas=replicas, runtime=runtime, say=note), nl=False)
+                          workers_replicas=replicas, runtime=runtime, accelerator=accelerator,
+                          pod_resources=pod_resources, say=note), nl=False)
     return 0
 
 
@@ -193,11 +199,11 @@ def render_slurm_command(job, launcher, name, nodes, time_limit, partition, memo
 @click.option("--replicas", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--certs-dir", "certs_dir", type=click.Path(file_okay=False), help="Certificates from `shmguard webhook certs DIR`: "
               "its ca.crt becomes the caBundle. Without it: cert-manager issues them (Issuer, Certificate, cainjector).")
-@click.option("--failure-policy", type=click.Choice(["Ignore", "Fail"]), default="Ignore", show_default=True,
+@click.option("--failure-policy", type=click.Choice(FAILURE_POLICIES), default="Ignore", show_default=True,
               help="What the apiserver does when the webhook cannot answer; the webhook treats a Pod it cannot "
                    "understand the same way (allow with a warning, or deny).")
 @click.option("--timeout-seconds", type=click.IntRange(min=1, max=30), default=5, show_default=True)
-@click.option("--mode", type=click.Choice(["deny", "warn"]), default="deny", show_default=True,
+@click.option("--mode", type=click.Choice(MODES), default="deny", show_default=True,
               help="/validate: deny a Pod whose /dev/shm cannot hold its job, or allow it with warnings.")
 def render_webhook_command(namespace, name, image, replicas, certs_dir, failure_policy, timeout_seconds, mode) -> int:
     """Print the manifests that run the admission webhook: ServiceAccount, Deployment, PodDisruptionBudget, Service,
@@ -221,9 +227,9 @@ def webhook() -> None:
 @click.option("--host", default="0.0.0.0", show_default=True, help="Address to listen on.")
 @click.option("--tls-cert", "tls_cert", required=True, type=click.Path(dir_okay=False), help="Serving certificate (PEM); reloaded when it changes.")
 @click.option("--tls-key", "tls_key", required=True, type=click.Path(dir_okay=False), help="Its private key (PEM).")
-@click.option("--mode", type=click.Choice(["deny", "warn"]), default="deny", show_default=True,
+@click.option("--mode", type=click.Choice(MODES), default="deny", show_default=True,
               help="/validate: deny a Pod whose /dev/shm cannot hold its job, or allow it with warnings.")
-@click.option("--on-error", "on_error", type=click.Choice(["allow", "deny"]), default="allow", show_default=True,
+@click.option("--on-error", "on_error", type=click.Choice(ON_ERROR), default="allow", show_default=True,
               help="A Pod shmguard cannot understand: allow it unchanged with a warning (failurePolicy Ignore) or deny it (Fail).")
 @click.option("--default", "defaults", multiple=True, metavar="NAME=VALUE",
               help="A job default for every Pod, e.g. prefetch_factor=4 (annotations and env override it).")
@@ -289,16 +295,21 @@ def webhook_certs(directory, namespace, name, sans, days, force) -> int:
                    "none given), a lower one raised to it; never below what the job needs.")
 @click.option("--size-unsized", is_flag=True, help="Give an existing memory /dev/shm without sizeLimit the job's size (default: keep it unsized).")
 @click.option("--include-init", is_flag=True, help="Mount /dev/shm into init containers and sidecars too.")
+@click.option("--all-templates", is_flag=True, help="Size every pod template, not only the training ones (a server, a "
+                   "database, a proxy: see the README's Kubernetes section for how a template is judged).")
 @click.argument("files", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
 def patch(job, in_place, check, follow_symlinks, as_json, kinds, names, labels, namespaces, opt_in, container, memory,
-          size_unsized, include_init, files) -> int:
+          size_unsized, include_init, all_templates, files) -> int:
     """Add or fix the /dev/shm emptyDir, its mount and the memory limits in every pod template of FILES (or stdin).
 
     Finds the pod templates of Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet,
     Job, CronJob, the Kubeflow jobs (PyTorchJob, TFJob, MPIJob, XGBoostJob, PaddleJob,
     JAXJob), Trainer runtimes, KubeRay, JobSet, Volcano, LeaderWorkerSet, Argo, KServe,
-    Knative and `kind: List`, and of any other object by shape. By default every
-    template is sized; shmguard.io/skip: "true" leaves one alone. shmguard.io/*
+    Knative and `kind: List`, and of any other object by shape. By default the
+    training templates are sized (a training kind, accelerators in a batch workload,
+    a DataLoader command, SHMGUARD_* env, shmguard.io/* annotations), the rest left
+    alone with the reason (--all-templates sizes them); shmguard.io/skip: "true"
+    leaves one alone. shmguard.io/*
     annotations on an object or template override the job options. Never lowers a
     limit or a request, never shrinks a /dev/shm. Only the lines that must change are
     changed: comments, order, quoting and layout stay. Patching twice changes nothing.
@@ -307,7 +318,7 @@ def patch(job, in_place, check, follow_symlinks, as_json, kinds, names, labels, 
     from shmguard.commands.patch import patch_options
 
     selection = patch_options(in_place, check, files, kinds, names, labels, namespaces, opt_in, container, memory,
-                              size_unsized, include_init)
+                              size_unsized, include_init, all_templates)
     return run_patch(job.defaults(note), list(files), in_place=in_place, check=check, follow_symlinks=follow_symlinks,
                      options=selection, as_json=as_json)
 
@@ -491,6 +502,77 @@ def health_command(args) -> int:
     from shmguard.health import main as health_main
 
     return health_main(list(args))
+
+
+@cli.group("exporter", invoke_without_command=True)
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=9808, show_default=True,
+              help="Port of /metrics and /healthz (0: any free one, printed on stderr).")
+@click.option("--address", default="0.0.0.0", show_default=True, help="Address to listen on.")
+@click.option("--interval", default="1s", show_default=True, metavar="DURATION",
+              help="Time between passes over the containers (100ms to 1h): the resolution of the peak.")
+@click.option("--host", metavar="URL", help="The Docker API to ask (default: DOCKER_HOST, else the local socket); "
+                                            "Podman's socket works too, e.g. unix:///run/podman/podman.sock.")
+@click.option("--kubelet-root", "kubelet_root", metavar="DIR",
+              help="Node mode: the memory emptyDirs of the pods under this kubelet root (e.g. /var/lib/kubelet), "
+                   "named through the Kubernetes API, instead of the engine's containers.")
+@click.option("--node-name", "node_name", envvar="NODE_NAME", show_envvar=True, metavar="NAME",
+              help="Node mode: this node's name (the pods listed are those with spec.nodeName=NAME).")
+@click.option("--api-server", "api_server", metavar="URL",
+              help="Node mode: the Kubernetes API (default: the pod's service account; outside a pod, e.g. "
+                   "`kubectl proxy`'s http://127.0.0.1:8001).")
+@click.option("--once", is_flag=True, help="Take one pass, print it (Prometheus text format) and exit.")
+@click.option("--json", "as_json", is_flag=True, help="With --once: print the pass as one JSON object.")
+@click.pass_context
+def exporter(ctx, port, address, interval, host, kubelet_root, node_name, api_server, once, as_json) -> int:
+    """Serve live /dev/shm and memory metrics of every running container for Prometheus (/metrics, /healthz).
+
+    Per container of the Docker or Podman engine (or, with --kubelet-root, per
+    memory emptyDir of the node's pods): /dev/shm size, use, peak and what the
+    declared job needs (its SHMGUARD_* variables), the memory limit, use and
+    shmem of its cgroup. `shmguard exporter render k8s` writes the DaemonSet,
+    alerts and dashboard. Exit 2 on a bad option or a port in use.
+    """
+    if ctx.invoked_subcommand is not None:
+        return 0
+    from shmguard.exporter.command import run_exporter
+
+    return run_exporter(port=port, address=address, interval=interval, host=host, kubelet_root=kubelet_root,
+                        node_name=node_name, api_server=api_server, once=once, as_json=as_json)
+
+
+@exporter.group("render")
+def exporter_render() -> None:
+    """Print what runs the exporter in a cluster."""
+
+
+@exporter_render.command("k8s")
+@click.option("--namespace", default="shmguard", show_default=True, help="Namespace of the DaemonSet and Service.")
+@click.option("--name", default="shmguard-exporter", show_default=True, help="Name of every object.")
+@click.option("--image", default="shmguard-webhook:latest", show_default=True,
+              help="An image with shmguard and its webhook extra (prometheus_client).")
+@click.option("--kubelet-root", "kubelet_root", default="/var/lib/kubelet", show_default=True, metavar="DIR",
+              help="The kubelet's root directory on the nodes.")
+@click.option("--interval", default="5s", show_default=True, metavar="DURATION", help="Time between passes.")
+@click.option("--port", type=click.IntRange(min=1, max=65535), default=9808, show_default=True)
+@click.option("--dashboard", "dashboard_path", type=click.Path(dir_okay=False), metavar="FILE.json",
+              help="Also write the Grafana dashboard here (it is in a ConfigMap of the output too).")
+def exporter_render_k8s(namespace, name, image, kubelet_root, interval, port, dashboard_path) -> int:
+    """Print the DaemonSet (node mode), its ServiceAccount and ClusterRole (get/list pods), Service, ServiceMonitor,
+    PrometheusRule with the alerts, and a ConfigMap with the Grafana dashboard."""
+    from shmguard.exporter.command import render_k8s
+
+    click.echo(render_k8s(namespace=namespace, name=name, image=image, kubelet_root=kubelet_root, interval=interval,
+                          port=port, dashboard_path=dashboard_path), nl=False)
+    return 0
+
+
+@exporter_render.command("rules")
+def exporter_render_rules() -> int:
+    """Print the alerts as a Prometheus rules file (for a Prometheus without the operator: rule_files)."""
+    from shmguard.exporter.command import render_rules
+
+    click.echo(render_rules(), nl=False)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

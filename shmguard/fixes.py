@@ -1,9 +1,12 @@
-"""How each fix is spelled on the platform that applies it: Docker (or Podman), Kubernetes, Slurm.
+"""How each fix is spelled on the platform that applies it: Docker or Podman (and compose), Kubernetes, Slurm,
+`shmguard run`'s own flags, Ray's object store.
 
-Every size a fix prints comes from shmguard.sizing, the calls `run` and `render` make: the /dev/shm to
-give (sizing.shm_size, never below Docker's 64 MiB), the memory limit (sizing.memory_needed; under Slurm
-sizing.slurm_memory_needed, with Slurm's headroom), CPUs (sizing.cpus_needed), the open-file limit
-(sizing.nofile_wanted). No arithmetic here. An unknown platform (None) gets Docker's words and Kubernetes'.
+The one place where a fix is worded: `check`'s findings, the diagnoses of `explain` and of `run`'s post-mortem,
+and the Python API's messages all spell their fixes here. Every size comes from shmguard.sizing, the calls `run`
+and `render` make (the /dev/shm to give, sizing.shm_size; the memory limit, sizing.memory_needed, under Slurm
+sizing.slurm_memory_needed; CPUs, sizing.cpus_needed; open files, sizing.nofile_wanted), or, in a diagnosis
+without the job, from the evidence (a Want). No arithmetic here. An unknown platform (None) gets Docker's words
+and Kubernetes'.
 
 Pure; standard library only (`check` imports it).
 """
@@ -11,53 +14,152 @@ Pure; standard library only (`check` imports it).
 from __future__ import annotations
 
 from shmguard import sizing
-from shmguard.probe.platform import KUBERNETES, PODMAN, SLURM
+from shmguard.probe.platform import DOCKER, KUBERNETES, PODMAN, SLURM
+from shmguard.record import Record
 from shmguard.slurm import sbatch_fix
-from shmguard.units import docker_size, format_size, k8s_quantity
+from shmguard.units import compose_size, docker_size, format_size, k8s_quantity, slurm_size
 
+RUN = "run"  # `shmguard run`'s own flags (its post-mortem)
+RAY = "ray"  # Ray's object store lives in /dev/shm (a log that shows Ray)
+CONTAINER_PLATFORMS = (DOCKER, KUBERNETES)  # the likely ones when nothing says which
 SHARING_FIX = "torch.multiprocessing.set_sharing_strategy('file_system')"
+
+
+class Want(Record):
+    """A /dev/shm size to ask for: exact (the job's, from sizing), at least (what the evidence shows must fit),
+    or only more than what it had."""
+
+    size: int | None = None
+    at_least: bool = False  # size is a lower bound the evidence supports, not the job's size
+    above: int | None = None  # no size: more than this (what it had)
+
+    def flag(self, name: str, unit) -> str:
+        """The flag with its value: `--shm-size=368m`, `--shm-size=74m or more`, `--shm-size above 64m`,
+        or `--shm-size=SIZE`."""
+        if self.size is not None:
+            return f"{name}{unit(self.size)}" + (" or more" if self.at_least else "")
+        if self.above is not None:
+            return f"{name.rstrip('=: ')} above {unit(self.above)}"
+        return f"{name}SIZE"
+
+    @property
+    def known(self) -> bool:
+        return self.size is not None or self.above is not None
 
 
 def _engine(platform: str | None) -> str:
     return "podman" if platform == PODMAN else "docker"
 
 
-def _spell(platform: str | None, docker: str, kubernetes: str) -> str:
-    """Docker's words, Kubernetes' words, or both (first Docker's) when the platform is unknown."""
-    if platform == KUBERNETES:
-        return kubernetes
+def _each(platforms, spell) -> str:
+    """The fix of each platform, joined; None stands for Docker's and Kubernetes'."""
+    names: list[str | None] = []
+    for platform in platforms or (None,):
+        for name in (CONTAINER_PLATFORMS if platform is None else (platform,)):
+            if name not in names:
+                names.append(name)
+    return "; ".join(spell(name) for name in names)
+
+
+# ---- /dev/shm ----
+
+def shm_fix(want: Want | int, platform: str | None = None, memory: int | None = None) -> str:
+    """How to give /dev/shm the wanted size (a Want, or bytes from sizing.shm_size) on the platform. memory: the
+    memory limit that holds it, for Slurm, where /dev/shm's pages are the job's memory."""
+    if isinstance(want, int):
+        want = Want(size=want)
     if platform is None:
-        return f"{docker}; Kubernetes: {kubernetes}"
-    return docker
-
-
-def shm_fix(size: int, platform: str | None = None) -> str:
-    """The fix for a /dev/shm too small: give it `size` bytes (a size from sizing.shm_size or shm_size_for)."""
+        return _each((None,), lambda p: shm_fix(want, p, memory))
+    unknown = not want.known
+    if platform == RUN:
+        if want.size is not None and not want.at_least:
+            return (f"shmguard run gives it {format_size(want.size)} (drop --shm-size, or "
+                    f"--shm-size={docker_size(want.size)})")
+        return "shmguard run " + want.flag("--shm-size=", docker_size)
+    if platform in (DOCKER, PODMAN):
+        compose = want.flag("shm_size: ", compose_size) if want.size is not None else "shm_size"
+        return (f"{_engine(platform)} run {want.flag('--shm-size=', docker_size)} (compose: {compose}"
+                f"{'; Docker gives 64m unless told' if unknown else ''})")
+    if platform == KUBERNETES:
+        return (f"in Kubernetes, an emptyDir with medium: Memory and {want.flag('sizeLimit: ', k8s_quantity)} "
+                f"mounted at /dev/shm{' (without one a pod gets the runtime' + chr(39) + 's 64Mi)' if unknown else ''}"
+                f", as shmguard patch and render k8s write it (the container's memory limit must hold it too)")
     if platform == SLURM:
-        return (f"no #SBATCH option sizes /dev/shm: it is the node's (with job_container/tmpfs, half the node's "
-                f"RAM); run where /dev/shm holds {format_size(size)} (--partition, --constraint), or lower "
-                f"num_workers or prefetch_factor")
-    return _spell(platform, f"{_engine(platform)} run --shm-size={docker_size(size)} …",
-                  f"an emptyDir {{medium: Memory, sizeLimit: {k8s_quantity(size)}}} mounted at /dev/shm "
-                  f"(shmguard render k8s writes it)")
+        mem = f"#SBATCH --mem={slurm_size(memory)}" if memory is not None else "#SBATCH --mem=…"
+        where = (f"run where /dev/shm holds {format_size(want.size)} (--partition, --constraint), or lower "
+                 f"num_workers or prefetch_factor" if want.size is not None else
+                 "run where /dev/shm is larger (--partition, --constraint)")
+        return (f"under Slurm no #SBATCH option sizes /dev/shm (the node's, or half its RAM with "
+                f"job_container/tmpfs) and its pages are charged to the job's memory: {mem} must hold them; "
+                f"{where}")
+    if platform == RAY:
+        return (f"Ray keeps its object store in /dev/shm: give the node more /dev/shm than the store (docker run "
+                f"{want.flag('--shm-size=', docker_size)}, also in run_options of a Ray cluster config; KubeRay: an "
+                f"emptyDir with medium: Memory and {want.flag('sizeLimit: ', k8s_quantity)} at /dev/shm), or make "
+                f"the store smaller (ray start --object-store-memory=BYTES, ray.init(object_store_memory=BYTES))")
+    return shm_fix(want, None, memory)
 
 
-def shm_free_fix(size: int, platform: str | None = None) -> str:
+def shm_fixes(want: Want | int, platforms, memory: int | None = None) -> str:
+    """The /dev/shm fix of each platform, joined."""
+    return _each(platforms, lambda p: shm_fix(want, p, memory))
+
+
+def job_shm_fix(job, platform: str | None = None, size: int | None = None) -> str:
+    """The /dev/shm fix for a job: `size` (default: the job's, sizing.shm_size) on the platform; under Slurm
+    with the --mem that holds it (sizing.slurm_memory_needed)."""
+    memory = sizing.slurm_memory_needed(job) if platform == SLURM else None
+    return shm_fix(sizing.shm_size(job) if size is None else size, platform, memory)
+
+
+def shm_free_fix(size: int, platform: str | None = None, memory: int | None = None) -> str:
     """The fix for a /dev/shm whose free space is short: clear what is stale, or a /dev/shm of `size` bytes."""
     if platform == SLURM:
         return (f"free the node's /dev/shm of stale segments (shmguard clean, best as the Epilog), or "
-                f"{shm_fix(size, platform)}")
+                f"{shm_fix(size, platform, memory)}")
     return f"free /dev/shm (shmguard clean removes stale segments), or give it more room: {shm_fix(size, platform)}"
 
 
-def memory_fix(job, platform: str | None = None, slurm=None) -> str:
-    """The memory limit to ask for: the job's shm and processes (with Slurm's headroom under Slurm)."""
+# ---- memory ----
+
+def memory_fix(size: int, platform: str | None = None) -> str:
+    """How to set a memory limit of `size` bytes (sizing.memory_needed; under Slurm sizing.slurm_memory_needed)."""
+    if platform in (RUN, DOCKER, PODMAN):
+        return f"{'shmguard' if platform == RUN else _engine(platform)} run --memory={docker_size(size)}"
+    if platform == KUBERNETES:
+        return f"resources.limits.memory: {k8s_quantity(size)}"
+    if platform == SLURM:
+        return f"#SBATCH --mem={slurm_size(size)}"
+    if platform == RAY:
+        return memory_fix(size, None)
+    return f"docker run --memory={docker_size(size)} (Kubernetes: resources.limits.memory: {k8s_quantity(size)})"
+
+
+def memory_fixes(size: int, platforms) -> str:
+    """The memory knob of each platform (Docker's and Kubernetes' in one phrase when both)."""
+    names = [p for p in platforms if p != RAY] or [None]
+    if set(names) >= set(CONTAINER_PLATFORMS):
+        names = [p for p in names if p not in CONTAINER_PLATFORMS] + [None]
+    return "; ".join(memory_fix(size, p) for p in dict.fromkeys(names))
+
+
+def job_memory_fixes(job, platforms) -> str:
+    """The memory limit a job needs, as each platform asks for it (under Slurm with Slurm's headroom)."""
+    if SLURM not in platforms:
+        return memory_fixes(sizing.memory_needed(job), platforms)
+    others = [p for p in platforms if p != SLURM]
+    return "; ".join([memory_fix(sizing.slurm_memory_needed(job), SLURM)]
+                     + ([memory_fixes(sizing.memory_needed(job), others)] if others else []))
+
+
+def job_memory_fix(job, platform: str | None = None, slurm=None) -> str:
+    """The memory limit a job needs, as the platform asks for it (under Slurm with Slurm's headroom)."""
     if platform == SLURM:
         return sbatch_fix(job, slurm, "--mem")
-    needed = sizing.memory_needed(job)
-    return _spell(platform, f"{_engine(platform)} run --memory={docker_size(needed)} …",
-                  f"resources.limits.memory: {k8s_quantity(needed)}")
+    return memory_fix(sizing.memory_needed(job), platform)
 
+
+# ---- CPUs, GPUs, open files, stale segments ----
 
 def cpu_fix(job, workers: int, platform: str | None = None, slurm=None) -> str:
     """Fewer workers (as many as the CPUs keep busy), or the CPUs the job's workers want."""
@@ -65,29 +167,52 @@ def cpu_fix(job, workers: int, platform: str | None = None, slurm=None) -> str:
     if platform == SLURM:
         return f"{fewer}, or more CPUs: {sbatch_fix(job, slurm, '--ntasks-per-node', '--cpus-per-task')}"
     cpus = sizing.cpus_needed(job)
-    return f"{fewer} or more CPUs: " + _spell(platform, f"{_engine(platform)} run --cpus={cpus}",
-                                               f"resources.limits.cpu: {cpus}")
+    if platform == KUBERNETES:
+        return f"{fewer} or more CPUs: resources.limits.cpu: {cpus}"
+    if platform is None:
+        return f"{fewer} or more CPUs: docker run --cpus={cpus}; Kubernetes: resources.limits.cpu: {cpus}"
+    return f"{fewer} or more CPUs: {'shmguard' if platform == RUN else _engine(platform)} run --cpus={cpus}"
 
 
 def gpu_fix(job, platform: str | None = None, slurm=None) -> str:
     if platform == SLURM:
         asked = sbatch_fix(job, slurm, "--gres")
+    elif platform == KUBERNETES:
+        asked = f"resources.limits nvidia.com/gpu: {job.gpus}"
+    elif platform is None:
+        asked = f"docker run --gpus {job.gpus} …; Kubernetes: resources.limits nvidia.com/gpu: {job.gpus}"
     else:
-        asked = _spell(platform, f"{_engine(platform)} run --gpus {job.gpus} …",
-                       f"resources.limits nvidia.com/gpu: {job.gpus}")
+        asked = f"{_engine(platform)} run --gpus {job.gpus} …"
     return f"{asked}; check CUDA_VISIBLE_DEVICES"
 
 
-def nofile_fix(job, hard: int | None, platform: str | None = None) -> str:
-    """The open-file limit `run` would set (sizing.nofile_wanted), in the platform's words, or file_system."""
-    wanted = sizing.nofile_wanted(job)
+def nofile_fix(limit: int | None, platform: str | None = None, hard: int | None = None) -> str:
+    """How to raise the open-file limit to `limit` (sizing.nofile_wanted; None: a higher one) on the platform."""
+    value = str(limit) if limit else "N"
     ceiling = f" (the hard limit here is {hard})" if hard is not None else ""
+    if platform == RUN:
+        return (f"shmguard run sets the open-file limit the job needs, up to what the engine gives a container: "
+                f"raise dockerd's LimitNOFILE{ceiling}")
+    if platform in (DOCKER, PODMAN):
+        return f"{_engine(platform)} run --ulimit nofile={value}:{value}{ceiling}"
+    if platform == KUBERNETES:
+        return (f"in Kubernetes no pod field sets it: ulimit -n {value} in the container's command, within the "
+                f"container runtime's LimitNOFILE{ceiling}")
     if platform == SLURM:
-        asked = f"ulimit -n {wanted} in the batch script before srun: the tasks inherit it{ceiling}"
-    else:
-        asked = _spell(platform, f"{_engine(platform)} run --ulimit nofile={wanted}:{wanted} …",
-                       f"ulimit -n {wanted} in the container's command (Kubernetes has no setting for it){ceiling}")
-    return f"{asked}; or {SHARING_FIX}"
+        return f"ulimit -n {value} in the batch script before srun: the tasks inherit it{ceiling}"
+    if platform == RAY:
+        return f"ulimit -n {value} before ray start{ceiling}"
+    return _each((None,), lambda p: nofile_fix(limit, p, hard))
+
+
+def nofile_fixes(limit: int | None, platforms, hard: int | None = None) -> str:
+    """How to raise the open-file limit on each platform, joined."""
+    return _each(platforms, lambda p: nofile_fix(limit, p, hard))
+
+
+def job_nofile_fix(job, hard: int | None, platform: str | None = None) -> str:
+    """The open-file limit `run` would set (sizing.nofile_wanted), in the platform's words, or file_system."""
+    return f"{nofile_fix(sizing.nofile_wanted(job), platform, hard)}; or {SHARING_FIX}"
 
 
 def stale_fix(platform: str | None = None) -> str:

@@ -63,7 +63,11 @@ def job_own_bytes(root, used: int) -> int:
     counted by statvfs) or named `torch_<pid>_…` after a live process (file_system).
     Every other visible file — stale segments, junk written before the job started —
     is not the job's, so it does not count as what the job has already allocated.
+    With nothing to see (file_descriptor segments are unlinked at once, the default), the probe that tells
+    the files apart is not loaded.
     """
+    if not used or not root.listdir("/dev/shm"):
+        return max(0, used)
     from shmguard.probe.shm import list_segments
 
     foreign = sum(s.bytes for s in list_segments(root) if s.pid is None or s.stale)
@@ -88,10 +92,8 @@ def assess(min_free: int | None, job, root, slurm=None) -> tuple[bool, str]:
     """(healthy, one-line message) for the given requirement; pure except for reading through root.
 
     slurm: the Slurm job (shmguard.probe.slurm.SlurmInfo) this runs in, whose --mem caps /dev/shm when no
-    memory cgroup does."""
-    from shmguard import model
-    from shmguard.probe import cgroup
-    from shmguard.probe.cgroup import probe_memory
+    memory cgroup does. Each module loads only where it is needed (the job's model, the memory cgroup): every one
+    costs this command, which runs every few seconds, about 0.1 ms."""
     from shmguard.probe.mountinfo import mount_at, read_mountinfo, shm_or_cgroup
     from shmguard.units import format_size
 
@@ -111,6 +113,8 @@ def assess(min_free: int | None, job, root, slurm=None) -> tuple[bool, str]:
         needed = min_free
         what = f"--min-free {format_size(min_free)}"
     elif job is not None:
+        from shmguard import model
+
         if min(job.procs_per_node, job.gpus) >= 2 and not job.nccl_version:  # NCCL's /dev/shm depends on its version
             from shmguard.probe.nccl_version import with_installed_version
 
@@ -124,15 +128,20 @@ def assess(min_free: int | None, job, root, slurm=None) -> tuple[bool, str]:
     if free < needed:
         return False, (f"unhealthy: /dev/shm has {format_size(free)} free of {format_size(total)}, "
                        f"needs {format_size(needed)} more for {what}")
-    entries, _ = cgroup.read_proc_cgroup(root)
-    memory = probe_memory(root, mounts, entries)
-    limit, whose = memory.limit, "the memory limit"
+    limit = usage = None
+    whose = "the memory limit"
+    if needed or slurm is not None:  # nothing to fit under the memory limit, and no Slurm cap to name: not read
+        from shmguard.probe.cgroup import probe_memory, read_proc_cgroup
+
+        entries, _ = read_proc_cgroup(root)
+        memory = probe_memory(root, mounts, entries)
+        limit, usage = memory.limit, memory.usage
     if slurm is not None:
         whose = "the Slurm job's memory limit"
         if limit is None and slurm.memory is not None:
             limit, whose = slurm.memory, f"the Slurm job's --mem ({slurm.memory_source}, not enforced by a cgroup)"
-    if limit is not None and memory.usage is not None and needed:
-        headroom = limit - memory.usage
+    if limit is not None and usage is not None and needed:
+        headroom = limit - usage
         if headroom < needed:
             return False, (f"unhealthy: {format_size(headroom)} left under {whose} of "
                            f"{format_size(limit)}, /dev/shm needs {format_size(needed)} more for {what}")
@@ -145,8 +154,6 @@ def assess(min_free: int | None, job, root, slurm=None) -> tuple[bool, str]:
 def main(argv: list[str]) -> int:
     import os
 
-    from shmguard.errors import ShmguardError
-    from shmguard.job import job_from_env
     from shmguard.probe import Root
     from shmguard.units import parse_size
 
@@ -156,9 +163,18 @@ def main(argv: list[str]) -> int:
             sys.stdout.write(USAGE)
             return 0
         min_free = parse_size(opts["min_free"]) if opts["min_free"] is not None else None
-        job, slurm = slurm_job(None if min_free is not None else job_from_env(), os.environ)
+        job = None
+        if min_free is None:
+            from shmguard.job import job_from_env
+
+            job = job_from_env()
+        job, slurm = slurm_job(job, os.environ)
         healthy, message = assess(min_free, job, Root(opts["root"]), slurm)
-    except (ValueError, ShmguardError) as exc:
+    except Exception as exc:
+        from shmguard.errors import ShmguardError  # on the error path only (with --min-free, nothing else loads it)
+
+        if not isinstance(exc, (ValueError, ShmguardError)):
+            raise
         sys.stderr.write(f"shmguard health: error: {exc}\n")
         return 2
     code = 0 if healthy else 1

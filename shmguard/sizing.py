@@ -295,7 +295,8 @@ def slurm_tasks_on_node(environ) -> tuple[int, str] | None:
     return info.tasks, info.tasks_source
 
 
-def procs_per_node(given=None, command=(), environ=None, gpus: int | None = None) -> ProcsPerNode:
+def procs_per_node(given=None, command=(), environ=None, gpus: int | None = None,
+                   devices: str | None = None) -> ProcsPerNode:
     """How many training processes run in the container, and from what.
 
     Sources, first found wins: the explicit value (--procs-per-node or SHMGUARD_PROCS_PER_NODE); a literal
@@ -304,7 +305,8 @@ def procs_per_node(given=None, command=(), environ=None, gpus: int | None = None
     node come before WORLD_SIZE (SLURM_NTASKS_PER_NODE, else this node's SLURM_STEP_TASKS_PER_NODE or
     SLURM_TASKS_PER_NODE: srun's ranks share the job's memory cgroup); the GPU count (one process per GPU, as torchrun is used); else 1.
     A warning for each source that disagrees with the one used (fewer Slurm tasks than processes is torchrun's
-    way, not a disagreement).
+    way, not a disagreement). devices: how to name the GPU count's source when the devices are other
+    accelerators (`8 huawei.com/Ascend910`).
     """
     environ = {} if environ is None else environ
     found: list[tuple[int, str]] = []
@@ -330,7 +332,7 @@ def procs_per_node(given=None, command=(), environ=None, gpus: int | None = None
     if world is not None:
         found.append((world, f"WORLD_SIZE={environ['WORLD_SIZE']}"))
     if gpus:
-        found.append((gpus, f"{gpus} GPU{'s' if gpus > 1 else ''}"))
+        found.append((gpus, devices or f"{gpus} GPU{'s' if gpus > 1 else ''}"))
     if not found:
         return ProcsPerNode(1, "default")
     value, source = found[0]

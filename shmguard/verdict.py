@@ -14,7 +14,6 @@ Slurm's headroom, and without a cgroup limit against what the job asked for.
 from __future__ import annotations
 
 from shmguard import fixes, model, nccl, sizing
-from shmguard.fixes import shm_fix  # also imported from here by api_messages
 from shmguard.job import Job
 from shmguard.probe.cpu import cpus_per_process, workers_for
 from shmguard.probe.platform import SLURM
@@ -61,11 +60,11 @@ def check_shm(job, shm, platform: str | None = None) -> list[Finding]:
                         found=_size(shm.total), needed="0 B")]
     if shm.total is None:
         return [Finding(id="shm.size", status=FAIL, message=f"cannot tell the size of /dev/shm: {'; '.join(shm.errors)}",
-                        needed=_size(needed), fix=shm_fix(size, platform))]
+                        needed=_size(needed), fix=fixes.job_shm_fix(job, platform, size))]
     if shm.fstype is not None and shm.fstype != "tmpfs":
         findings.append(Finding(id="shm.mount", status=FAIL,
                                 message=f"/dev/shm is a {shm.fstype}, not a tmpfs: shared memory is written to disk or fails",
-                                found=shm.fstype, needed="tmpfs", fix=shm_fix(size, platform)))
+                                found=shm.fstype, needed="tmpfs", fix=fixes.job_shm_fix(job, platform, size)))
     elif shm.fstype is None:
         findings.append(Finding(id="shm.mount", status=WARN,
                                 message="cannot tell whether /dev/shm is a tmpfs (no mountinfo entry for it)",
@@ -89,14 +88,15 @@ def check_shm(job, shm, platform: str | None = None) -> list[Finding]:
             message=(f"/dev/shm is {format_size(shm.total)}{default} but the job needs {format_size(needed)}: "
                      f"{' plus '.join(parts)}; it would die with a Bus error or 'unable to allocate shared memory'"
                      + (" (NCCL: 'Error while creating shared memory segment')" if nccl_bytes else "")),
-            found=_size(shm.total), needed=_size(needed), fix=shm_fix(size, platform)))
+            found=_size(shm.total), needed=_size(needed), fix=fixes.job_shm_fix(job, platform, size)))
         return findings
     if shm.free is not None and shm.free < needed:
         findings.append(Finding(
             id="shm.free", status=FAIL,
             message=f"/dev/shm has {format_size(shm.free)} free of {format_size(shm.total)}; the job needs {format_size(needed)}",
             found=_size(shm.free), needed=_size(needed),
-            fix=fixes.shm_free_fix(sizing.shm_size_for(needed + (shm.used or 0)), platform)))
+            fix=fixes.shm_free_fix(sizing.shm_size_for(needed + (shm.used or 0)), platform,
+                                 sizing.slurm_memory_needed(job) if platform == SLURM else None)))
     else:
         findings.append(Finding(id="shm.free", status=PASS, message=f"{format_size(shm.free)} free",
                                 found=_size(shm.free), needed=_size(needed)))
@@ -113,7 +113,7 @@ def check_nccl(job, shm, platform: str | None = None) -> list[Finding]:
         return [Finding(id="shm.nccl", status=FAIL,
                         message=(f"{line}; /dev/shm is {format_size(shm.total)}: NCCL alone does not fit and the job "
                                  f"would die at its first collective ('NCCL WARN Error while creating shared memory segment')"),
-                        found=_size(shm.total), needed=_size(needed), fix=shm_fix(sizing.shm_size(job), platform))]
+                        found=_size(shm.total), needed=_size(needed), fix=fixes.job_shm_fix(job, platform))]
     return [Finding(id="shm.nccl", status=PASS, message=line, found=_size(shm.total), needed=_size(needed))]
 
 
@@ -143,7 +143,7 @@ def check_memory(job, memory, shm, platform: str | None = None, slurm=None) -> l
         limit = slurm.memory
         asked = (f"the job asked for {format_size(limit)} ({slurm.memory_source}; no memory cgroup enforces it, "
                  f"and beyond it the job takes other jobs' memory on the node): ")
-    fix = fixes.memory_fix(job, platform, slurm)
+    fix = fixes.job_memory_fix(job, platform, slurm)
     if limit is None:
         if memory.errors:
             return [Finding(id="memory.limit", status=WARN, message=f"cannot tell the memory limit: {'; '.join(memory.errors)}",
@@ -245,7 +245,7 @@ def check_nofile(job, nofile, platform: str | None = None) -> list[Finding]:
     return [Finding(id="nofile", status=WARN,
                     message=f"open-file limit {nofile.soft} is tight for the file_descriptor strategy (about {needed} descriptors)",
                     found=str(nofile.soft), needed=str(needed),
-                    fix=fixes.nofile_fix(job, nofile.hard, platform))]
+                    fix=fixes.job_nofile_fix(job, nofile.hard, platform))]
 
 
 def evaluate(job, snapshot) -> Report:

@@ -6,7 +6,7 @@ answer for a training script.
 
 Pure: a Job, a Report or a probe.shm.ShmInfo and an error's text in, a message
 and the /dev/shm size to ask for out. Sizes come from shmguard.sizing, the fix
-text from shmguard.verdict.shm_fix: the same answer `shmguard check` gives.
+text from shmguard.fixes.shm_fix: the same answer `shmguard check` gives.
 
 A crash is recognised by the messages PyTorch gives (torch/utils/data/_utils/signal_handling.py,
 ATen's MapAllocator): a worker "is killed by signal: Bus error", "unable to
@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING
 
 from shmguard import diagnosis, model, sizing
 from shmguard.api.fit import describe
+from shmguard.fixes import shm_fix
 from shmguard.job import Job
 from shmguard.units import format_size
-from shmguard.verdict import Finding, shm_fix
+from shmguard.verdict import Finding
 
 if TYPE_CHECKING:
     from shmguard.probe.shm import ShmInfo

@@ -36,9 +36,8 @@ from shmguard.job import ENV_VARS, env_values, make_job
 from shmguard.jsonout import stamp
 from shmguard.record import Record
 from shmguard.terminal import printable
-from shmguard.units import KIB, MIB, parse_quantity
+from shmguard.units import KIB, MIB
 
-RUNTIME_DEFAULT_SHM = 64 * MIB  # containerd's and CRI-O's /dev/shm for a pod without a volume there
 POD_HINT = re.compile(r'^\s*kind:\s*["\']?(Pod|List)["\']?\s*$|"kind"\s*:\s*"(Pod|List)"', re.MULTILINE)
 TMPFS_SIZE = re.compile(r"(?:^|,)size=([^,]+)")
 
@@ -139,39 +138,23 @@ def pods_in(documents: list) -> list[dict]:
     return pods
 
 
-def typed(obj: dict, key: str, kind: type) -> Any:
-    """obj[key] when it is of that kind (a dict, a list), else an empty one: a Pod object is the user's YAML."""
-    value = obj.get(key)
-    return value if isinstance(value, kind) else kind()
+def pod_shm(shm) -> tuple[int | None, bool]:
+    """(/dev/shm bytes, unbounded) of a pod's container, from the pod reader's Shm (shmguard.pod): the tmpfs the
+    kubelet mounts, the runtime's default, or the node's own (hostIPC, a hostPath, an emptyDir nothing caps)."""
+    from shmguard import pod
 
-
-def quantity(value, where: str) -> int:
-    try:
-        return parse_quantity(value)
-    except ValueError as exc:
-        raise ExplainError(f"{where}: {exc}") from None
-
-
-def pod_shm(spec: dict, container: dict, where: str) -> tuple[int | None, bool]:
-    """(/dev/shm bytes, unbounded) of a pod's container: the volume mounted there, else the runtime's default."""
-    mounts = typed(container, "volumeMounts", list)
-    name = next((m.get("name") for m in mounts if isinstance(m, dict) and str(m.get("mountPath", "")).rstrip("/") == "/dev/shm"), None)
-    if name is None:
-        return (None, True) if spec.get("hostIPC") else (RUNTIME_DEFAULT_SHM, False)
-    volumes = typed(spec, "volumes", list)
-    volume = next((v for v in volumes if isinstance(v, dict) and v.get("name") == name), {})
-    empty_dir = volume.get("emptyDir")
-    if isinstance(empty_dir, dict) and empty_dir.get("medium") == "Memory":
-        if empty_dir.get("sizeLimit") is None:
-            return None, True
-        return quantity(empty_dir["sizeLimit"], f"{where}: volume {name} sizeLimit"), False
-    return None, False  # a disk-backed emptyDir or another volume: not a tmpfs whose size we know
+    if shm.kind == pod.RUNTIME:
+        return shm.size, False
+    if shm.kind == pod.MEMORY:
+        return shm.size, shm.size is None
+    return None, shm.kind in (pod.HOST_IPC, pod.HOST_PATH)  # on disk, another volume: not a tmpfs of known size
 
 
 def termination(status: dict) -> tuple[dict | None, bool]:
     """(the termination to explain, still running): the current one, else the last (a restarted container)."""
-    state = typed(status, "state", dict)
-    last = typed(status, "lastState", dict)
+    from shmguard.pod import dict_of
+
+    state, last = dict_of(status.get("state")), dict_of(status.get("lastState"))
     if isinstance(state.get("terminated"), dict):
         return state["terminated"], False
     if isinstance(last.get("terminated"), dict):
@@ -180,41 +163,50 @@ def termination(status: dict) -> tuple[dict | None, bool]:
 
 
 def pod_evidence(pod: dict, flag_values: dict) -> list[tuple[str, Evidence]]:
-    """Evidence for each container of a Pod object."""
-    from shmguard.manifests.annotations import CONTAINER, annotation_values
+    """Evidence for each container of a Pod object, read by the one pod reader (shmguard.pod)."""
+    from shmguard import pod as pods
+    from shmguard.manifests.annotations import annotation_values
     from shmguard.manifests.annotations import env_values as container_env_values
 
-    metadata = typed(pod, "metadata", dict)
-    spec = typed(pod, "spec", dict)
-    status = typed(pod, "status", dict)
+    metadata, spec, status = (pods.dict_of(pod.get(key)) for key in ("metadata", "spec", "status"))
     pod_name = metadata.get("name") or "the pod"
-    containers = [c for c in spec.get("containers") or [] if isinstance(c, dict)]
+    containers = [c for c in pods.list_of(spec.get("containers")) if isinstance(c, dict)]
     if not containers:
         raise ExplainError(f"pod {pod_name}: no spec.containers; give the whole object (kubectl get pod NAME -o yaml)")
-    statuses = {s.get("name"): s for s in status.get("containerStatuses") or [] if isinstance(s, dict)}
-    annotations = typed(metadata, "annotations", dict)
-    # The job options and annotations describe the container that runs the DataLoader (as for patch).
-    loader = annotations.get(CONTAINER) or containers[0].get("name")
+    statuses = {s.get("name"): s for s in pods.list_of(status.get("containerStatuses")) if isinstance(s, dict)}
+    annotations = pods.dict_of(metadata.get("annotations"))
+    try:
+        # The job options and annotations describe the containers that run the DataLoader (as for patch).
+        reading = pods.read_pod(pod)
+        volumes = pods.volumes_by_name(spec.get("volumes"))
+        per_container = [(pods.container_shm(c, volumes, reading.memory, reading.host_ipc),
+                          pods.effective_memory_limit(c, reading.memory)) for c in containers]
+    except pods.PodError as exc:
+        raise ExplainError(f"pod {pod_name}: {exc}") from None
     out = []
-    for container in containers:
-        name = str(container.get("name") or "?")
+    for index, container in enumerate(containers):
+        name = pods.name_of(container)
         where = f"pod {pod_name}, container {name}"
         own = container_env_values(container)
         notes: list[str] = []
-        if container.get("name") == loader:
+        if index in reading.loaders:
             own.update(annotation_values(annotations))
             job = job_for(flag_values, own, f"{where}'s shmguard.io/* annotations or SHMGUARD_* env", notes)
         else:
             job = job_for({}, own, f"{where}'s SHMGUARD_* env", notes)
-        shm, unbounded = pod_shm(spec, container, where)
-        limits = (container.get("resources") or {}).get("limits") or {}
-        memory = quantity(limits["memory"], f"{where}: limits.memory") if limits.get("memory") is not None else None
-        ended, running = termination(statuses.get(name, {}))
+        shm, memory = per_container[index]
+        shm_size, unbounded = pod_shm(shm)
+        if shm.kind == pods.MEMORY and shm.capped_by == pods.BY_NODE and reading.memory.unlimited:
+            notes.append(f"{', '.join(reading.memory.unlimited)} without a memory limit, so the pod has none: the "
+                         f"memory emptyDir at /dev/shm is capped by nothing but the node's allocatable memory")
+        if shm.kind == pods.MEMORY and shm.volume == reading.shm.volume:
+            notes += reading.notes
+        ended, running = termination(statuses.get(container.get("name"), {}))
         ended = ended or {}
         exit_code = ended.get("exitCode")
         out.append((name, Evidence(
             exit_code=exit_code if isinstance(exit_code, int) else None, oom_killed=ended.get("reason") == "OOMKilled",
-            logs=str(ended.get("message") or ""), shm_size=shm, shm_unbounded=unbounded, memory_limit=memory,
+            logs=str(ended.get("message") or ""), shm_size=shm_size, shm_unbounded=unbounded, memory_limit=memory,
             job=job, platform="kubernetes", running=running, notes=tuple(notes))))
     return out
 

@@ -5,9 +5,10 @@ Reads every file (or stdin) completely and sizes all of them in memory first
 left alone and why, on stderr (`--json`: one object). A bad file or document is
 reported with the others, then exit 2 and no file written. The output differs from
 the input only in the lines the patch had to change (shmguard.manifests.yamledit).
-With -i every changed file is first written beside itself and only then renamed
-into place, keeping its mode and owner, so a read-only directory or a full disk
-fails before any file changes. --check changes nothing and prints a unified diff
+With -i every changed file is first written beside itself (and its old text too)
+and only then renamed into place, keeping its mode and owner, so a read-only
+directory or a full disk fails before any file changes, and a rename that fails
+puts back the files already replaced: all or nothing, and the message says which. --check changes nothing and prints a unified diff
 of what would change.
 """
 
@@ -22,6 +23,7 @@ from shmguard.manifests import yamlio
 from shmguard.manifests.podspec import PatchOptions, PatchSummary, patch_documents
 from shmguard.manifests.templates import ManifestError
 from shmguard.manifests.yamledit import PatchedText, patch_text, unified_diff
+from shmguard.record import Record
 
 
 def read_text(path: str, name: str) -> str:
@@ -58,7 +60,8 @@ def target_of(path: str, follow_symlinks: bool) -> str:
 
 
 def patch_options(in_place: bool, check: bool, files, kinds, names, labels, namespaces, opt_in: bool,
-                  container: str | None, memory: str | None, size_unsized: bool, include_init: bool) -> PatchOptions:
+                  container: str | None, memory: str | None, size_unsized: bool, include_init: bool,
+                  all_templates: bool = False) -> PatchOptions:
     """Which templates to touch and how, from the command line; UsageError for options that do not go together."""
     from shmguard.errors import UsageError
     from shmguard.manifests.podspec import asked_memory
@@ -70,7 +73,7 @@ def patch_options(in_place: bool, check: bool, files, kinds, names, labels, name
     return PatchOptions(kinds=tuple(k for item in kinds for k in item.split(",") if k), names=tuple(names),
                         labels=tuple(labels), namespaces=tuple(namespaces), opt_in=opt_in, container=container,
                         memory=None if memory is None else asked_memory(memory, "--memory"),
-                        size_unsized=size_unsized, include_init=include_init)
+                        size_unsized=size_unsized, include_init=include_init, all_templates=all_templates)
 
 
 def patch_one(text: str, name: str, defaults, options: PatchOptions | None = None) -> tuple[PatchedText, PatchSummary]:
@@ -92,8 +95,19 @@ def patch(defaults, paths: list[str], in_place: bool, check: bool, follow_symlin
                       options, as_json)
 
 
+class FileResult(Record):
+    """One input: where it goes, its name for messages, its text and what the patch made of it; or why not."""
+
+    target: str
+    name: str
+    text: str = ""
+    patched: PatchedText | None = None
+    summary: PatchSummary | None = None
+    error: str | None = None
+
+
 def _patch(defaults, paths, in_place, check, follow_symlinks, out, err, options, as_json) -> int:
-    results = []  # (target, name, text, patched, summary, error)
+    results: list[FileResult] = []
     for path in paths or ["-"]:
         name = "stdin" if path == "-" else path
         try:
@@ -102,70 +116,95 @@ def _patch(defaults, paths, in_place, check, follow_symlinks, out, err, options,
             patched, summary = patch_one(text, name, defaults, options)
         except ManifestError as exc:  # this file is reported; the others still are
             message = str(exc)
-            results.append((path, name, None, None, None, message if message.startswith(name) else f"{name}: {message}"))
+            results.append(FileResult(path, name, error=message if message.startswith(name) else f"{name}: {message}"))
             continue
-        results.append((target, name, text, patched, summary, None))
-    failed = any(error or summary.errors for *_, summary, error in results)
-    changes = sum(len(summary.changes) for *_, summary, error in results if summary)
+        results.append(FileResult(target, name, text, patched, summary))
+    done = [(r, r.patched, r.summary) for r in results if r.patched is not None and r.summary is not None]
+    failed = any(r.error for r in results) or any(summary.errors for _r, _p, summary in done)
+    changes = sum(len(summary.changes) for _r, _p, summary in done)
+
     def report() -> None:
         """Every template, changed or left alone and why (and each document that fell back to a re-dump)."""
-        for _target, name, _text, patched, _summary, _error in results:
-            for fallback in patched.fallbacks if patched else ():
-                print(f"{name}: {fallback}", file=err)
+        for r, patched, _summary in done:
+            for fallback in patched.fallbacks:
+                print(f"{r.name}: {fallback}", file=err)
         if as_json:
             from shmguard.jsonout import stamp
 
-            data = {"files": [{"file": name, "error": error, **(summary.to_json() if summary else {})}
-                              for _t, name, _x, _p, summary, error in results],
+            data = {"files": [{"file": r.name, "error": r.error, **(r.summary.to_json() if r.summary else {})}
+                              for r in results],
                     "changes": changes, "errors": failed}
             print(json.dumps(stamp(data), indent=2), file=err)
             return
-        for _target, name, _text, _patched, summary, error in results:
-            for line in [error] if error else summary.lines():
-                print(line if error else f"{name}: {line}", file=err)
+        for r in results:
+            for line in [r.error] if r.error else r.summary.lines() if r.summary else []:
+                print(line if r.error else f"{r.name}: {line}", file=err)
 
     if failed:
         report()
-        if not as_json and (len(results) > 1 or not results[0][-1]):  # one unreadable input says all in its line
+        if not as_json and (len(results) > 1 or not results[0].error):  # one unreadable input says all in its line
             print("shmguard patch: errors above; nothing written", file=err)
         return 2
     if check:
         report()
-        for _target, name, text, patched, _summary, _error in results:
-            if patched.text != text:
-                out.writelines(unified_diff(text, patched.edits, fromfile=name, tofile=f"{name} (patched)"))
+        for r, patched, _summary in done:
+            if patched.text != r.text:
+                out.writelines(unified_diff(r.text, patched.edits, fromfile=r.name, tofile=f"{r.name} (patched)"))
         if not as_json:  # with --json, stderr carries exactly the one object
             print(f"shmguard patch: {changes} changes needed" if changes else "shmguard patch: nothing to change",
                   file=err)
         return 1 if changes else 0
     if in_place:  # written (or refused, in one line) before any change is reported as made
-        write_all([(target, name, patched.text) for target, name, text, patched, _s, _e in results
-                   if target != "-" and patched.text != text])
+        write_all([(r.target, r.name, patched.text, r.text) for r, patched, _s in done
+                   if r.target != "-" and patched.text != r.text])
     report()
-    for target, _name, _text, patched, _summary, _error in results:
-        if not in_place or target == "-":
+    for r, patched, _summary in done:
+        if not in_place or r.target == "-":
             out.write(patched.text)
     return 0
 
 
-def write_all(files: list[tuple[str, str, str]]) -> None:
-    """Replace every (path, name, text) or none: all are written beside their file first, then renamed."""
-    staged: list[tuple[str, str]] = []
+def write_all(files: list[tuple[str, str, str, str]]) -> None:
+    """Replace every (path, name, new text, old text) or none.
+
+    Everything that can fail before a rename is done for all files first: each new text and each old one
+    is written beside its file (a read-only directory, a full disk: nothing changed). Then the new ones are
+    renamed into place; when one rename fails, the files already replaced get their old text back the same
+    way, and the message says exactly which files, if any, were left changed.
+    """
+    for path, name, _new, _old in files:
+        if os.path.isdir(path) or not os.path.exists(path):
+            raise ManifestError(f"{name}: is no longer a file; no file was changed")
+    new: list[str] = []
+    old: list[str] = []
     try:
-        for path, name, text in files:
-            try:
-                staged.append((stage_atomic_bytes(path, text.encode("utf-8")), path))
-            except OSError as exc:
-                raise ManifestError(f"{name}: cannot write it ({exc.strerror or exc}); no file was changed") from None
+        for texts, index in ((new, 2), (old, 3)):
+            for entry in files:
+                try:
+                    texts.append(stage_atomic_bytes(entry[0], entry[index].encode("utf-8")))
+                except OSError as exc:
+                    raise ManifestError(f"{entry[1]}: cannot write it ({exc.strerror or exc}); no file was changed") from None
     except BaseException:
-        for tmp, _path in staged:
+        for tmp in new + old:
             discard_staged(tmp)
         raise
-    for index, (tmp, path) in enumerate(staged):
+    for index, (path, name, _new, _old) in enumerate(files):
         try:
-            commit_staged(tmp, path)
+            commit_staged(new[index], path)
         except OSError as exc:
-            for later, _path in staged[index:]:
-                discard_staged(later)
-            raise ManifestError(f"{path}: cannot replace it ({exc.strerror or exc}); "
-                                f"{index} of {len(staged)} files were already patched") from None
+            failed = f"{name}: cannot replace it ({exc.strerror or exc})"
+            kept = []
+            for done in range(index):
+                try:
+                    commit_staged(old[done], files[done][0])
+                except OSError:
+                    kept.append(files[done][1])
+            for tmp in new[index:] + old:
+                discard_staged(tmp)
+            if not kept:
+                raise ManifestError(f"{failed}; the {index} file(s) patched before it were put back: no file was "
+                                    f"changed") from None
+            raise ManifestError(f"{failed}; left patched, as they could not be put back: {', '.join(kept)}; not "
+                                f"changed: every other file") from None
+    for tmp in old:
+        discard_staged(tmp)

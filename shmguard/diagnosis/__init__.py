@@ -12,7 +12,8 @@ disk, open files, an NCCL timeout, a refused connection, an exception in a worke
 Advice follows the evidence, never the symptom alone: ENOSPC naming another path, or
 raised by torch.save, is a full disk; a SIGBUS while /dev/shm stayed under half full is
 not shared memory; an OOM kill of a job whose shm stayed small is the processes'
-memory. Every fix names the knob of the platform (shmguard.diagnosis.knobs); sizes come
+memory. Every fix names the knob of the platform (shmguard.diagnosis.platforms finds which, shmguard.fixes
+spells it); sizes come
 from shmguard.sizing, or, without the job, from what the evidence supports. Terminal
 escape sequences in the log are dropped before it is read. Standard library only.
 
@@ -27,7 +28,7 @@ Verdicts, and the exit code `explain` gives each:
 from __future__ import annotations
 
 from shmguard.diagnosis.advice import facts, peak_full, peak_low, peak_of, quote
-from shmguard.diagnosis.knobs import platforms_in
+from shmguard.diagnosis.platforms import platforms_in
 from shmguard.diagnosis.records import (
     BLAMES_SHM,
     LIKELY,

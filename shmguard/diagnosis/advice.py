@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from shmguard import model, sizing
-from shmguard.diagnosis.knobs import Want, memory_knobs, nofile_knobs, shm_knobs, slurm_size
 from shmguard.diagnosis.records import Evidence, Signal
+from shmguard.fixes import Want, job_memory_fixes, nofile_fixes, shm_fixes
 from shmguard.units import format_size
 
 if TYPE_CHECKING:
@@ -64,8 +64,7 @@ def shm_advice(ctx: Context, what: str = "the container", extra: int | None = No
     ev = ctx.ev
     if ev.job is None:
         want = evidence_want(ctx, extra)
-        memory_note = "… with room for what the job keeps in /dev/shm on top of its processes"
-        return (f"give {what} more /dev/shm than {had(ev)}: {shm_knobs(want, ctx.platforms, memory_note)}. "
+        return (f"give {what} more /dev/shm than {had(ev)}: {shm_fixes(want, ctx.platforms)}. "
                 f"{DESCRIBE}"), None
     needed = sizing.shm_size(ev.job)
     if ev.shm_size is not None and not ev.shm_unbounded and ev.shm_size >= needed:
@@ -77,8 +76,7 @@ def shm_advice(ctx: Context, what: str = "the container", extra: int | None = No
     why = (f"the job needs {format_size(needed)} at its peak" if needed > sizing.SHM_FLOOR
            else f"the job needs {format_size(peak)} at its peak; shmguard never gives less than Docker's "
                 f"{format_size(sizing.SHM_FLOOR)}")
-    memory_note = slurm_size(sizing.memory_needed(ev.job))
-    return f"{shm_knobs(Want(size=needed), ctx.platforms, memory_note)}: {why}.", needed
+    return f"{shm_fixes(Want(size=needed), ctx.platforms, sizing.slurm_memory_needed(ev.job))}: {why}.", needed
 
 
 def memory_advice(ev: Evidence, platforms: tuple[str | None, ...]) -> tuple[str | None, int | None]:
@@ -87,7 +85,7 @@ def memory_advice(ev: Evidence, platforms: tuple[str | None, ...]) -> tuple[str 
         return None, None
     needed = sizing.memory_needed(ev.job)
     if ev.memory_limit is None or needed > ev.memory_limit:
-        return (f"{memory_knobs(needed, platforms)} or more: the job needs about {format_size(needed)}, "
+        return (f"{job_memory_fixes(ev.job, platforms)} or more: the job needs about {format_size(needed)}, "
                 f"the {format_size(sizing.shm_size(ev.job))} of /dev/shm it needs included."), needed
     return (f"shmguard's model puts the job at {format_size(needed)}, within the {format_size(ev.memory_limit)} it "
             f"was killed at: something besides the DataLoader's batches (the model, data held in memory, a leak) "
@@ -102,7 +100,7 @@ def nofile_advice(ctx: Context) -> str:
     needed = f" (the job needs about {sizing.fds_needed(job)} open files)" if job is not None else ""
     return (f"share tensors by file name, not by descriptor: torch.multiprocessing.set_sharing_strategy("
             f"'file_system') in the script (shmguard: --sharing-strategy file_system); or raise the open-files "
-            f"limit{needed}: {nofile_knobs(limit, ctx.platforms)}. A bigger /dev/shm would not help.")
+            f"limit{needed}: {nofile_fixes(limit, ctx.platforms)}. A bigger /dev/shm would not help.")
 
 
 def quote(line: str, limit: int = 240) -> str:

@@ -28,7 +28,6 @@ from shmguard.diagnosis.advice import (
     peak_of,
     shm_advice,
 )
-from shmguard.diagnosis.knobs import Want, shm_knobs, slurm_size
 from shmguard.diagnosis.records import (
     LIKELY,
     NO_FAILURE,
@@ -41,9 +40,10 @@ from shmguard.diagnosis.records import (
     Evidence,
     Signal,
 )
+from shmguard.fixes import Want, shm_fixes
 from shmguard.record import Record
 from shmguard.terminal import printable, strip_sequences
-from shmguard.units import GIB, format_size, parse_size
+from shmguard.units import GIB, format_size, parse_size, slurm_size
 
 
 class Context(Record):
@@ -253,11 +253,11 @@ def nccl(ctx: Context, _: Signal | None) -> Diagnosis | None:
             needed: int | None = sizing.shm_size(ev.job)
             assert needed is not None
             room = (f" on top of the {format_size(needed)} the DataLoader needs: "
-                    f"{shm_knobs(Want(size=needed), ctx.platforms)}")
+                    f"{shm_fixes(Want(size=needed), ctx.platforms, sizing.slurm_memory_needed(ev.job))}")
         else:
             needed = None
             want = advice.evidence_want(ctx, size)
-            room = f": {shm_knobs(want, ctx.platforms)}. {advice.DESCRIBE}"
+            room = f": {shm_fixes(want, ctx.platforms)}. {advice.DESCRIBE}"
         fix = ("give /dev/shm room for NCCL's segments (one per pair of local ranks and channel"
                + (f", {format_size(size)} each here" if size else "") + f"){room} Or set NCCL_SHM_DISABLE=1 "
                f"(NCCL then goes through the network or P2P, slower).")
@@ -330,7 +330,7 @@ def oom(ctx: Context, _: Signal | None) -> Diagnosis | None:
             shm_needed = sizing.shm_size(ev.job)
             if ev.shm_unbounded or (ev.shm_size is not None and ev.shm_size > shm_needed):
                 shm_fix = (f" Cap /dev/shm at what the job needs, {format_size(shm_needed)} "
-                           f"({shm_knobs(Want(size=shm_needed), ctx.platforms)}), so that leaked segments fail as "
+                           f"({shm_fixes(Want(size=shm_needed), ctx.platforms)}), so that leaked segments fail as "
                            f"a clear shm error and not as an OOM kill.")
         if slurm:
             above = f" above {slurm_size(ev.memory_limit)}" if ev.memory_limit is not None else "=…"
@@ -467,7 +467,7 @@ def ray_object_store(ctx: Context, s: Signal | None) -> Diagnosis:
         needed = sizing.pod_shm_size(ctx.ev.job, extra=asked)
         want = Want(size=needed, at_least=True)
     platforms = ctx.platforms if "ray" in ctx.platforms else ("ray", *ctx.platforms)
-    fix = shm_knobs(want, platforms) + "."
+    fix = shm_fixes(want, platforms) + "."
     if s.kind == "ray-object-store-crash":
         summary = ("Ray refused to start: the object store it was configured with does not fit in /dev/shm"
                    + (f" ({s.details['shm']} GB)" if s.details.get("shm") else "") + ".")

@@ -11,7 +11,7 @@ Settings, from a ConfigMap's `data` or any other config object's `spec` (or top
 level): the job (`workers`, `batch-size`, `sample-shape` or `sample-bytes`, `dtype`,
 `prefetch-factor`, `procs-per-node`, `gpus`, `pin-memory`, `sharing-strategy`) and the
 patch options (`kind`, `name`, `selector`, `namespace` as comma-separated lists;
-`opt-in`, `container`, `memory`, `size-unsized`, `include-init`). Pure: dicts in, dicts out.
+`opt-in`, `container`, `memory`, `size-unsized`, `include-init`, `all-templates`). Pure: dicts in, dicts out.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from shmguard.job import ENV_VARS, make_job, parse_flag
 from shmguard.manifests.annotations import describes_job
 from shmguard.manifests.podspec import PatchOptions, asked_memory, patch_documents
 from shmguard.manifests.templates import label_of
+from shmguard.pod import dict_of
 
 API_VERSION = "config.kubernetes.io/v1"
 JOB_KEYS = {name.replace("_", "-"): name for name in ENV_VARS}
@@ -50,7 +51,7 @@ def words(value) -> tuple[str, ...]:
 
 def job_and_options(settings: dict[str, Any]) -> tuple[dict, PatchOptions]:
     known = set(JOB_KEYS) | {"kind", "name", "selector", "namespace", "opt-in", "container", "memory",
-                             "size-unsized", "include-init"}
+                             "size-unsized", "include-init", "all-templates"}
     unknown = sorted(set(settings) - known)
     if unknown:
         raise UsageError(f"functionConfig: unknown setting {unknown[0]!r} (known: {', '.join(sorted(known))})")
@@ -64,12 +65,13 @@ def job_and_options(settings: dict[str, Any]) -> tuple[dict, PatchOptions]:
         container=None if settings.get("container") is None else str(settings["container"]),
         memory=None if memory is None else asked_memory(memory, "functionConfig memory"),
         size_unsized=parse_flag("size_unsized", settings.get("size-unsized", False)),
-        include_init=parse_flag("include_init", settings.get("include-init", False)))
+        include_init=parse_flag("include_init", settings.get("include-init", False)),
+        all_templates=parse_flag("all_templates", settings.get("all-templates", False)))
     return defaults, options
 
 
 def resource_ref(obj: dict) -> dict[str, Any]:
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    meta = dict_of(obj.get("metadata"))
     ref = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "name": meta.get("name") or label_of(obj)}
     if meta.get("namespace"):
         ref["namespace"] = meta["namespace"]

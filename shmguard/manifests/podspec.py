@@ -2,39 +2,49 @@
 
 Plain dicts in, changed in place, and a structured result per template (what changed,
 before -> after and why; or why it was left alone), so that the text side can diff the
-original and the patched documents and the webhook can size a single Pod.
+original and the patched documents and the webhook can size a single Pod. How a pod
+is read (its DataLoader containers, its /dev/shm, its memory limit, its accelerators)
+is shmguard.pod's, the one pod reader; which templates are sized by default is
+shmguard.manifests.scope's.
 
-The rules (issue #20), each because the first version broke a working pod:
+The rules (issues #20 and #27), each because an earlier version broke a working pod:
 
+- only training templates by default (scope); --all-templates sizes every one;
 - the shm is the pod's: its memory is charged to the container(s) that run the
-  DataLoader (the first main container, or `shmguard.io/container` / --container),
-  not to every container; known sidecars (fluent-bit, istio-proxy, …) and init
-  containers get neither the mount nor a new limit unless asked (--include-init);
+  DataLoader (shmguard.pod.dataloader_containers), not to every container; known
+  sidecars (fluent-bit, istio-proxy, …) and init containers get neither the mount nor a
+  new limit unless asked (--include-init);
 - memory limits are never lowered and requests never lowered; a container with no
-  memory limit keeps none (tmpfs is then capped by no limit either; say so), unless
-  --memory or `shmguard.io/memory` asks for one; requests == limits before means
-  requests == limits after (raise both), so the QoS class stays;
+  memory limit keeps none (say what caps /dev/shm then), unless --memory or
+  `shmguard.io/memory` asks for one; requests == limits before means requests == limits
+  after (raise both), so the QoS class stays, except in a Kueue job, whose quota is its
+  requests (kept, and said); a pod-level limit (`spec.resources`) is raised like a
+  container's, so that it never caps the /dev/shm written;
 - the limit holds what the job needs (shmguard.sizing), never an existing sizeLimit
   the job does not need;
 - an existing /dev/shm volume (any name; `/dev/shm/` counts) is resized or kept, never
   duplicated; a sizeLimit is never shrunk; an unsized memory emptyDir stays unsized
-  unless asked (--size-unsized); a hostPath is kept; two different volumes at /dev/shm
-  in one pod are reported, and the pod left alone;
+  unless asked (--size-unsized); a hostPath is kept; a `hostIPC: true` pod keeps the
+  node's /dev/shm; two different volumes at /dev/shm in one pod are reported, and the
+  pod left alone;
 - Ray keeps its object store in /dev/shm: a Ray pod's shm holds the store plus the
   job, and its memory limit both plus the processes (shmguard.sizing.ray_*);
-- GPU pods run one training process per GPU: --procs-per-node defaults to a literal
-  torchrun `--nproc_per_node`, else to the `nvidia.com/gpu` the container asks for.
+- accelerator pods run one training process per device: --procs-per-node defaults to a
+  literal torchrun `--nproc_per_node`, else to the devices the container asks for
+  (shmguard.sizing.procs_per_node, shmguard.pod.accelerators);
+- a KServe InferenceService that runs a model is left alone: its /dev/shm is its
+  ServingRuntime's (a volume here would replace the runtime's).
 """
 
 from __future__ import annotations
 
 import fnmatch
-import re
 from typing import Any
 
-from shmguard import sizing
+from shmguard import pod, sizing
 from shmguard.errors import UsageError
 from shmguard.manifests import annotations as ann
+from shmguard.manifests import scope
 from shmguard.manifests.templates import (
     ManifestError,
     PodTemplate,
@@ -48,24 +58,22 @@ from shmguard.manifests.templates import (
     where_of,
 )
 from shmguard.manifests.yamlio import plain_copy
+from shmguard.pod import dict_of, list_of
 from shmguard.record import Record, field
 from shmguard.units import k8s_quantity, parse_quantity, parse_size
 
-SHM_PATH = "/dev/shm"
+SHM_PATH = pod.SHM_PATH
 SHM_VOLUME = "dshm"
-GPU_RESOURCE = "nvidia.com/gpu"
-# Containers that ship logs, proxy traffic or hold credentials: never the DataLoader.
-# Matched against the container's name and its image's repository name.
-SIDECARS = ("fluent-bit", "fluentbit", "fluentd", "vector", "promtail", "filebeat", "logrotate", "istio-proxy",
-            "proxyv2", "linkerd-proxy", "envoy", "cloud-sql-proxy", "cloudsql-proxy", "vault-agent", "oauth2-proxy",
-            "otel-collector", "opentelemetry-collector", "datadog-agent", "gke-gcsfuse-sidecar", "queue-proxy")
-NPROC = re.compile(r"--nproc[_-]per[_-]node(?:=|\s+)(\S+)")
 
 CHANGED, UNCHANGED, SKIPPED, ERROR = "changed", "unchanged", "skipped", "error"
+NO_JOB = "no job described: give --workers, --batch-size and the sample size, or shmguard.io/* annotations"
+SKIP_SAID = 'shmguard.io/skip: "true"'
+HOST_IPC_NOTE = ("hostIPC: true: its containers see the node's own /dev/shm, kept (a memory emptyDir at /dev/shm "
+                 "would hide it); the node's size is not the pod's to set")
 
 
 class PatchOptions(Record):
-    """Which templates to touch and how. The default: every pod template of every object."""
+    """Which templates to touch and how. The default: the training pod templates of every object."""
 
     kinds: tuple[str, ...] = ()  # `Kind` or `group/Kind` (`batch.volcano.sh/Job`); empty: all
     names: tuple[str, ...] = ()  # object names, shell patterns
@@ -76,6 +84,7 @@ class PatchOptions(Record):
     memory: int | None = None  # a memory limit to give DataLoader containers that have none
     size_unsized: bool = False  # cap an existing unsized memory /dev/shm at the job's need
     include_init: bool = False  # mount /dev/shm into init containers and sidecars too
+    all_templates: bool = False  # size every template, not only the training ones (shmguard.manifests.scope)
 
 
 class Change(Record, frozen=False):  # mutable: a TrainJob's changes are moved to resourcesPerNode after sizing
@@ -102,6 +111,7 @@ class TemplateResult(Record, frozen=False):
     changes: list[Change] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     needs: dict[str, str] = field(default_factory=dict)  # shm and memory the job needs, as Kubernetes quantities
+    job: Any = None  # the Job it was sized for (the webhook's /validate judges the same one)
 
     @property
     def severity(self) -> str:
@@ -152,58 +162,27 @@ class PatchSummary(Record):
         return {"templates": [r.to_json() for r in self.results], "counts": counts}
 
 
-# --- picking containers and the job -----------------------------------------------------------
+# --- the job's raw values ------------------------------------------------------------------------
 
-def is_sidecar(container: dict) -> bool:
-    """A known log shipper, proxy or agent, by its name or its image's repository name."""
-    image = str(container.get("image") or "").split("@")[0]
-    repo = image.rsplit("/", 1)[-1].split(":")[0].lower()
-    name = str(container.get("name") or "").lower()
-    return any(word in (name, repo) or name.startswith(word + "-") for word in SIDECARS)
-
-
-def shm_mounted(container: dict) -> list[dict]:
-    mounts = container.get("volumeMounts")
-    if not isinstance(mounts, list):
-        return []
-    return [m for m in mounts if isinstance(m, dict) and str(m.get("mountPath", "")).rstrip("/") == SHM_PATH]
-
-
-def gpus_of(container: dict) -> int | None:
-    resources = container.get("resources") if isinstance(container.get("resources"), dict) else {}
-    for key in ("limits", "requests"):
-        values = resources.get(key) if isinstance(resources.get(key), dict) else {}
-        if values.get(GPU_RESOURCE) is not None:
-            try:
-                return int(str(values[GPU_RESOURCE]).strip())
-            except ValueError:
-                return None
-    return None
-
-
-def torchrun_procs(container: dict) -> int | None:
-    """torchrun's --nproc_per_node / --nproc-per-node in the command or args, when it is a literal number."""
-    words = [str(w) for key in ("command", "args") if isinstance(container.get(key), list) for w in container[key]]
-    match = NPROC.search(" ".join(words))
-    if match and match.group(1).strip("'\"").isdigit():
-        return int(match.group(1).strip("'\""))
-    return None
+def job_values(job) -> dict:
+    """A Job's raw option values (Job.to_values: measured batch segments, collate, tensors per sample and NCCL
+    transport included), with the default processes and GPUs left out so that each template's own (torchrun,
+    accelerators) can fill them in."""
+    values = job.to_values()
+    if job.procs_per_node == 1:
+        values.pop("procs_per_node", None)
+    if not job.gpus:
+        values.pop("gpus", None)
+    return values
 
 
 def defaults_dict(defaults) -> dict:
-    """Raw job values from a dict of option values, or from a Job (its default procs and GPUs left to inference)."""
+    """Raw job values from a dict of option values, or from a Job (see job_values)."""
     if defaults is None:
         return {}
     if isinstance(defaults, dict):
         return {k: v for k, v in defaults.items() if v is not None}
-    values = {"workers": defaults.workers, "batch_size": defaults.batch_size, "sample_bytes": defaults.sample_bytes,
-              "prefetch_factor": defaults.prefetch_factor, "pin_memory": defaults.pin_memory,
-              "sharing_strategy": defaults.sharing_strategy}
-    if defaults.procs_per_node != 1:
-        values["procs_per_node"] = defaults.procs_per_node
-    if defaults.gpus:
-        values["gpus"] = defaults.gpus
-    return values
+    return job_values(defaults)
 
 
 def asked_memory(value, source: str) -> int:
@@ -219,7 +198,7 @@ def asked_memory(value, source: str) -> int:
 
 def not_selected(obj: dict, options: PatchOptions) -> str | None:
     """Why the object is outside the selectors, or None when it is selected."""
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    meta = dict_of(obj.get("metadata"))
     kind = str(obj.get("kind", ""))
     group = group_of(obj)
     if options.kinds and not any(k == kind or (group is not None and k == f"{group}/{kind}") for k in options.kinds):
@@ -227,7 +206,7 @@ def not_selected(obj: dict, options: PatchOptions) -> str | None:
     name = str(meta.get("name") or meta.get("generateName") or "")
     if options.names and not any(fnmatch.fnmatchcase(name, pattern) for pattern in options.names):
         return f"name {name or '?'} not selected (--name)"
-    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    labels = dict_of(meta.get("labels"))
     for selector in options.labels:
         key, _, value = selector.partition("=")
         if key not in labels or ("=" in selector and str(labels[key]) != value):
@@ -249,9 +228,14 @@ class Sizer:
         self.where = where_of(template.doc_index, template.obj)
         self.result = TemplateResult(template.name, template.doc_index + 1, template.path, UNCHANGED)
         self.layers = (template.template_annotations, template.object_annotations)  # most specific first
+        self.queue = scope.kueue_queue(template)
 
     def change(self, path: str, before, after, why: str) -> None:
         self.result.changes.append(Change(path, None if before is None else str(before), str(after), why))
+
+    def note(self, text: str) -> None:
+        if text not in self.result.notes:
+            self.result.notes.append(text)
 
     def leave(self, reason: str) -> TemplateResult:
         self.result.status = SKIPPED
@@ -262,7 +246,7 @@ class Sizer:
         saved = plain_copy(self.t.spec)
         try:
             return self.size()
-        except UsageError as exc:  # ManifestError included: the template is reported (unchanged), the others go on
+        except UsageError as exc:  # ManifestError and PodError included: reported (unchanged), the others go on
             self.t.spec.clear()
             self.t.spec.update(saved)
             self.result.status = ERROR
@@ -270,64 +254,122 @@ class Sizer:
             self.result.changes.clear()
             return self.result
 
+    def name_in(self, container: dict) -> str:
+        """The container's name for messages (what its platform calls an unnamed one)."""
+        index = next((i for i, c in enumerate(self.t.containers) if c is container), None)
+        return self.t.container_name(index) if index is not None else pod.name_of(container)
+
+    def label(self, container: dict, cpath: str) -> str:
+        return f"{cpath} ({self.name_in(container)})"
+
     def size(self) -> TemplateResult:
         t, options = self.t, self.options
         skip = ann.skip_setting(*self.layers)
         if skip is True:
-            return self.leave('shmguard.io/skip: "true"')
+            return self.leave(SKIP_SAID)
         if options.opt_in and skip is None:
             return self.leave('not opted in (--opt-in sizes only templates annotated shmguard.io/skip: "false")')
+        if t.sized_elsewhere:
+            return self.leave(t.sized_elsewhere)
         if t.no_dataloader and skip is not False:
             return self.leave(f'{t.no_dataloader} (annotate it shmguard.io/skip: "false" to size it)')
-        loaders = self.loaders()
+        reading = self.read()
+        loaders = [(t.containers[i], t.container_paths[i]) for i in reading.loaders]
+        if not options.all_templates and skip is not False:
+            devices = max((self.accelerators(c) for c in t.containers), key=lambda a: a.count, default=pod.Accelerators())
+            if scope.training_reason(t, devices) is None:
+                return self.leave(scope.not_training(t, devices))
         job = self.job(loaders[0][0])
         if job is None:
             self.result.notes.clear()
-            return self.leave("no job described: give --workers, --batch-size and the sample size, "
-                              "or shmguard.io/* annotations")
-        volume, volume_name = self.shm_volume()
+            return self.leave(NO_JOB)
+        self.result.job = job
+        volume, volume_name = self.shm_volume(reading)
         if isinstance(volume, str):
             return self.leave(volume)  # a conflict, said in words
         object_store, store_source = self.ray_object_store()
         asked = self.asked()
-        limits = [self.size_memory(c, p, job, object_store, asked) for c, p in loaders]
+        limits = [self.size_memory(c, p, job, object_store, asked, reading.memory) for c, p in loaders]
         shm = self.shm_needed(job, len(loaders), object_store, store_source, limits, loaders[0][0])
         self.result.needs = {"shm": k8s_quantity(shm) if shm else "unsized",
                              "memory": k8s_quantity(self.memory_needed(job, object_store))}
-        self.size_volume(volume, volume_name, shm, job)
-        self.mount(loaders, volume, volume_name)
+        self.size_pod_limit(job, object_store, len(loaders))
+        if reading.shm.kind == pod.HOST_IPC:
+            self.note(HOST_IPC_NOTE)
+        else:
+            self.size_volume(volume, volume_name, shm, job)
+            self.mount(loaders, volume, volume_name)
+        self.after()
         self.result.status = CHANGED if self.result.changes else UNCHANGED
         return self.result
 
-    def loaders(self) -> list[tuple[dict, str]]:
-        """The containers that run the DataLoader, with their paths."""
+    def read(self, pod_resources=None) -> pod.PodReading:
+        """The template as the kubelet will see it (shmguard.pod); PodError for bad values."""
         t = self.t
-        pairs = list(zip(t.containers, t.container_paths))
         wanted = ann.setting(ann.CONTAINER, *self.layers) or self.options.container
-        if wanted:
-            names = [n.strip() for n in wanted.split(",") if n.strip()]
-            chosen = [(c, p) for c, p in pairs if c.get("name") in names]
-            missing = [n for n in names if n not in {c.get("name") for c, _ in chosen}]
-            if missing:
-                raise UsageError(f"no container named {missing[0]} (shmguard.io/container or --container); "
-                                 f"the containers are {', '.join(str(c.get('name')) for c in t.containers)}")
-            return chosen
-        main = [(c, p) for c, p in pairs if not is_sidecar(c)]
-        return main[:1] or pairs[:1]
+        return pod.read(t.containers, t.init_containers, self.volumes(), wanted,
+                        t.pod_resources if pod_resources is None else pod_resources, t.spec.get("overhead"),
+                        t.spec.get("hostIPC") is True, others=[c for c in t.sidecars if isinstance(c, dict)])
+
+    def after(self) -> None:
+        """What caps the /dev/shm the template ends with, when the kubelet would surprise its owner."""
+        reading = self.read()
+        shm, memory = reading.shm, reading.memory
+        for text in reading.notes:
+            self.note(text)
+        if shm.kind == pod.MEMORY and shm.capped_by == pod.BY_NODE:
+            # No sizeLimit, and no pod limit: the kubelet sizes the tmpfs by the node (calculateEmptyDirMemorySize).
+            self.note(f"{', '.join(memory.unlimited)} without a memory limit, so the pod has none: /dev/shm "
+                      f"({shm.volume}, no sizeLimit) is capped by nothing but the node's allocatable memory (the "
+                      f"kubelet caps a memory emptyDir at the pod's limit only when every container has one)")
+
+    def accelerators(self, container: dict) -> pod.Accelerators:
+        """The devices a container asks for, with what Argo's podSpecPatch sets at run time over them."""
+        patch = self.t.run_time_patch or {}
+        if not patch.get("containers") or container is not self.t.containers[0]:
+            return pod.accelerators(container)
+        resources = mapping(container.get("resources"), self.where, "resources") if container.get("resources") else {}
+        merged = {key: dict(resources.get(key) or {}) for key in ("requests", "limits")}
+        for patched in patch["containers"].get("main", []):
+            for key in ("requests", "limits"):
+                values = (patched.get("resources") or {}).get(key)
+                if isinstance(values, dict):
+                    merged[key].update(values)
+        for key in ("requests", "limits"):
+            for name, value in merged[key].items():
+                if isinstance(name, str) and not str(value).strip().isdigit() and "{{" in str(value) and (
+                        name in pod.ACCELERATORS or name.startswith(pod.ACCELERATOR_PREFIXES)):
+                    self.note(f"podSpecPatch sets {name} at run time ({value}): one training process assumed; "
+                              f"shmguard.io/procs-per-node says how many")
+                if name == "memory" and key == "limits" and container is self.t.containers[0]:
+                    self.note(f"podSpecPatch sets main's memory limit at run time ({value}): it replaces the limit "
+                              f"in the template")
+        return pod.accelerators({"resources": merged})
 
     def job(self, container: dict):
         values = dict(self.defaults)
         merged = ann.merged_values(values, container, self.t.object_annotations, self.t.template_annotations)
-        gpus = gpus_of(container)
+        if self.t.run_time_patch_note:
+            self.note(self.t.run_time_patch_note)
+        devices = self.accelerators(container)
         if "procs_per_node" not in merged:
-            procs = torchrun_procs(container) or gpus
-            if procs and procs > 1:
-                values["procs_per_node"] = procs
-                source = "torchrun --nproc_per_node" if torchrun_procs(container) else f"one per {GPU_RESOURCE}"
-                self.result.notes.append(f"{procs} training processes ({source}); "
-                                         f"--procs-per-node or shmguard.io/procs-per-node overrides")
-        if "gpus" not in merged and gpus:
-            values["gpus"] = gpus
+            command = [str(w) for key in ("command", "args") if isinstance(container.get(key), list)
+                       for w in container[key]]
+            env = {str(e.get("name")): str(e.get("value")) for e in pod.list_of(container.get("env"))
+                   if isinstance(e, dict) and isinstance(e.get("value"), (str, int, float))}
+            named = f"one per {devices.resource}" if devices.count else None
+            procs = sizing.procs_per_node(None, command, env, devices.count or None, named)
+            if procs.value > 1:
+                values["procs_per_node"] = procs.value
+                self.note(f"{procs.value} training processes ({procs.source}); "
+                          f"--procs-per-node or shmguard.io/procs-per-node overrides")
+                for warning in procs.warnings:
+                    self.note(warning)
+            if devices.resource.startswith("aws.amazon.com/neuron") and devices.resource != "aws.amazon.com/neuroncore":
+                self.note(f"{devices.resource} counts devices, of 2 (Trn1, Inf2) to 8 (Trn2) NeuronCores each: when "
+                          f"each core runs a process, shmguard.io/procs-per-node says how many")
+        if "gpus" not in merged and devices.count and devices.nccl:
+            values["gpus"] = devices.count
         return ann.resolve_job(values, container, self.t.object_annotations, self.t.template_annotations)
 
     def asked(self) -> int | None:
@@ -354,13 +396,10 @@ class Sizer:
         out += [(c, f"{t.path}.sidecars[{i}]") for i, c in enumerate(t.sidecars) if isinstance(c, dict)]
         return out
 
-    def shm_volume(self):
+    def shm_volume(self, reading: pod.PodReading):
         """(volume, name) of the one volume at /dev/shm, (None, name to add), or (conflict text, None)."""
         by_name = self.volumes()
-        users: dict[str, list[str]] = {}
-        for container, _path in self.everyone():
-            for mount in shm_mounted(container):
-                users.setdefault(str(mount.get("name")), []).append(str(container.get("name") or "(unnamed)"))
+        users = reading.shm_volumes
         if len(users) > 1:
             kinds = []
             for name, who in users.items():
@@ -399,9 +438,19 @@ class Sizer:
             return sizing.ray_memory_needed(job, object_store)
         return sizing.memory_needed(job)
 
-    def size_memory(self, container: dict, cpath: str, job, object_store, asked) -> int | None:
+    def raise_request(self, requests: dict, request_text, target: int, path: str, owner: str) -> None:
+        """Requests equal to the limit are raised with it (the QoS class stays), except in a Kueue job."""
+        text = k8s_quantity(target)
+        if self.queue is not None:
+            self.note(f"{path} kept at {request_text}: Kueue admits this job against LocalQueue {self.queue}'s quota "
+                      f"by its requests, so only {owner}'s limit is raised (its QoS class becomes Burstable)")
+            return
+        requests["memory"] = text  # request == limit: the requests mapping is the document's
+        self.change(path, request_text, text, "kept equal to the limit, so the QoS class stays")
+
+    def size_memory(self, container: dict, cpath: str, job, object_store, asked, memory: pod.PodMemory) -> int | None:
         """Raise the container's memory limit to what the job needs (never lower it); the limit it ends with."""
-        label = f"{cpath} ({container.get('name', '?')})"
+        label = self.label(container, cpath)
         resources = container.get("resources")
         resources = {} if resources is None else mapping(resources, self.where, f"{cpath}.resources")
         limits = {} if resources.get("limits") is None else mapping(resources["limits"], self.where, f"{cpath}.resources.limits")
@@ -414,17 +463,18 @@ class Sizer:
         if limit is None and asked is not None and sizing.memory_status(job, asked) == sizing.FAIL:
             raise UsageError(sizing.memory_shortfall(job, asked, "memory", k8s_quantity))
         if limit is None and asked is None:
-            self.result.notes.append(f"{label} has no memory limit, so nothing caps /dev/shm's pages but the node; "
-                                     f"left unset (the job needs about {k8s_quantity(need)}; --memory or "
-                                     f"shmguard.io/memory sets one)")
+            if memory.source == "spec.resources":
+                return memory.limit  # the pod-level limit caps it; sized with the pod (size_pod_limit)
+            self.note(f"{label} has no memory limit: left unset (the job needs about {k8s_quantity(need)}; --memory "
+                      f"or shmguard.io/memory sets one)")
             return None
         if limit is None:
             # What was asked, but at least what the job needs (a second run would raise it anyway)
             # and never below the request.
             target = max(asked, need, request or 0)
             if target > asked:
-                self.result.notes.append(f"{label}: asked for a {k8s_quantity(asked)} memory limit; "
-                                         f"{k8s_quantity(target)} given (what the job needs, or the request)")
+                self.note(f"{label}: asked for a {k8s_quantity(asked)} memory limit; "
+                          f"{k8s_quantity(target)} given (what the job needs, or the request)")
         else:
             target = max(limit, need, asked or 0, request or 0)  # never lowered; never below the request
             if target == limit:
@@ -440,25 +490,58 @@ class Sizer:
                + (" and Ray's object store" if self.t.ray else ""))
         self.change(f"{cpath}.resources.limits.memory", limit_text, text, why)
         if request is not None and limit is not None and request == limit:
-            requests["memory"] = text  # request == limit: the requests mapping is the document's
-            self.change(f"{cpath}.resources.requests.memory", request_text, text, "kept equal to the limit, so the QoS class stays")
+            self.raise_request(requests, request_text, target, f"{cpath}.resources.requests.memory", label)
+        elif request is None and limit is not None and self.queue is not None:
+            # No request: the API server makes it the limit, so raising the limit would raise the Kueue quota the
+            # job takes, unseen. The request it had is written down instead.
+            if container.get("resources") is None or resources.get("requests") is None:
+                resources["requests"] = requests
+            requests["memory"] = limit_text
+            self.change(f"{cpath}.resources.requests.memory", None, limit_text,
+                        f"the request it had (a missing request is the limit): Kueue admits this job against "
+                        f"LocalQueue {self.queue}'s quota by its requests, kept")
         return target
+
+    def size_pod_limit(self, job, object_store, loaders: int) -> None:
+        """A pod-level memory limit (KEP-2837) caps every container and the pod's memory emptyDirs: raise it to
+        what the DataLoader containers need and to every container's own limit (never lowered), so that it caps
+        neither the job nor the /dev/shm written."""
+        resources = self.t.pod_resources
+        if not isinstance(resources, dict) or not isinstance(resources.get("limits"), dict):
+            return
+        path = f"{self.t.path}.resources"
+        limits = resources["limits"]
+        if limits.get("memory") is None:
+            return
+        limit = memory_of(limits["memory"], self.where, f"{path}.limits.memory")
+        own = [pod.memory_limit(c) for c in self.t.containers]
+        target = max(limit, self.memory_needed(job, object_store) * loaders, *(x for x in own if x))
+        if target == limit:
+            return
+        text = k8s_quantity(target)
+        before = limits["memory"]
+        limits["memory"] = text
+        self.change(f"{path}.limits.memory", before, text, "the pod's own limit caps its containers and /dev/shm: "
+                    "it holds the job")
+        requests = dict_of(resources.get("requests"))
+        if requests.get("memory") is not None and memory_of(requests["memory"], self.where, f"{path}.requests.memory") == limit:
+            self.raise_request(requests, requests["memory"], target, f"{path}.requests.memory", "the pod")
 
     def shm_needed(self, job, loaders: int, object_store, store_source: str, limits, ray_container: dict) -> int | None:
         if not self.t.ray:
             return sizing.pod_shm_size(job, loaders)
         if object_store is not None:
-            self.result.notes.append(f"Ray's object store ({store_source}) lives in /dev/shm too")
+            self.note(f"Ray's object store ({store_source}) lives in /dev/shm too")
             return sizing.pod_shm_size(job, loaders, object_store)
         limit = limits[0] if limits else None
         if limit is None:
-            self.result.notes.append("Ray's object store takes 30% of the node's memory here (no memory limit): "
-                                     "/dev/shm is not capped, so that it fits")
+            self.note("Ray's object store takes 30% of the node's memory here (no memory limit): "
+                      "/dev/shm is not capped, so that it fits")
             return None
         store = sizing.ray_object_store(limit)
-        written = ray_container["resources"]["limits"]["memory"]  # as the manifest says it (4G, 5Gi)
-        self.result.notes.append(f"Ray's object store (30% of the {written} memory limit: {k8s_quantity(store)}) "
-                                 f"lives in /dev/shm too")
+        own = ((ray_container.get("resources") or {}).get("limits") or {}).get("memory")
+        written = own or k8s_quantity(limit)  # as the manifest says it (4G, 5Gi)
+        self.note(f"Ray's object store (30% of the {written} memory limit: {k8s_quantity(store)}) lives in /dev/shm too")
         return sizing.pod_shm_size(job, loaders, store)
 
     def size_volume(self, volume, name: str, shm: int | None, job) -> None:
@@ -477,7 +560,7 @@ class Sizer:
             return
         vpath = f"{t.path}.volumes[{name}]"
         if "hostPath" in volume:
-            self.result.notes.append(f"{vpath} is a hostPath: the node's own /dev/shm, shared with the node and not "
+            self.note(f"{vpath} is a hostPath: the node's own /dev/shm, shared with the node and not "
                                      f"sized by a pod; kept")
             return
         other = [k for k in volume if k not in ("name", "emptyDir")]
@@ -504,35 +587,35 @@ class Sizer:
                 empty_dir["sizeLimit"] = k8s_quantity(shm)
                 self.change(f"{vpath}.emptyDir.sizeLimit", "none", k8s_quantity(shm), "asked for (--size-unsized)")
             else:
-                self.result.notes.append(f"{vpath} has no sizeLimit: kept unsized (the job needs "
+                self.note(f"{vpath} has no sizeLimit: kept unsized (the job needs "
                                          f"{k8s_quantity(shm) if shm else 'an unknown amount'}; --size-unsized caps it)")
             return
         if shm is not None and size < shm:
             empty_dir["sizeLimit"] = k8s_quantity(shm)
             self.change(f"{vpath}.emptyDir.sizeLimit", current, k8s_quantity(shm), "too small for the job")
         elif shm is not None and size > shm:
-            self.result.notes.append(f"{vpath} sizeLimit {current} is more than the {k8s_quantity(shm)} the job "
+            self.note(f"{vpath} sizeLimit {current} is more than the {k8s_quantity(shm)} the job "
                                      f"needs: kept (never shrunk)")
 
     def mount(self, loaders, volume, name: str) -> None:
         if volume is not None and "hostPath" in volume:
             return  # the host's /dev/shm is not spread to more containers
         t = self.t
-        targets = [(c, p) for c, p in zip(t.containers, t.container_paths) if not is_sidecar(c)]
+        targets = [(c, p) for c, p in zip(t.containers, t.container_paths) if not pod.is_sidecar(c)]
         targets += [pair for pair in loaders if pair not in targets]
         if self.options.include_init:
             targets += [pair for pair in self.everyone() if pair not in targets]
         for container, cpath in targets:
-            if shm_mounted(container):
+            if pod.shm_mounts(container):
                 continue
             mounts = listing(container.get("volumeMounts"), self.where, f"{cpath}.volumeMounts")
             mounts.append({"name": name, "mountPath": SHM_PATH})
             container["volumeMounts"] = mounts
-            self.change(f"{cpath}.volumeMounts", None, f"{name} at /dev/shm", f"for {container.get('name') or 'the container'}")
-        skipped = [str(c.get("name")) for c, p in zip(t.containers, t.container_paths)
-                   if is_sidecar(c) and not shm_mounted(c) and (c, p) not in loaders]
+            self.change(f"{cpath}.volumeMounts", None, f"{name} at /dev/shm", f"for {self.name_in(container)}")
+        skipped = [t.container_name(i) for i, (c, p) in enumerate(zip(t.containers, t.container_paths))
+                   if pod.is_sidecar(c) and not pod.shm_mounts(c) and (c, p) not in loaders]
         if skipped and not self.options.include_init:
-            self.result.notes.append(f"sidecar(s) {', '.join(skipped)}: no /dev/shm, no limit change (--include-init)")
+            self.note(f"sidecar(s) {', '.join(skipped)}: no /dev/shm, no limit change (--include-init)")
 
 
 def size_pod_template(template: PodTemplate, defaults=None, options: PatchOptions | None = None) -> TemplateResult:
@@ -591,11 +674,11 @@ def size_trainjob(index: int, doc: dict, defaults=None, options: PatchOptions | 
     reason = not_selected(doc, options)
     if reason:
         return TemplateResult(name, index + 1, "spec.trainer", SKIPPED, reason)
-    spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else {}
+    spec = dict_of(doc.get("spec"))
     trainer = spec.get("trainer")
     if not isinstance(trainer, dict):
         return TemplateResult(name, index + 1, "spec.trainer", SKIPPED, f"a TrainJob without a trainer: {pointer}")
-    env = [e for e in trainer.get("env") if isinstance(e, dict)] if isinstance(trainer.get("env"), list) else []
+    env = [e for e in list_of(trainer.get("env")) if isinstance(e, dict)]
     procs = trainer.get("numProcPerNode")
     if isinstance(procs, int) and not any(e.get("name") == "SHMGUARD_PROCS_PER_NODE" for e in env):
         env.append({"name": "SHMGUARD_PROCS_PER_NODE", "value": str(procs)})  # the manifest's fact, under annotations
@@ -611,20 +694,20 @@ def size_trainjob(index: int, doc: dict, defaults=None, options: PatchOptions | 
 
     def size() -> TemplateResult:
         if ann.skip_setting(template.object_annotations) is True:
-            return sizer.leave('shmguard.io/skip: "true"')
+            return sizer.leave(SKIP_SAID)
         if options.opt_in and ann.skip_setting(template.object_annotations) is not False:
             return sizer.leave('not opted in (--opt-in sizes only templates annotated shmguard.io/skip: "false")')
         job = sizer.job(node)
         if job is None:
-            return sizer.leave("no job described: give --workers, --batch-size and the sample size, "
-                               "or shmguard.io/* annotations")
+            return sizer.leave(NO_JOB)
+        sizer.result.job = job
         asked = sizer.asked()
         resources = node["resources"] if isinstance(node["resources"], dict) else {}
-        limits = resources.get("limits") if isinstance(resources.get("limits"), dict) else {}
+        limits = dict_of(resources.get("limits"))
         if limits.get("memory") is None and asked is None:
             sizer.result.notes.append("resourcesPerNode sets no memory limit: the runtime's containers' limits apply")
         else:
-            sizer.size_memory(node, "spec.trainer", job, None, asked)
+            sizer.size_memory(node, "spec.trainer", job, None, asked, pod.PodMemory())
         sizer.result.needs = {"shm": k8s_quantity(sizing.shm_size(job)), "memory": k8s_quantity(sizing.memory_needed(job))}
         for change in sizer.result.changes:
             change.path = change.path.replace("spec.trainer.resources.", "spec.trainer.resourcesPerNode.")
@@ -642,11 +725,11 @@ def size_trainjob(index: int, doc: dict, defaults=None, options: PatchOptions | 
     return result
 
 
-def size_pod(pod: dict, defaults=None, options: PatchOptions | None = None) -> TemplateResult:
+def size_pod(pod_object: dict, defaults=None, options: PatchOptions | None = None) -> TemplateResult:
     """Size one Pod in place (the admission webhook's entry point)."""
-    summary = patch_documents([pod], defaults, options)
+    summary = patch_documents([pod_object], defaults, options)
     if not summary.results:
-        return TemplateResult(label_of(pod), 1, "spec", ERROR, "not a pod: no containers with name and image")
+        return TemplateResult(label_of(pod_object), 1, "spec", ERROR, "not a pod: no containers with name and image")
     return summary.results[0]
 
 

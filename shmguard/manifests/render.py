@@ -15,12 +15,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from shmguard import sizing
+from shmguard import pod, sizing
 from shmguard.errors import UsageError
 from shmguard.units import compose_size, k8s_quantity
 
 SHM_PATH = "/dev/shm"
 SHM_VOLUME = "dshm"
+GPU_RESOURCE = "nvidia.com/gpu"
 HEALTH_COMMAND = ["shmguard", "health"]
 PYTORCHJOB_API = "kubeflow.org/v1"
 RAY_API = "ray.io/v1"
@@ -73,14 +74,20 @@ def cpu_request(job, cpus: float | None) -> str:
     return f"{millis // 1000}" if millis % 1000 == 0 else f"{millis}m"
 
 
+def check_accelerator(accelerator: str) -> None:
+    if not (accelerator in pod.ACCELERATORS or accelerator.startswith(pod.ACCELERATOR_PREFIXES)):
+        raise UsageError(f"--accelerator {accelerator!r} is not an accelerator resource shmguard knows: "
+                         f"{', '.join(pod.ACCELERATORS)} or huawei.com/Ascend*")
+
+
 def container_spec(job, image: str, name: str, command: list[str], cpus: float | None, memory: int | None,
-                   gpus: int, env: dict[str, str]) -> dict[str, Any]:
+                   gpus: int, env: dict[str, str], accelerator: str = GPU_RESOURCE) -> dict[str, Any]:
     mem = k8s_quantity(resolve_memory(job, memory, k8s_quantity))
     cpu = cpu_request(job, cpus)
     resources: dict[str, Any] = {"requests": {"cpu": cpu, "memory": mem}, "limits": {"cpu": cpu, "memory": mem}}
     if gpus:
-        resources["limits"]["nvidia.com/gpu"] = str(gpus)  # a quantity: a string in the API
-        resources["requests"]["nvidia.com/gpu"] = str(gpus)
+        resources["limits"][accelerator] = str(gpus)  # a quantity: a string in the API
+        resources["requests"][accelerator] = str(gpus)
     container: dict[str, Any] = {"name": name, "image": image}
     if command:
         container["command"] = list(command)
@@ -92,8 +99,15 @@ def container_spec(job, image: str, name: str, command: list[str], cpus: float |
     return container
 
 
-def pod_spec(job, container: dict[str, Any], restart_policy: str | None) -> dict[str, Any]:
+def pod_spec(job, container: dict[str, Any], restart_policy: str | None, pod_resources: bool = False) -> dict[str, Any]:
+    """The pod around the container; with pod_resources, its CPU and memory are the pod's (`spec.resources`,
+    KEP-2837, on by default since Kubernetes 1.34), which caps the /dev/shm tmpfs as the container's limit would."""
     spec: dict[str, Any] = {"containers": [container], "volumes": [shm_volume(job)]}
+    if pod_resources:
+        resources = container["resources"]
+        spec["resources"] = {key: {r: resources[key].pop(r) for r in ("cpu", "memory")} for key in ("requests", "limits")}
+        if not any(resources.values()):
+            del container["resources"]
     if restart_policy:
         spec["restartPolicy"] = restart_policy
     return spec
@@ -102,27 +116,43 @@ def pod_spec(job, container: dict[str, Any], restart_policy: str | None) -> dict
 def render_k8s(job, kind: str, image: str, name: str, namespace: str | None = None, command: list[str] | None = None,
                cpus: float | None = None, memory: int | None = None, gpus: int = 0,
                env: dict[str, str] | None = None, workers_replicas: int = 1,
-               runtime: str = "torch-distributed") -> dict[str, Any]:
-    """One manifest of the given kind: pod, job, deployment, pytorchjob, raycluster, rayjob, jobset or trainjob."""
+               runtime: str = "torch-distributed", accelerator: str = GPU_RESOURCE,
+               pod_resources: bool = False) -> dict[str, Any]:
+    """One manifest of the given kind: pod, job, deployment, pytorchjob, raycluster, rayjob, jobset or trainjob.
+
+    gpus devices of `accelerator` (nvidia.com/gpu, amd.com/gpu, huawei.com/Ascend910, …) for the container, one
+    training process each (only NVIDIA's and AMD's size NCCL's share of /dev/shm, shmguard.pod.accelerators);
+    pod_resources puts the CPU and memory in the pod's own `spec.resources` (pod, job, deployment, pytorchjob,
+    jobset)."""
     check_target(name, namespace, image)
+    check_accelerator(accelerator)
+    if gpus and not pod.accelerators({"resources": {"limits": {accelerator: gpus}}}).nccl:
+        # Devices whose collective library keeps no buffers in /dev/shm (HCCL, Neuron's, oneCCL): one training
+        # process each, but no NCCL share, as `patch` sizes a template that asks for them.
+        job = job.replace(gpus=0)
+    kind = kind.lower()
+    if pod_resources and kind in ("raycluster", "rayjob", "trainjob"):
+        raise UsageError(f"--pod-resources: for pod, job, deployment, pytorchjob and jobset, not {kind} (its "
+                         f"operator sets the container's resources)")
     env = env or {}
     command = command or []
     metadata: dict[str, Any] = {"name": name, "labels": {"app.kubernetes.io/name": name}}
     if namespace:
         metadata["namespace"] = namespace
     labels = {"app.kubernetes.io/name": name}
-    kind = kind.lower()
+
+    def container(container_name: str) -> dict[str, Any]:
+        return container_spec(job, image, container_name, command, cpus, memory, gpus, env, accelerator)
+
     if kind == "pod":
-        spec = pod_spec(job, container_spec(job, image, name, command, cpus, memory, gpus, env), "Never")
+        spec = pod_spec(job, container(name), "Never", pod_resources)
         return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
     if kind == "job":
-        template = {"metadata": {"labels": labels},
-                    "spec": pod_spec(job, container_spec(job, image, name, command, cpus, memory, gpus, env), "Never")}
+        template = {"metadata": {"labels": labels}, "spec": pod_spec(job, container(name), "Never", pod_resources)}
         return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata,
                 "spec": {"backoffLimit": 0, "template": template}}
     if kind == "deployment":
-        template = {"metadata": {"labels": labels},
-                    "spec": pod_spec(job, container_spec(job, image, name, command, cpus, memory, gpus, env), None)}
+        template = {"metadata": {"labels": labels}, "spec": pod_spec(job, container(name), None, pod_resources)}
         return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata,
                 "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": template}}
     if kind == "pytorchjob":
@@ -131,26 +161,26 @@ def render_k8s(job, kind: str, image: str, name: str, namespace: str | None = No
         for replica_type, count in (("Master", 1), ("Worker", workers_replicas)):
             if count <= 0:
                 continue
-            container = container_spec(job, image, "pytorch", command, cpus, memory, gpus, env)
             replicas[replica_type] = {"replicas": count, "restartPolicy": "OnFailure",
-                                      "template": {"metadata": {"labels": labels}, "spec": pod_spec(job, container, None)}}
+                                      "template": {"metadata": {"labels": labels},
+                                                   "spec": pod_spec(job, container("pytorch"), None, pod_resources)}}
         return {"apiVersion": PYTORCHJOB_API, "kind": "PyTorchJob", "metadata": metadata,
                 "spec": {"pytorchReplicaSpecs": replicas}}
     if kind in ("raycluster", "rayjob"):
-        return render_ray(job, kind, image, metadata, command, cpus, memory, gpus, env, workers_replicas)
+        return render_ray(job, kind, image, metadata, command, cpus, memory, gpus, env, workers_replicas, accelerator)
     if kind == "jobset":
-        container = container_spec(job, image, name, command, cpus, memory, gpus, env)
-        pod = {"metadata": {"labels": labels}, "spec": pod_spec(job, container, "Never")}
+        pod_template = {"metadata": {"labels": labels}, "spec": pod_spec(job, container(name), "Never", pod_resources)}
         replicated = {"name": "workers", "replicas": 1, "template": {"spec": {
-            "parallelism": workers_replicas, "completions": workers_replicas, "backoffLimit": 0, "template": pod}}}
+            "parallelism": workers_replicas, "completions": workers_replicas, "backoffLimit": 0, "template": pod_template}}}
         return {"apiVersion": JOBSET_API, "kind": "JobSet", "metadata": metadata, "spec": {"replicatedJobs": [replicated]}}
     if kind == "trainjob":
-        return render_trainjob(job, image, metadata, command, cpus, memory, gpus, env, workers_replicas, runtime)
+        return render_trainjob(job, image, metadata, command, cpus, memory, gpus, env, workers_replicas, runtime,
+                               accelerator)
     raise UsageError(f"--kind must be one of {', '.join(KINDS)}, not {kind!r}")
 
 
 def render_ray(job, kind: str, image: str, metadata: dict, command: list[str], cpus, memory, gpus: int,
-               env: dict[str, str], workers_replicas: int) -> dict[str, Any]:
+               env: dict[str, str], workers_replicas: int, accelerator: str = GPU_RESOURCE) -> dict[str, Any]:
     """A KubeRay RayCluster, or a RayJob running the command on one: head and a worker group, each pod with a
     /dev/shm that holds Ray's object store (30% of the memory limit) and the job, and a limit that holds both
     and the processes (shmguard.sizing.ray_*). No `shmguard health` probes: the object store fills /dev/shm
@@ -167,7 +197,7 @@ def render_ray(job, kind: str, image: str, metadata: dict, command: list[str], c
     shm = sizing.pod_shm_size(job, 1, sizing.ray_object_store(limit))
 
     def group_template(container_name: str) -> dict[str, Any]:
-        container = container_spec(job, image, container_name, [], cpus, limit, gpus, env)
+        container = container_spec(job, image, container_name, [], cpus, limit, gpus, env, accelerator)
         for probe in ("startupProbe", "livenessProbe"):
             container.pop(probe)
         volume = {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": k8s_quantity(shm)}}
@@ -190,24 +220,24 @@ def render_ray(job, kind: str, image: str, metadata: dict, command: list[str], c
 
 
 def render_trainjob(job, image: str, metadata: dict, command: list[str], cpus, memory, gpus: int,
-                    env: dict[str, str], nodes: int, runtime: str) -> dict[str, Any]:
+                    env: dict[str, str], nodes: int, runtime: str, accelerator: str = GPU_RESOURCE) -> dict[str, Any]:
     """A Kubeflow Trainer TrainJob on a (Cluster)TrainingRuntime: resourcesPerNode holds the shm and the processes,
     and a runtime patch adds the /dev/shm emptyDir to the runtime's `node` pods (a TrainJob has no pod template)."""
     mem = k8s_quantity(resolve_memory(job, memory, k8s_quantity))
     cpu = cpu_request(job, cpus)
     resources: dict[str, Any] = {"requests": {"cpu": cpu, "memory": mem}, "limits": {"cpu": cpu, "memory": mem}}
     if gpus:
-        resources["limits"]["nvidia.com/gpu"] = str(gpus)
-        resources["requests"]["nvidia.com/gpu"] = str(gpus)
+        resources["limits"][accelerator] = str(gpus)
+        resources["requests"][accelerator] = str(gpus)
     trainer: dict[str, Any] = {"image": image}
     if command:
         trainer["command"] = list(command)
     trainer.update({"numNodes": max(nodes, 1), "numProcPerNode": job.procs_per_node, "resourcesPerNode": resources,
                     "env": [{"name": k, "value": v} for k, v in {**job.to_env(), **env}.items()]})
-    pod = {"volumes": [shm_volume(job)],
-           "containers": [{"name": TRAINER_NODE, "volumeMounts": [{"name": SHM_VOLUME, "mountPath": SHM_PATH}]}]}
+    node_pod = {"volumes": [shm_volume(job)],
+                "containers": [{"name": TRAINER_NODE, "volumeMounts": [{"name": SHM_VOLUME, "mountPath": SHM_PATH}]}]}
     patch = {"manager": PATCH_MANAGER, "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
-        {"name": TRAINER_NODE, "template": {"spec": {"template": {"spec": pod}}}}]}}}}
+        {"name": TRAINER_NODE, "template": {"spec": {"template": {"spec": node_pod}}}}]}}}}
     return {"apiVersion": TRAINER_API, "kind": "TrainJob", "metadata": metadata,
             "spec": {"runtimeRef": {"name": runtime}, "trainer": trainer, "runtimePatches": [patch]}}
 

@@ -26,12 +26,16 @@ import re
 from typing import Any
 
 from shmguard.errors import UsageError
+from shmguard.pod import dict_of, list_of
 from shmguard.record import Record, field
 from shmguard.units import parse_quantity
 
 
 class ManifestError(UsageError):
     """A manifest that cannot be patched: the message names the document and the path."""
+
+
+TRAINING, BATCH, SERVING, OTHER = "training", "batch", "serving", "other"
 
 
 class PodTemplate(Record, frozen=False):
@@ -53,6 +57,23 @@ class PodTemplate(Record, frozen=False):
     no_dataloader: str | None = None  # why this role runs no DataLoader, if it runs none
     ray: dict | None = None  # for Ray pods: {"head": bool, "params": rayStartParams}
     found_by: str = "kind"  # "kind" (known path) or "shape" (the general rule)
+    workload: str = OTHER  # TRAINING, BATCH, SERVING or OTHER: what the kind runs (shmguard.manifests.scope)
+    sized_elsewhere: str | None = None  # why this template's /dev/shm is another object's to size (KServe's runtime)
+    default_names: list = field(default_factory=list)  # what the platform names an unnamed container (Argo's `main`)
+    run_time_patch: dict | None = None  # Argo's podSpecPatch, parsed: the pod spec fields it sets at run time
+    run_time_patch_note: str = ""  # why it could not be read, when it could not
+
+    @property
+    def pod_resources(self):
+        """Pod-level `resources` (KEP-2837), for a real PodSpec; None elsewhere."""
+        return self.spec.get("resources") if "containers" in self.spec else None
+
+    def container_name(self, index: int) -> str:
+        """The name of container `index` for messages: its own, else the platform's, else `unnamed`."""
+        from shmguard.pod import name_of
+
+        default = self.default_names[index] if index < len(self.default_names) else "unnamed"
+        return name_of(self.containers[index], default)
 
     @property
     def object_annotations(self):
@@ -79,6 +100,16 @@ SIMPLE_TEMPLATE_KINDS = {
     ("serving.knative.dev", "Configuration"),
 }
 ARGO_KINDS = {"Workflow", "WorkflowTemplate", "ClusterWorkflowTemplate", "CronWorkflow"}
+# What a kind runs, for the default scope (shmguard.manifests.scope): training kinds are sized, batch kinds when
+# something says they train (accelerators, a DataLoader command, ...), serving kinds only when asked.
+SERVING_KINDS = {("apps", "Deployment"), ("apps", "StatefulSet"), ("apps", "DaemonSet"), ("apps", "ReplicaSet"),
+                 ("", "ReplicationController"), ("serving.knative.dev", "Service"),
+                 ("serving.knative.dev", "Configuration"), ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"),
+                 ("ray.io", "RayService")}
+BATCH_KINDS = {("", "Pod"), ("batch", "Job"), ("batch", "CronJob"), ("jobset.x-k8s.io", "JobSet"),
+               ("batch.volcano.sh", "Job")}
+# A Pod's controller, from its ownerReferences: a Pod made by a ReplicaSet serves.
+SERVING_OWNERS = {"ReplicaSet", "StatefulSet", "DaemonSet", "ReplicationController"}
 KSERVE_COMPONENTS = ("predictor", "transformer", "explainer")
 # KServe framework keys: a component holds one container-like object under one of them.
 KSERVE_FRAMEWORKS = ("model", "pytorch", "tensorflow", "sklearn", "xgboost", "onnx", "triton", "pmml", "lightgbm",
@@ -95,7 +126,7 @@ def group_of(doc: dict) -> str | None:
 
 
 def label_of(doc: dict) -> str:
-    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    meta = dict_of(doc.get("metadata"))
     name = meta.get("name") or meta.get("generateName") or "?"
     return f"{doc.get('kind', '?')}/{name}"
 
@@ -147,6 +178,7 @@ class Finder:
         if self.kind is not None and not isinstance(self.kind, str):
             raise ManifestError(f"{where}: kind should be a string, not {type(self.kind).__name__}")
         self.found: list[PodTemplate] = []
+        self.workload = workload_of(self.group, self.kind)
 
     def get(self, node, path: str, key: str, required: bool = True):
         value = mapping(node, self.where, path or "the document").get(key)
@@ -155,12 +187,17 @@ class Finder:
             raise ManifestError(f"{self.where}: {full} is missing")
         return value, full
 
-    def template(self, node, path: str, role: str, **extra) -> None:
+    def template(self, node, path: str, role: str, knative: bool = False, **extra) -> None:
         """A `{metadata, spec: PodSpec}` at path."""
         template = mapping(node, self.where, path)
         spec, spec_path = self.get(template, path, "spec")
         meta = template.get("metadata")
         annotations = meta.get("annotations") if isinstance(meta, dict) else None
+        if knative and isinstance(spec, dict) and isinstance(spec.get("containers"), list):
+            # Knative names an unnamed container user-container, or user-container-N beside others
+            # (knative/serving pkg/apis/serving/v1/revision_defaults.go).
+            count = len(spec["containers"])
+            extra["default_names"] = ["user-container" if count == 1 else f"user-container-{i}" for i in range(count)]
         self.pod_spec(spec, spec_path, role, template_annotations=annotations, **extra)
 
     def pod_spec(self, node, path: str, role: str, containers: list | None = None, container_paths=None, **extra) -> None:
@@ -177,11 +214,14 @@ class Finder:
             mapping(container, self.where, f"{path}.initContainers[{i}]")
         listing(spec.get("volumes"), self.where, f"{path}.volumes")
         name = f"{self.label} {role}".rstrip()
+        extra.setdefault("workload", self.workload)
         self.found.append(PodTemplate(
             doc_index=self.index, obj=self.doc, name=name, path=path, spec=spec, containers=containers,
             container_paths=container_paths, init_containers=init, role=role, **extra))
 
     def no_dataloader(self, role: str) -> str | None:
+        if role.lower() == "launcher" and launcher_trains(self.doc):
+            return None  # MPIJob runLauncherAsWorker, Kubeflow Trainer runLauncherAsNode: the launcher trains too
         for (group, kind, name), why in NO_DATALOADER_ROLES.items():
             if group == self.group and kind in ("*", self.kind) and name == role:
                 return why
@@ -199,7 +239,7 @@ class Finder:
         elif (group, kind) in SIMPLE_TEMPLATE_KINDS:
             spec, path = self.get(self.doc, "", "spec")
             node, path = self.get(spec, path, "template")
-            self.template(node, path, "")
+            self.template(node, path, "", knative=group == "serving.knative.dev")
         elif (group, kind) == ("batch", "CronJob"):
             spec, path = self.get(self.doc, "", "spec")
             node, path = self.get(spec, path, "jobTemplate")
@@ -279,8 +319,8 @@ class Finder:
             self.ray_group(group, f"{wpath}[{i}]", f"workerGroupSpecs[{group.get('groupName', i)}]", False)
 
     def ray_group(self, group: dict, path: str, role: str, head: bool) -> None:
-        params = group.get("rayStartParams") if isinstance(group.get("rayStartParams"), dict) else {}
-        resources = group.get("resources") if isinstance(group.get("resources"), dict) else {}
+        params = dict_of(group.get("rayStartParams"))
+        resources = dict_of(group.get("resources"))
         why = None
         cpus = params.get("num-cpus", resources.get("CPU", resources.get("cpu")))
         if cpus is not None and str(cpus).strip() in ("0", "0.0"):
@@ -314,24 +354,30 @@ class Finder:
                 mapping(container, self.where, f"{tpath}[{i}].{key}")
                 meta = template.get("metadata")
                 sidecars = listing(template.get("sidecars"), self.where, f"{tpath}[{i}].sidecars")
+                patch, note = argo_pod_spec_patch(spec.get("podSpecPatch"), template.get("podSpecPatch"))
                 self.pod_spec(template, f"{tpath}[{i}]", f"templates[{template.get('name', i)}]",
                               containers=[container], container_paths=[f"{tpath}[{i}].{key}"], sidecars=sidecars,
-                              shared_volumes=shared,
+                              shared_volumes=shared, default_names=["main"], run_time_patch=patch,
+                              run_time_patch_note=note,
                               template_annotations=meta.get("annotations") if isinstance(meta, dict) else None)
 
     def kserve_component(self, node, path: str, role: str) -> None:
         component = mapping(node, self.where, path)
         containers = list(listing(component.get("containers"), self.where, f"{path}.containers"))
         paths = [f"{path}.containers[{i}]" for i in range(len(containers))]
+        names = ["unnamed"] * len(containers)
+        elsewhere = None
         for key in KSERVE_FRAMEWORKS:
             if isinstance(component.get(key), dict):
                 containers.insert(0, component[key])  # KServe runs it as kserve-container, the first
                 paths.insert(0, f"{path}.{key}")
+                names.insert(0, "kserve-container")
+                elsewhere = kserve_runtime(key, component[key])
         if not containers:
             raise ManifestError(f"{self.where}: {path} has no containers nor a model: nothing to run")
-        meta = component.get("metadata") if isinstance(component.get("metadata"), dict) else {}
-        self.pod_spec(component, path, role, containers=containers, container_paths=paths,
-                      template_annotations=meta.get("annotations"))
+        meta = dict_of(component.get("metadata"))
+        self.pod_spec(component, path, role, containers=containers, container_paths=paths, default_names=names,
+                      sized_elsewhere=elsewhere, template_annotations=meta.get("annotations"))
         worker = component.get("workerSpec")
         if worker is not None:
             self.pod_spec(worker, f"{path}.workerSpec", f"{role}.workerSpec")
@@ -370,22 +416,33 @@ ROLE_LABELS = {
 }
 
 
+# Labels the training operators put on the Pods they make (Kubeflow training operator and Trainer, KubeRay).
+TRAINING_LABELS = ("training.kubeflow.org/", "trainer.kubeflow.org/")
+
+
 def pod_role(pod: dict) -> dict:
     """What a Pod's labels and its Ray container's `ray start` flags say about its role (for Pods made by operators).
 
     KubeRay labels its pods `ray.io/node-type: head|worker` and passes rayStartParams to
     `ray start` as `--key=value` in the first container's command or args.
     """
-    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
-    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    meta = dict_of(pod.get("metadata"))
+    labels = dict_of(meta.get("labels"))
     extra: dict[str, Any] = {}
+    owners = list_of(meta.get("ownerReferences"))
+    if any(isinstance(o, dict) and o.get("kind") in SERVING_OWNERS for o in owners):
+        extra["workload"] = SERVING
+    if any(str(label).startswith(TRAINING_LABELS) for label in labels) or labels.get("ray.io/node-type"):
+        extra["workload"] = TRAINING
+    spec = dict_of(pod.get("spec"))
+    containers = list_of(spec.get("containers"))
     for label, roles in ROLE_LABELS.items():
         why = roles.get(str(labels.get(label, "")).lower())
+        if why == NO_DATALOADER_ROLES[("kubeflow.org", "MPIJob", "Launcher")] and _asks_for_accelerators(containers):
+            continue  # a launcher Pod with accelerators trains too (runLauncherAsWorker, which its Pod does not say)
         if why:
             extra["no_dataloader"] = why
     node_type = str(labels.get("ray.io/node-type", "")).lower()
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-    containers = spec.get("containers") if isinstance(spec.get("containers"), list) else []
     if node_type in ("head", "worker") and containers and isinstance(containers[0], dict):
         first = containers[0]
         words = " ".join(str(w) for key in ("command", "args") if isinstance(first.get(key), list) for w in first[key])
@@ -394,6 +451,83 @@ def pod_role(pod: dict) -> dict:
         if str(params.get("num-cpus", "")).strip() in ("0", "0.0"):
             extra["no_dataloader"] = "a Ray node with num-cpus 0 runs no tasks, so no DataLoader"
     return extra
+
+
+def workload_of(group: str | None, kind) -> str:
+    """TRAINING, BATCH, SERVING or OTHER for a kind (a Pod's own is refined by pod_role)."""
+    if (group == "kubeflow.org" and kind in KUBEFLOW_REPLICA_KEYS) or (group, kind) in (
+            ("trainer.kubeflow.org", "TrainingRuntime"), ("trainer.kubeflow.org", "ClusterTrainingRuntime"),
+            ("trainer.kubeflow.org", "TrainJob"), ("ray.io", "RayCluster"), ("ray.io", "RayJob"),
+            ("mindxdl.gitee.com", "AscendJob")):  # Huawei MindCluster's training job (Ascend/mind-cluster)
+        return TRAINING
+    if (group, kind) in SERVING_KINDS or group == "serving.kserve.io":
+        return SERVING
+    if (group, kind) in BATCH_KINDS or (group == "argoproj.io" and kind in ARGO_KINDS):
+        return BATCH
+    return OTHER
+
+
+def launcher_trains(doc: dict) -> bool:
+    """Whether an MPI launcher runs training too: MPIJob `spec.runLauncherAsWorker`, Kubeflow Trainer
+    `spec.mlPolicy.mpi.runLauncherAsNode`."""
+    spec = dict_of(doc.get("spec"))
+    if spec.get("runLauncherAsWorker") is True:
+        return True
+    policy = dict_of(spec.get("mlPolicy"))
+    mpi = dict_of(policy.get("mpi"))
+    return mpi.get("runLauncherAsNode") is True
+
+
+def kserve_runtime(key: str, model: dict) -> str:
+    """Why a KServe component with a model is left alone: its pods, and their /dev/shm, come from a runtime."""
+    runtime = model.get("runtime")
+    fmt = dict_of(model.get("modelFormat"))
+    if isinstance(runtime, str) and runtime.strip():
+        which = f"ServingRuntime (or ClusterServingRuntime) {runtime}"
+    elif key == "model":
+        which = f"the ServingRuntime KServe picks for modelFormat {fmt.get('name') or '(none given)'}"
+    else:
+        which = f"KServe's {key} runtime"
+    return (f"its pods and their /dev/shm come from {which}: KServe merges the runtime's containers and volumes "
+            f"with these by name and mount path, so a /dev/shm added here would replace the runtime's; size that "
+            f"runtime (shmguard patch --all-templates on it)")
+
+
+def argo_pod_spec_patch(*texts) -> tuple[dict | None, str]:
+    """The pod spec fields Argo's podSpecPatch sets at run time (workflow level, then the template's over it),
+    and a note when one could not be read. Template expressions (`{{inputs.parameters.gpus}}`) stay strings."""
+    merged: dict | None = None
+    note = ""
+    for text in texts:
+        if text is None:
+            continue
+        data = text
+        if isinstance(text, str):
+            try:
+                import json
+
+                data = json.loads(text)
+            except ValueError:
+                try:
+                    import yaml
+
+                    data = yaml.safe_load(text)
+                except Exception:  # a YAML error, or an expression that is not YAML at all
+                    note = "podSpecPatch could not be read (not JSON nor YAML): what it sets at run time is not known"
+                    continue
+        if not isinstance(data, dict):
+            continue
+        merged = merged or {}
+        for container in data.get("containers") or []:
+            if isinstance(container, dict):
+                merged.setdefault("containers", {}).setdefault(str(container.get("name")), []).append(container)
+    return merged, note
+
+
+def _asks_for_accelerators(containers: list) -> bool:
+    from shmguard.pod import accelerators
+
+    return any(accelerators(c).count for c in containers if isinstance(c, dict))
 
 
 def is_list(doc: dict) -> bool:
@@ -418,8 +552,8 @@ def find_templates(index: int, doc: dict) -> list[PodTemplate]:
 
 def trainjob_runtime(doc: dict) -> str | None:
     """The (Cluster)TrainingRuntime a Kubeflow Trainer TrainJob runs on, as `Kind/name`."""
-    spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else {}
-    ref = spec.get("runtimeRef") if isinstance(spec.get("runtimeRef"), dict) else {}
+    spec = dict_of(doc.get("spec"))
+    ref = dict_of(spec.get("runtimeRef"))
     if not ref.get("name"):
         return None
     return f"{ref.get('kind', 'ClusterTrainingRuntime')}/{ref['name']}"

@@ -9,10 +9,13 @@ value a mapping or a list) and each is applied to the text at the position of it
 of the siblings, sequences indented under their key or not, flow style inside flow
 collections, the quoting of the scalar it replaces, the file's line ends.
 
-An edit that cannot be placed safely (through an alias, into an anchored node that an
-alias or a merge key `<<` also uses, a value with an explicit tag, a removal) makes that
-one document fall back to being re-dumped whole; the result says which and why. A value
-that a merge key brought in is overridden by a key written in the merging mapping.
+An anchored node that aliases use elsewhere is edited once, at the anchor, when every use
+of it gets the same change (head and workers sharing one container through `&c`/`*c`):
+the comments and the aliases stay. An edit that cannot be placed safely (through an
+alias to a node whose uses change differently, into a node a merge key `<<` uses, a value
+with an explicit tag, a removal) makes that one document fall back to being re-dumped
+whole; the result says which and why. A value that a merge key brought in is overridden
+by a key written in the merging mapping.
 """
 
 from __future__ import annotations
@@ -82,12 +85,13 @@ _resolved: dict[str, bool] = {}
 
 
 def _reads_as_string(text: str) -> bool:
+    """Whether every reader takes the plain scalar for a string: PyYAML (YAML 1.1), YAML 1.2 and kubectl's."""
     known = _resolved.get(text)
     if known is None:
         import yaml
 
         tag = yaml.resolver.Resolver().resolve(yaml.nodes.ScalarNode, text, (True, False))
-        known = _resolved[text] = tag == "tag:yaml.org,2002:str"
+        known = _resolved[text] = tag == "tag:yaml.org,2002:str" and not yamlio.ambiguous(text)
     return known
 
 
@@ -134,6 +138,29 @@ def _double_quoted(value: str) -> str:
             code = ord(ch)
             out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
     return '"' + "".join(out) + '"'
+
+
+def _json(value: Any) -> str:
+    """A value as JSON (for a JSON file): `{"name": "dshm", "emptyDir": {"medium": "Memory"}}`."""
+    import json
+
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):
+        raise _Unsafe(f"a new value of type {type(value).__name__} has no JSON form") from None
+
+
+def is_json(text: str) -> bool:
+    """Whether the text is a JSON object or array (kubectl takes JSON files; a patched one must stay JSON)."""
+    import json
+
+    body = text.lstrip("\ufeff \t\r\n")
+    if body[:1] not in ("{", "["):
+        return False
+    try:
+        return isinstance(json.loads(body), (dict, list))
+    except ValueError:
+        return False  # YAML flow (unquoted keys, trailing commas), not JSON
 
 
 def render_flow(value: Any) -> str:
@@ -193,14 +220,17 @@ def _inline(value: Any) -> str:
 class _DocumentEditor:
     """Turns one document's operations into text edits (start, end, replacement)."""
 
-    def __init__(self, text: str, document: Document, newline: str, file_style: Callable[[], _Style]) -> None:
+    def __init__(self, text: str, document: Document, newline: str, file_style: Callable[[], _Style],
+                 as_json: bool = False) -> None:
         self.text = text
+        self.json = as_json  # a JSON file: new values are written as JSON, so that it stays JSON
         self.root = document.node
         self.newline = newline
         self.file_style = file_style
         self._style: _Style | None = None
         self.edits: list[tuple[int, int, str]] = []
         self._filled: set[int] = set()  # empty flow collections that got an entry
+        self.shared: set[int] = set()  # anchored nodes edited once for all their uses (_share_anchored)
 
     # -- positions ---------------------------------------------------------------------------------------
     def column(self, index: int) -> int:
@@ -243,6 +273,12 @@ class _DocumentEditor:
                                    for mine, theirs in zip(found, (fallback.step, fallback.sequence, fallback.item))))
         return self._style
 
+    def scalar(self, value: Any, style: str = "") -> str:
+        return _json(value) if self.json else render_scalar(value, style)
+
+    def flow(self, value: Any) -> str:
+        return _json(value) if self.json else render_flow(value)
+
     # -- finding nodes ----------------------------------------------------------------------------------
     def find(self, path: tuple, replacing: bool = False) -> tuple[Node, Node | None, Node | None, bool]:
         """(node, its parent collection, its key node, whether it is inside a flow collection); with
@@ -252,7 +288,7 @@ class _DocumentEditor:
         parent = key_node = None
         flow = False
         for depth, step in enumerate(path):
-            self._check_plain(node, path[:depth])
+            self._check_plain(node, path[:depth], self.shared)
             flow = flow or node.flow
             parent = node
             if node.kind == MAPPING:
@@ -263,14 +299,14 @@ class _DocumentEditor:
             else:
                 raise _Unsafe(f"{_path_text(path[:depth + 1])} is not where the patch expects it")
         if not (replacing and node.kind == ALIAS):
-            self._check_plain(node, path)
+            self._check_plain(node, path, self.shared)
         return node, parent, key_node, flow or node.flow
 
     @staticmethod
-    def _check_plain(node: Node, path: tuple) -> None:
+    def _check_plain(node: Node, path: tuple, shared: set[int] | frozenset = frozenset()) -> None:
         if node.kind == ALIAS:
             raise _Unsafe(f"the change at {_path_text(path)} goes through the alias *{node.value.anchor}")
-        if node.aliased:
+        if node.aliased and id(node) not in shared:
             raise _Unsafe(f"{_path_text(path)} is anchored (&{node.anchor}) and used through an alias elsewhere, "
                           f"so a change to it would change them all")
 
@@ -310,7 +346,7 @@ class _DocumentEditor:
             self.add_key(path[:-1], path[-1], value)
             return
         if node.kind == ALIAS and not isinstance(value, (dict, list)):
-            self.edits.append((node.start, node.end, render_scalar(value)))
+            self.edits.append((node.start, node.end, self.scalar(value)))
             return
         if node.kind != SCALAR:
             raise _Unsafe(f"the patch replaced the {node.kind} at {_path_text(path)}")
@@ -327,12 +363,12 @@ class _DocumentEditor:
         empty = node.start == node.end
         lead = " " if empty and self.text[node.start - 1:node.start] not in (" ", "\t") else ""
         if not isinstance(value, (dict, list)):
-            self.edits.append((node.start, node.end, lead + render_scalar(value, node.style)))
+            self.edits.append((node.start, node.end, lead + self.scalar(value, node.style)))
             return
         if node.data is not None:
             raise _Unsafe(f"the patch turned the scalar at {_path_text(path)} into a {type(value).__name__}")
         if flow or not value:
-            self.edits.append((node.start, node.end, lead + (render_flow(value) if flow else _inline(value))))
+            self.edits.append((node.start, node.end, lead + (self.flow(value) if flow else _inline(value))))
             return
         if parent is None or parent.kind != MAPPING or key_node is None:
             raise _Unsafe(f"the null at {_path_text(path)} is not the value of a key in a block mapping")
@@ -354,7 +390,7 @@ class _DocumentEditor:
         if not isinstance(key, str):
             raise _Unsafe(f"the patch added a key that is not a string to {_path_text(path)}")
         if flow:
-            entry = f"{render_scalar(key)}: {render_flow(value)}"
+            entry = f"{self.scalar(key)}: {self.flow(value)}"
             self._flow_insert(node, entry, "{", path)
             return
         indent = self.column(node.value[0][0].start)
@@ -372,7 +408,7 @@ class _DocumentEditor:
         if node.kind != SEQUENCE:
             raise _Unsafe(f"the patch appended to {_path_text(path)}, which is not a list in the text")
         if flow:
-            self._flow_insert(node, render_flow(value), "[", path)
+            self._flow_insert(node, self.flow(value), "[", path)
             return
         first = node.value[0]
         at = self.text.rfind("-", node.start, first.start)  # the first dash (the node starts at its anchor or tag)
@@ -399,6 +435,115 @@ class _DocumentEditor:
             self.edits.append((node.start + 1, node.start + 1, entry if first else ", " + entry))
         else:
             raise _Unsafe(f"the flow collection at {_path_text(path)} could not be found in the text")
+
+
+def _anchor_uses(root: Node) -> tuple[dict[int, list[tuple]], dict[int, tuple], set[int]]:
+    """Where each anchored node that aliases use appears: (node id -> every path it has in the data, its own
+    first), the path of its definition, and the anchored nodes a merge key (<<) uses (never edited in place)."""
+    uses: dict[int, list[tuple]] = {}
+    definitions: dict[int, tuple] = {}
+    merged: set[int] = set()
+    stack: list[tuple[Node, tuple]] = [(root, ())]
+    while stack:
+        node, path = stack.pop()
+        if node.kind == ALIAS:
+            uses.setdefault(id(node.value), []).append(path)
+            continue
+        if node.aliased:
+            uses.setdefault(id(node), []).insert(0, path)
+            definitions[id(node)] = path
+        if node.kind == MAPPING:
+            for key, value in node.value:
+                data = key.value.data if key.kind == ALIAS else key.data
+                if key.kind == SCALAR and data is yamlio._MERGE_KEY:
+                    for source in value.value if value.kind == SEQUENCE else [value]:
+                        merged.add(id(source.value if source.kind == ALIAS else source))
+                    continue
+                stack.append((value, path + (data,)))
+        elif node.kind == SEQUENCE:
+            stack.extend((item, path + (index,)) for index, item in enumerate(node.value))
+    return uses, definitions, merged
+
+
+def _through_anchor(root: Node, container: tuple) -> tuple[Node, tuple] | None:
+    """The anchored node (with aliases) a change to the collection at `container` goes through, and the path of
+    that use; None when it goes through none. _Unsafe when it goes through two (nested anchors)."""
+    found: tuple[Node, tuple] | None = None
+    node = root
+    for depth in range(len(container) + 1):
+        if node.kind == ALIAS or node.aliased:
+            if found is not None:
+                raise _Unsafe(f"the change at {_path_text(container)} goes through two anchors (&{found[0].anchor} "
+                              f"and &{(node.value if node.kind == ALIAS else node).anchor})")
+            node = node.value if node.kind == ALIAS else node
+            found = (node, container[:depth])
+        if depth == len(container):
+            break
+        step = container[depth]
+        if node.kind == MAPPING:
+            pair = next((v for k, v in node.value if (k.value if k.kind == ALIAS else k).data == step), None)
+            if pair is None:
+                return found  # not in the text (a merge key brought it): the editor says so
+            node = pair
+        elif node.kind == SEQUENCE and isinstance(step, int) and 0 <= step < len(node.value):
+            node = node.value[step]
+        else:
+            return found
+    return found
+
+
+def _share_anchored(root: Node, ops: list[Op]) -> tuple[list[Op], set[int]]:
+    """The operations with those that go through an anchored node folded into one edit at its definition, when
+    every use of it (the definition and each alias) gets the same change; and the nodes so folded.
+
+    _Unsafe when the uses of an anchored node would change differently (the document is re-dumped then)."""
+    if not any(True for _ in _aliased_nodes(root)):
+        return ops, set()
+    uses, definitions, merged = _anchor_uses(root)
+    out: list[Op | tuple[int]] = []
+    per_use: dict[int, dict[tuple, list[Op]]] = {}
+    anchors: dict[int, Node] = {}
+    for op in ops:
+        container = op.path[:-1] if op.kind in (SET, REMOVE) else op.path
+        through = _through_anchor(root, container)
+        if through is None:
+            out.append(op)
+            continue
+        node, use = through
+        if id(node) not in per_use:
+            per_use[id(node)] = {}
+            anchors[id(node)] = node
+            out.append((id(node),))  # where its folded operations go
+        relative = Op(op.kind, op.path[len(use):], op.key, op.value)
+        per_use[id(node)].setdefault(use, []).append(relative)
+    folded: list[Op] = []
+    for item in out:
+        if isinstance(item, Op):
+            folded.append(item)
+            continue
+        target = item[0]
+        node, changes = anchors[target], per_use[target]
+        first = next(iter(changes.values()))
+        where = _path_text(definitions.get(target, ()))
+        if target in merged:
+            raise _Unsafe(f"{where} is anchored (&{node.anchor}) and a merge key (<<) uses it")
+        if set(changes) != set(uses.get(target, [])) or any(c != first for c in changes.values()):
+            raise _Unsafe(f"{where} is anchored (&{node.anchor}) and used through an alias elsewhere, and not every "
+                          f"use of it gets the same change")
+        folded += [Op(o.kind, definitions[target] + o.path, o.key, o.value) for o in first]
+    return folded, set(per_use)
+
+
+def _aliased_nodes(root: Node) -> Iterator[Node]:
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.kind == ALIAS:
+            yield node
+        elif node.kind == MAPPING:
+            stack.extend(v for pair in node.value for v in pair)
+        elif node.kind == SEQUENCE:
+            stack.extend(node.value)
 
 
 def _find_style(text: str, root: Node, budget: int = 5000) -> tuple[int | None, int | None, int | None]:
@@ -439,6 +584,7 @@ def edit_text(text: str, documents: list[Document], before: list, after: list) -
     if len(documents) != len(before) or len(before) != len(after):
         raise ValueError("documents, before and after must have one entry per document")
     newline = "\r\n" if "\r\n" in text else "\n"
+    as_json = is_json(text)
     cache: dict[str, _Style] = {}
 
     def file_style() -> _Style:
@@ -462,7 +608,8 @@ def edit_text(text: str, documents: list[Document], before: list, after: list) -
         try:
             if document.node is None:
                 raise _Unsafe("it was empty")
-            editor = _DocumentEditor(text, document, newline, file_style)
+            editor = _DocumentEditor(text, document, newline, file_style, as_json)
+            ops, editor.shared = _share_anchored(document.node, ops)
             for op in ops:
                 editor.apply(op)
             doc_edits = sorted(editor.edits, key=lambda edit: edit[0])  # stable: same place keeps op order
@@ -472,7 +619,7 @@ def edit_text(text: str, documents: list[Document], before: list, after: list) -
         except _Unsafe as exc:
             where = where_of(index, new) if isinstance(new, dict) else f"document {index + 1}"
             fallbacks.append(Fallback(index + 1, where, str(exc)))
-            doc_edits = [_redump(text, document, new, newline)]
+            doc_edits = [_redump(text, document, new, newline, as_json)]
         edits.extend(doc_edits)
     if not edits:
         return Edited(text, tuple(fallbacks))
@@ -486,9 +633,15 @@ def edit_text(text: str, documents: list[Document], before: list, after: list) -
     return Edited("".join(pieces), tuple(fallbacks), tuple(edits))
 
 
-def _redump(text: str, document: Document, data: Any, newline: str) -> tuple[int, int, str]:
-    """One edit that replaces the document's content (not its `---`, nor comments before or after) by a dump."""
-    dumped = yamlio.dump([data])
+def _redump(text: str, document: Document, data: Any, newline: str, as_json: bool = False) -> tuple[int, int, str]:
+    """One edit that replaces the document's content (not its `---`, nor comments before or after) by a dump
+    (JSON for a JSON file)."""
+    if as_json:
+        import json
+
+        dumped = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    else:
+        dumped = yamlio.dump([data])
     if dumped.endswith("...\n"):
         dumped = dumped[:-4]
     if newline != "\n":
@@ -511,7 +664,20 @@ def _redump(text: str, document: Document, data: Any, newline: str) -> tuple[int
 
 def patch_text(text: str, source: str, mutate: Callable[[list], list[str]]) -> PatchedText:
     """Load text, let mutate change its documents in place (returning what it changed, in words), and edit
-    the text to match: the one entry point for `shmguard patch` and anything else that patches YAML text."""
+    the text to match: the one entry point for `shmguard patch` and anything else that patches YAML text.
+
+    A text whose lines end in CR alone (old Mac files) is edited as LF text and given back its CRs; one that
+    mixes CR-only with LF line ends is refused (ManifestError): no edit could follow both."""
+    bare = text.count("\r") - text.count("\r\n")
+    if bare:
+        if "\n" in text:
+            from shmguard.manifests.templates import ManifestError
+
+            raise ManifestError(f"{source}: mixes line ends ending in CR alone with LF ones: make them one kind "
+                                f"(dos2unix, or tr '\\r' '\\n') and patch it again")
+        patched = patch_text(text.replace("\r", "\n"), source, mutate)
+        edits = tuple((start, end, replacement.replace("\n", "\r")) for start, end, replacement in patched.edits)
+        return patched.replace(text=patched.text.replace("\n", "\r"), edits=edits)
     with yamlio.no_gc():
         documents = yamlio.compose(text, source)
         after = [document.data for document in documents]

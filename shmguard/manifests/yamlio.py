@@ -12,6 +12,7 @@ does; merge keys (`<<`) are accepted, as kubectl does.
 from __future__ import annotations
 
 import gc
+import re
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -370,12 +371,41 @@ def plain_copy(value: Any) -> Any:
     return value
 
 
+# Plain scalars that a YAML 1.2 core-schema reader, or kubectl's YAML (go-yaml v2, YAML 1.1 with Go's number
+# parsing: `1e-4`, `0o17`, `0b1`, `y`), resolves to something else than a string, where PyYAML's YAML 1.1
+# resolver may not (it reads `1e-4`, `1E+3` and `0o17` as strings and so writes them unquoted).
+# https://yaml.org/spec/1.2.2/#1032-tag-resolution; gopkg.in/yaml.v2 resolve.go.
+OTHER_THAN_STRING = re.compile(r"""(?x)\A(?:
+    ~ | null | Null | NULL
+  | true | True | TRUE | false | False | FALSE
+  | y | Y | yes | Yes | YES | n | N | no | No | NO | on | On | ON | off | Off | OFF
+  | [-+]?[0-9][0-9_]*
+  | [-+]?0o[0-7_]+ | [-+]?0x[0-9a-fA-F_]+ | [-+]?0b[01_]+
+  | [-+]?(?:\.[0-9][0-9_]*|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9]+)?
+  | [-+]?\.(?:inf|Inf|INF) | \.(?:nan|NaN|NAN)
+)\Z""")
+
+
+def ambiguous(text: str) -> bool:
+    """Whether a string written plain would be read back as something else by some YAML reader on the way."""
+    return text == "" or bool(OTHER_THAN_STRING.match(text))
+
+
 def dump(documents: list) -> str:
-    """YAML without anchors and aliases (kubectl and humans read them poorly), keys in the order given."""
+    """YAML without anchors and aliases (kubectl and humans read them poorly), keys in the order given, and every
+    string another reader would take for a number, a bool or null quoted (`"1e-4"`, `"0o17"`, `"y"`)."""
     import yaml
 
-    class Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    base = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+    class Dumper(base):  # type: ignore[misc, valid-type]
         def ignore_aliases(self, data) -> bool:
             return True
 
+    def represent_str(dumper, data: str):
+        if ambiguous(data):
+            return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="'")
+        return base.represent_str(dumper, data)
+
+    Dumper.add_representer(str, represent_str)
     return yaml.dump_all(documents, Dumper=Dumper, sort_keys=False, default_flow_style=False)

@@ -27,6 +27,8 @@ class Root:
         self.path = path or os.environ.get("SHMGUARD_ROOT") or "/"
 
     def join(self, path: str) -> str:
+        if self.path == "/" and path.startswith("/"):
+            return path  # the real root: the path itself (the exporter joins thousands a second)
         return os.path.join(self.path, path.lstrip("/"))
 
     def read(self, path: str) -> str:

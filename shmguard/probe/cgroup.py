@@ -193,8 +193,10 @@ def memory_limit(root, levels: list[Level], host_memory: int | None) -> Limit:
     return Limit(value=best, source=source, errors=tuple(errors))
 
 
-def memory_usage(root, levels: list[Level]) -> Limit:
-    """Memory charged to the process's own cgroup, less inactive file cache (what the OOM killer would not reclaim last)."""
+def memory_usage(root, levels: list[Level], stat: dict[str, int] | None = None) -> Limit:
+    """Memory charged to the process's own cgroup, less inactive file cache (what the OOM killer would not reclaim last).
+
+    stat: its memory.stat already read (memory_stat), to read the file once for usage and shmem."""
     errors: list[str] = []
     if not levels:
         return Limit(errors=("no memory cgroup",))
@@ -208,17 +210,70 @@ def memory_usage(root, levels: list[Level]) -> Limit:
         usage = int(text.strip())
     except ValueError:
         return Limit(errors=(f"{path} holds {text.strip()[:40]!r}, not a number",))
-    stat = _read(root, posixpath.join(level.path, "memory.stat"), errors) or ""
-    inactive_key = "inactive_file" if level.version == "v2" else "total_inactive_file"
-    for line in stat.splitlines():
-        key, _, value = line.partition(" ")
-        if key == inactive_key:
-            try:
-                usage -= int(value)
-            except ValueError:
-                pass
-            break
+    if stat is None:
+        stat = parse_memory_stat(_read(root, posixpath.join(level.path, "memory.stat"), errors) or "")
+    usage -= stat.get("inactive_file" if level.version == "v2" else "total_inactive_file", 0)
     return Limit(value=max(0, usage), source=path, errors=tuple(errors))
+
+
+def parse_memory_stat(text: str, keys=None) -> dict[str, int]:
+    """memory.stat's `key value` lines (v1 and v2) as numbers; a line that is not one is skipped.
+
+    keys: only these (looked up, not every line split: the exporter reads it for every container every second)."""
+    values = {}
+    if keys is not None:
+        for key in keys:
+            at = text.find(key + " ")
+            while at > 0 and text[at - 1] != "\n":  # `total_shmem` also holds `shmem `: only a line's start counts
+                at = text.find(key + " ", at + 1)
+            if at < 0:
+                continue
+            end = text.find("\n", at)
+            try:
+                values[key] = int(text[at + len(key) + 1:end if end >= 0 else len(text)])
+            except ValueError:
+                continue
+        return values
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        try:
+            values[key] = int(value)
+        except ValueError:
+            continue
+    return values
+
+
+# What memory_usage and memory_shmem take from memory.stat.
+STAT_KEYS = frozenset(("inactive_file", "total_inactive_file", "shmem", "total_shmem"))
+
+
+def memory_stat(root, levels: list[Level]) -> dict[str, int] | None:
+    """memory.stat of the process's own cgroup, the lines memory_usage and memory_shmem need; None when it
+    cannot be read."""
+    if not levels:
+        return None
+    text = root.read_or_none(posixpath.join(levels[0].path, "memory.stat"))
+    return None if text is None else parse_memory_stat(text, STAT_KEYS)
+
+
+def memory_shmem(root, levels: list[Level], stat: dict[str, int] | None = None) -> Limit:
+    """Shared-memory pages (tmpfs, /dev/shm, SysV) charged to the process's own cgroup and those below it:
+    v2's `shmem`, v1's hierarchical `total_shmem`. The pages that turn a full /dev/shm into an OOM kill.
+
+    stat: its memory.stat already read (memory_stat)."""
+    if not levels:
+        return Limit(errors=("no memory cgroup",))
+    level = levels[0]
+    path = posixpath.join(level.path, "memory.stat")
+    if stat is None:
+        stat = memory_stat(root, levels)
+        if stat is None:
+            return Limit(errors=(f"cannot read {path}",))
+    key = "shmem" if level.version == "v2" else "total_shmem"
+    value = stat.get(key)
+    if value is None:
+        return Limit(errors=(f"{path} has no {key} line",))
+    return Limit(value=value, source=path)
 
 
 def cpu_quota(root, levels: list[Level]) -> Limit:

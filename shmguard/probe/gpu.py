@@ -10,6 +10,17 @@
   /proc/driver/nvidia/gpus/* (one directory per GPU).
 - NVML through nvidia-ml-py, only when it is installed; it does not create a
   CUDA context. A failing NVML means "unknown", not 0.
+
+Without NVIDIA GPUs, the other accelerators a training process can drive, by their
+device files and the variables that select among them (each device, one process):
+
+- AMD: /dev/kfd and the /dev/dri/renderD* nodes; ROCR_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES;
+- Intel GPUs: /dev/dri/renderD* with the i915 or xe driver loaded; ZE_AFFINITY_MASK;
+- Intel Gaudi (Habana): /dev/accel/accel* (or /dev/hl* of older drivers);
+  HABANA_VISIBLE_MODULES;
+- AWS Trainium/Inferentia: /dev/neuron*; NEURON_RT_VISIBLE_CORES selects cores (one
+  process each);
+- Huawei Ascend: /dev/davinci*; ASCEND_RT_VISIBLE_DEVICES.
 """
 
 from __future__ import annotations
@@ -27,6 +38,8 @@ class GpuInfo(Record):
     nvml_count: int | None
     visible: int
     notes: tuple
+    kind: str = "nvidia"  # what `visible` counts: nvidia, amd, intel, gaudi, neuron, ascend
+    others: tuple = ()  # (kind, device files) of the other accelerators found
 
 
 def parse_cuda_visible_devices(value: str | None) -> list[str] | None:
@@ -93,6 +106,52 @@ def nvml_count(nvml=None) -> tuple[int | None, str | None]:
         return None, f"NVML failed: {exc}"
 
 
+def numbered(root, directory: str, prefix: str) -> int:
+    """Device files named prefix + a number in directory (`/dev/davinci0`, …; not `davinci_manager`)."""
+    return sum(1 for name in root.listdir(directory)
+               if name.startswith(prefix) and name[len(prefix):].isascii() and name[len(prefix):].isdigit())
+
+
+def parse_selection(value: str | None) -> int | None:
+    """How many devices (or cores) a visibility variable selects: `0,2`, `0-3`, `0-1,4`; None when unset or
+    `all`; 0 for an empty one."""
+    if value is None or value.strip().lower() == "all":
+        return None
+    count = 0
+    for part in value.split(","):
+        part = part.strip()
+        low, dash, high = part.partition("-")
+        if dash and low.isdigit() and high.isdigit() and int(high) >= int(low):
+            count += int(high) - int(low) + 1
+        elif part:
+            count += 1
+    return count
+
+
+def other_accelerators(root, environ) -> list[tuple[str, int, int | None, str]]:
+    """(kind, device files, how many the environment selects or None, the variable that selects) of the
+    accelerators other than NVIDIA's found under root."""
+    found = []
+    render_nodes = sum(1 for name in root.listdir("/dev/dri") if name.startswith("renderD"))
+    if root.exists("/dev/kfd") and render_nodes:
+        var = next((v for v in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES") if environ.get(v) is not None),
+                   "ROCR_VISIBLE_DEVICES")
+        found.append(("amd", render_nodes, parse_selection(environ.get(var)), var))
+    elif render_nodes and (root.isdir("/sys/module/i915") or root.isdir("/sys/module/xe")):
+        found.append(("intel", render_nodes, parse_selection(environ.get("ZE_AFFINITY_MASK")), "ZE_AFFINITY_MASK"))
+    gaudi = numbered(root, "/dev/accel", "accel") or numbered(root, "/dev", "hl")
+    if gaudi:
+        found.append(("gaudi", gaudi, parse_selection(environ.get("HABANA_VISIBLE_MODULES")), "HABANA_VISIBLE_MODULES"))
+    neuron = numbered(root, "/dev", "neuron")
+    if neuron:
+        found.append(("neuron", neuron, parse_selection(environ.get("NEURON_RT_VISIBLE_CORES")), "NEURON_RT_VISIBLE_CORES"))
+    ascend = numbered(root, "/dev", "davinci")
+    if ascend:
+        found.append(("ascend", ascend, parse_selection(environ.get("ASCEND_RT_VISIBLE_DEVICES")),
+                      "ASCEND_RT_VISIBLE_DEVICES"))
+    return found
+
+
 def probe_gpu(root, environ=None, nvml=None, use_nvml: bool = True) -> GpuInfo:
     environ = os.environ if environ is None else environ
     notes = []
@@ -115,5 +174,14 @@ def probe_gpu(root, environ=None, nvml=None, use_nvml: bool = True) -> GpuInfo:
     else:
         # Indices beyond what exists are dropped; UUIDs cannot be checked without NVML, so they count.
         visible = min(len(cuda), existing) if existing else 0
+    kind = "nvidia"
+    others = other_accelerators(root, environ)
+    if not existing and others:
+        # No NVIDIA GPU: the first other accelerator found is what the job's GPUs are (one process each).
+        kind, files, selected, variable = others[0]
+        visible = files if selected is None else (selected if kind == "neuron" else min(selected, files))
+        notes.append(f"{visible} {kind} accelerator{'s' if visible != 1 else ''} ({files} device files"
+                     + (f", {variable} selects {selected}" if selected is not None else "") + ")")
     return GpuInfo(cuda_visible=cuda, nvidia_visible=nvidia, device_nodes=nodes, proc_gpus=proc,
-                   nvml_count=count, visible=visible, notes=tuple(notes))
+                   nvml_count=count, visible=visible, notes=tuple(notes), kind=kind,
+                   others=tuple((k, files) for k, files, _s, _v in others))

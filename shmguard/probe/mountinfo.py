@@ -37,45 +37,53 @@ def unescape(field: str) -> str:
     return "".join(out)
 
 
-def parse_line(line: str, keep=None) -> Mount | None:
-    """One mountinfo line into a Mount, or None when it is malformed (or `keep(mount_point, fstype)` says no)."""
+def _split(line: str) -> tuple[list[str], int, int, int] | None:
+    """A line's fields, the index of the `-` that ends the optional ones and the two ids; None when malformed."""
     fields = line.split()
     try:
         sep = fields.index("-", 6)
     except ValueError:
         return None
-    if len(fields) < sep + 3 or sep < 6:
+    if len(fields) < sep + 3:
         return None
     try:
-        mount_id, parent_id = int(fields[0]), int(fields[1])
+        return fields, sep, int(fields[0]), int(fields[1])
     except ValueError:
         return None
+
+
+def _mount(fields: list[str], sep: int, mount_id: int, parent_id: int) -> Mount:
+    return Mount(mount_id, parent_id, unescape(fields[3]), unescape(fields[4]), fields[5], fields[sep + 1],
+                 unescape(fields[sep + 2]), ",".join(fields[sep + 3:]))
+
+
+def parse_line(line: str, keep=None) -> Mount | None:
+    """One mountinfo line into a Mount, or None when it is malformed (or `keep(mount_point, fstype)` says no)."""
+    parsed = _split(line)
+    if parsed is None:
+        return None
+    fields, sep, mount_id, parent_id = parsed
     if keep is not None and not keep(unescape(fields[4]), fields[sep + 1]):
         return None
-    return Mount(
-        mount_id=mount_id,
-        parent_id=parent_id,
-        root=unescape(fields[3]),
-        mount_point=unescape(fields[4]),
-        options=fields[5],
-        fstype=fields[sep + 1],
-        source=unescape(fields[sep + 2]),
-        super_options=",".join(fields[sep + 3:]),
-    )
+    return _mount(fields, sep, mount_id, parent_id)
 
 
 def parse_mountinfo(text: str, keep=None) -> tuple[list[Mount], int]:
-    """The mounts in the text (those `keep(mount_point, fstype)` accepts, if given), and how many lines were malformed."""
+    """The mounts in the text (those `keep(mount_point, fstype)` accepts, if given), and how many lines were malformed.
+
+    A line keep turns away is split once and never made a Mount: health keeps about one line in three."""
     mounts = []
     bad = 0
     for line in text.splitlines():
-        if not line.strip():
+        if not line or line.isspace():
             continue
-        mount = parse_line(line, keep)
-        if mount is not None:
-            mounts.append(mount)
-        elif keep is None or parse_line(line) is None:
+        parsed = _split(line)
+        if parsed is None:
             bad += 1
+            continue
+        fields, sep, mount_id, parent_id = parsed
+        if keep is None or keep(unescape(fields[4]), fields[sep + 1]):
+            mounts.append(_mount(fields, sep, mount_id, parent_id))
     return mounts, bad
 
 

@@ -1,7 +1,8 @@
 """JSON Schemas (draft 2020-12) of every `--json` output, shipped with the package.
 
 check.json, run.json (the result, or the plan under --dry-run), measure.json,
-tune.json, explain.json, patch.json and clean.json. Each output carries `schema_version`
+tune.json, explain.json, patch.json, clean.json and exporter.json (`exporter --once --json`). Each output
+carries `schema_version`
 (shmguard.jsonout.SCHEMA_VERSION); validate with any draft 2020-12 validator.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import json
 from importlib import resources
 
-NAMES = ("check", "run", "measure", "tune", "explain", "patch", "clean")
+NAMES = ("check", "run", "measure", "tune", "explain", "patch", "clean", "exporter")
 
 
 def load(name: str) -> dict:

@@ -7,3 +7,8 @@
 - `certs.py`: a self-signed CA and serving certificate (`shmguard webhook certs`);
 - `deploy.py`: the manifests that run it in a cluster (`shmguard render webhook`).
 """
+
+# The choices of the webhook's options (cli.py declares them; the review and the manifests take the value).
+MODES = ("deny", "warn")  # /validate: deny a Pod whose /dev/shm cannot hold its job, or allow it with warnings
+ON_ERROR = ("allow", "deny")  # a Pod that cannot be understood (failurePolicy Ignore or Fail)
+FAILURE_POLICIES = ("Ignore", "Fail")

@@ -24,7 +24,6 @@ from shmguard.webhook.server import MAX_BODY, buffer_budget
 OPT_IN_LABEL = "shmguard.io/webhook"
 OPT_IN_VALUE = "enabled"
 PORT = 8443
-FAILURE_POLICIES = ("Ignore", "Fail")
 MEMORY_LIMIT_MI = 256  # the container's memory limit; the server's body budget is a share of it (buffer_budget)
 
 

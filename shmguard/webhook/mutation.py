@@ -1,47 +1,42 @@
-"""The webhook's one door into the pod-sizing core: what job a Pod describes, and the Pod sized for it.
+"""The webhook's one door into the pod-sizing core: what a Pod's job is, and the Pod sized for it.
 
-Everything the webhook changes goes through `size_pod`, which calls the same
-functions as `shmguard patch` (shmguard.manifests.podspec); when that core moves,
-only this module follows it. The job comes from the Pod's `shmguard.io/*`
-annotations and the SHMGUARD_* env of its main container
-(shmguard.manifests.annotations), over the webhook's defaults.
+Both endpoints go through `assess`, which runs the same code as `shmguard patch` on a
+copy of the Pod (shmguard.manifests.podspec, reading the pod with shmguard.pod): the
+same DataLoader containers (`shmguard.io/container`, a list too; the containers with
+`SHMGUARD_*` env; a sidecar never), the same /dev/shm (`/dev/shm/` counts, hostIPC
+keeps the node's), the same roles and default scope, and the same job, processes per
+accelerator included. So `/validate` judges exactly the job `/mutate` sized, and leaves
+alone exactly the Pods `/mutate` leaves alone.
 """
 
 from __future__ import annotations
 
 from shmguard.manifests import podspec
-from shmguard.manifests.annotations import CONTAINER, resolve_job, skipped
 from shmguard.manifests.templates import ManifestError
 from shmguard.manifests.yamlio import plain_copy
+from shmguard.record import Record
 from shmguard.webhook import jsonio
+
+
+class Assessment(Record):
+    """What the sizing core made of a Pod: its result (status, reason, changes, notes, the job) and the sized copy."""
+
+    result: podspec.TemplateResult
+    sized: dict
+
+    @property
+    def left_alone(self) -> bool:
+        return self.result.status == podspec.SKIPPED
+
+    @property
+    def job(self):
+        return None if self.left_alone else self.result.job
 
 
 def annotations_of(pod: dict) -> dict:
     metadata = pod.get("metadata")
     annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
     return annotations if isinstance(annotations, dict) else {}
-
-
-def main_container(pod: dict) -> dict | None:
-    """The container that runs the DataLoader: the one `shmguard.io/container` names, else the first."""
-    spec = pod.get("spec")
-    containers = spec.get("containers") if isinstance(spec, dict) else None
-    if not isinstance(containers, list) or not containers:
-        return None
-    wanted = annotations_of(pod).get(CONTAINER)
-    if wanted is not None:
-        named = [c for c in containers if isinstance(c, dict) and c.get("name") == str(wanted).strip()]
-        return named[0] if named else None
-    first = containers[0]
-    return first if isinstance(first, dict) else None
-
-
-def job_of_pod(pod: dict, defaults: dict):
-    """The Job a Pod describes, or None (nothing describes one, or `shmguard.io/skip`). UsageError for bad values."""
-    annotations = annotations_of(pod)
-    if skipped(annotations):
-        return None
-    return resolve_job(defaults, main_container(pod), annotations)
 
 
 def json_copy(value):
@@ -52,18 +47,27 @@ def json_copy(value):
         return plain_copy(value)
 
 
-def size_pod(pod: dict, defaults: dict) -> tuple[dict, list[str]] | None:
-    """A copy of the Pod sized for its job, and what changed in words (none: it already fits); None: no job.
+def assess(pod: dict, defaults: dict) -> Assessment:
+    """The Pod sized (a copy: the input is never changed) and what was done or why not.
 
-    The input is never changed: the JSON Patch is the diff of the two.
-    UsageError (ManifestError) for a pod that cannot be sized.
+    ManifestError (a UsageError) for a Pod that cannot be sized: a bad value, a container named that is not there.
     """
-    if job_of_pod(pod, defaults) is None:
-        return None
     sized = json_copy(pod)
-    # The same call as `shmguard patch` on a Pod: the job resolved from the same defaults, annotations and env,
-    # the same roles (sidecars, Ray heads), the same never-worse rules.
     result = podspec.size_pod(sized, defaults)
     if result.status == podspec.ERROR:
         raise ManifestError(result.reason)
-    return sized, [change.text() for change in result.changes]
+    return Assessment(result=result, sized=sized)
+
+
+def job_of_pod(pod: dict, defaults: dict):
+    """The Job the webhook sizes a Pod for, or None (left alone: nothing describes one, skipped, a role or kind
+    that runs no DataLoader). UsageError for bad values."""
+    return assess(pod, defaults).job
+
+
+def size_pod(pod: dict, defaults: dict) -> tuple[dict, list[str]] | None:
+    """A copy of the Pod sized for its job, and what changed in words (none: it already fits); None: left alone."""
+    found = assess(pod, defaults)
+    if found.left_alone:
+        return None
+    return found.sized, [change.text() for change in found.result.changes]

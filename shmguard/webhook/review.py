@@ -12,11 +12,16 @@
   with the words `shmguard check` prints (mode `deny`), or allowed with those
   words as `warnings` (mode `warn`).
 
+Both read the Pod the one way (shmguard.webhook.mutation.assess, shmguard.pod): the
+Pods `/mutate` leaves alone `/validate` leaves alone too, and `/validate` judges the
+job `/mutate` sized, against the /dev/shm and memory limit the kubelet will give.
+A `hostIPC: true` Pod keeps the node's /dev/shm, and the answer says so in a warning.
+
 What is not an AdmissionReview (not JSON, another apiVersion or kind, no
 request.uid) raises BadReview: the server answers it with HTTP 400, which the
 apiserver treats as a failed call and resolves by the webhook's failurePolicy.
 A well-formed review of a Pod shmguard cannot understand (a bad annotation value,
-containers that are not a list, a hostPath at /dev/shm) is answered, never
+containers that are not a list, a PVC at /dev/shm) is answered, never
 crashed on: with `on_error: allow` (the default, matching failurePolicy Ignore)
 it is allowed unchanged with a `status` and a `warning` that say why; with
 `on_error: deny` (matching failurePolicy Fail) it is denied with code 400.
@@ -27,22 +32,19 @@ from __future__ import annotations
 
 import base64
 
-from shmguard import verdict
+from shmguard import pod, verdict
 from shmguard.errors import UsageError
+from shmguard.manifests import podspec
 from shmguard.manifests.delta import diff, json_patch
 from shmguard.probe.cgroup import MemoryInfo
 from shmguard.probe.shm import DOCKER_DEFAULT_SHM, ShmInfo
 from shmguard.record import Record, field
-from shmguard.units import parse_quantity
 from shmguard.webhook import jsonio
-from shmguard.webhook.mutation import job_of_pod, main_container, size_pod
+from shmguard.webhook.mutation import Assessment, assess
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
 ACTIONS = ("mutate", "validate")
-MODES = ("deny", "warn")
-ON_ERROR = ("allow", "deny")
-SHM_PATH = "/dev/shm"
 
 # Decisions, as counted in metrics and logged.
 PATCHED, FITS, NO_JOB, SKIPPED, IGNORED, ALLOWED, DENIED, WARNED, ERROR = (
@@ -111,39 +113,59 @@ def decide(admission_review: dict, config: Config, action: str = "mutate") -> Ou
         return _allow(uid, IGNORED, [f"not a Pod ({kind.get('kind')!r}{'/' + str(request.get('subResource')) if request.get('subResource') else ''})"])
     if request.get("operation") != "CREATE":
         return _allow(uid, IGNORED, [f"operation {request.get('operation')!r}: only CREATE is sized"])
-    pod = request.get("object")
+    pod_object = request.get("object")
     try:
-        if not isinstance(pod, dict):
-            raise UsageError(f"request.object should be a Pod object, not {type(pod).__name__}")
+        if not isinstance(pod_object, dict):
+            raise UsageError(f"request.object should be a Pod object, not {type(pod_object).__name__}")
         if action == "mutate":
-            return _mutate(uid, pod, config)
-        return _validate(uid, pod, config)
+            return _mutate(uid, pod_object, config)
+        return _validate(uid, pod_object, config)
     except UsageError as exc:  # ManifestError, a bad job value: the Pod cannot be understood
         return _error(uid, str(exc), config)
 
 
-def _mutate(uid: str, pod: dict, config: Config) -> Outcome:
-    result = size_pod(pod, config.defaults)
-    if result is None:
-        return _allow(uid, SKIPPED if _says_skip(pod) else NO_JOB, [])
-    sized, changes = result
+def _left_alone(uid: str, found: Assessment) -> Outcome:
+    """The decision for a Pod the sizing core leaves alone, the same for both endpoints."""
+    reason = found.result.reason
+    if reason == podspec.SKIP_SAID:
+        return _allow(uid, SKIPPED, [])
+    if reason == podspec.NO_JOB:
+        return _allow(uid, NO_JOB, [])
+    return _allow(uid, SKIPPED, [reason])
+
+
+def _mutate(uid: str, pod_object: dict, config: Config) -> Outcome:
+    found = assess(pod_object, config.defaults)
+    if found.left_alone:
+        return _left_alone(uid, found)
+    warnings = [note for note in found.result.notes if note == podspec.HOST_IPC_NOTE]
+    changes = [change.text() for change in found.result.changes]
     if not changes:
-        return _allow(uid, FITS, [])
-    operations = json_patch(diff(pod, sized))  # the same difference `shmguard patch` edits YAML with
+        outcome = _allow(uid, FITS, [])
+        if warnings:
+            outcome.response["response"]["warnings"] = warnings
+        return outcome
+    operations = json_patch(diff(pod_object, found.sized))  # the same difference `shmguard patch` edits YAML with
     patch = base64.b64encode(jsonio.dumps(operations)).decode("ascii")
     response = {"uid": uid, "allowed": True, "patchType": "JSONPatch", "patch": patch}
+    if warnings:
+        response["warnings"] = warnings
     return Outcome(response=_wrap(response), decision=PATCHED, uid=uid, details=changes)
 
 
-def _validate(uid: str, pod: dict, config: Config) -> Outcome:
-    job = job_of_pod(pod, config.defaults)
-    if job is None:
-        return _allow(uid, SKIPPED if _says_skip(pod) else NO_JOB, [])
-    container = main_container(pod)
-    if container is None:
-        raise UsageError("the Pod has no containers (or shmguard.io/container names none of them)")
-    shm, memory = pod_limits(pod, container)
-    findings = [*verdict.check_shm(job, shm), *verdict.check_memory(job, memory, shm)]
+def _validate(uid: str, pod_object: dict, config: Config) -> Outcome:
+    found = assess(pod_object, config.defaults)
+    if found.left_alone:
+        return _left_alone(uid, found)
+    job = found.job
+    reading = pod.read_pod(pod_object)
+    containers = [c for c in _list(_mapping(pod_object.get("spec")).get("containers")) if isinstance(c, dict)]
+    shm = shm_info(reading.shm)
+    findings = list(verdict.check_shm(job, shm))
+    for index in reading.loaders:  # every DataLoader container's limit must hold the job
+        limit = pod.effective_memory_limit(containers[index], reading.memory)
+        memory = MemoryInfo(host=None, limit=limit, limit_source="resources.limits.memory", usage=None, errors=())
+        findings += [f for f in verdict.check_memory(job, memory, shm) if f not in findings]
     failed = [f for f in findings if f.status == verdict.FAIL]
     warned = [f for f in findings if f.status == verdict.WARN]
     if failed and config.mode == "deny":
@@ -159,56 +181,31 @@ def _validate(uid: str, pod: dict, config: Config) -> Outcome:
     return _allow(uid, ALLOWED, [])
 
 
-def pod_limits(pod: dict, container: dict) -> tuple[ShmInfo, MemoryInfo]:
-    """What the container's /dev/shm and memory limit will be, as the probes would find them once it runs.
+NODE_SHM = 2**62  # a /dev/shm only the node caps (its allocatable memory, or the node's own /dev/shm): unbounded here
 
-    No volume at /dev/shm: the runtime's 64 MiB tmpfs. A memory-backed emptyDir: a
-    tmpfs of its sizeLimit, or of the Pod's memory limit (the sum of its containers')
-    when it has none; with neither, the node's memory (unbounded here). An emptyDir on
-    disk, or another volume type, is not a tmpfs. UsageError for values that are not
-    quantities.
+
+def shm_info(shm: pod.Shm) -> ShmInfo:
+    """A Pod's /dev/shm (shmguard.pod.Shm) as the probe would find it once the container runs.
+
+    No volume: the runtime's 64 MiB tmpfs. A memory emptyDir: the tmpfs the kubelet mounts (its sizeLimit, the
+    pod's memory limit, or the node's: unbounded here). hostIPC or a hostPath: the node's own, unbounded here
+    (`/mutate` keeps it). An emptyDir on disk, or another volume type, is not a tmpfs.
     """
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-    limit = _memory_limit(container)
-    mount = next((m for m in _list(container.get("volumeMounts"))
-                  if isinstance(m, dict) and m.get("mountPath") == SHM_PATH), None)
-    memory = MemoryInfo(host=None, limit=limit, limit_source="resources.limits.memory", usage=None, errors=())
-    if mount is None:
-        return ShmInfo(total=DOCKER_DEFAULT_SHM, free=DOCKER_DEFAULT_SHM, fstype="tmpfs"), memory
-    volume = next((v for v in _list(spec.get("volumes")) if isinstance(v, dict) and v.get("name") == mount.get("name")), None)
-    if volume is None:
-        raise UsageError(f"/dev/shm is mounted from volume {mount.get('name')!r}, which the Pod does not have")
-    empty_dir = volume.get("emptyDir")
-    if not isinstance(empty_dir, dict):
-        kind = next((k for k in volume if k != "name"), "unknown")
-        return ShmInfo(total=None, free=None, fstype=f"{kind} volume",
-                       errors=(f"/dev/shm is a {kind} volume",)), memory
-    size = _quantity(empty_dir.get("sizeLimit"), "emptyDir.sizeLimit")
-    if size is None:
-        limits = [_memory_limit(c) for c in _list(spec.get("containers")) if isinstance(c, dict)]
-        size = sum(limits) if limits and None not in limits else None  # type: ignore[arg-type]
-    if empty_dir.get("medium") != "Memory":
-        total = size if size is not None else 2**62
-        return ShmInfo(total=total, free=total, fstype="disk-backed emptyDir (no medium: Memory)"), memory
-    if size is None:
-        size = 2**62  # no sizeLimit and no memory limit: as much as the node has
-    return ShmInfo(total=size, free=size, fstype="tmpfs"), memory
+    if shm.kind == pod.MISSING:
+        raise UsageError(f"/dev/shm is mounted from volume {shm.volume!r}, which the Pod does not have")
+    if shm.kind == pod.RUNTIME:
+        return ShmInfo(total=DOCKER_DEFAULT_SHM, free=DOCKER_DEFAULT_SHM, fstype="tmpfs")
+    if shm.kind in (pod.MEMORY, pod.HOST_IPC, pod.HOST_PATH):
+        size = shm.size if shm.size is not None else NODE_SHM
+        return ShmInfo(total=size, free=size, fstype="tmpfs")
+    if shm.kind == pod.DISK:
+        total = shm.size_limit if shm.size_limit is not None else NODE_SHM
+        return ShmInfo(total=total, free=total, fstype="disk-backed emptyDir (no medium: Memory)")
+    return ShmInfo(total=None, free=None, fstype=f"{shm.other} volume", errors=(f"/dev/shm is a {shm.other} volume",))
 
 
-def _memory_limit(container: dict) -> int | None:
-    resources = container.get("resources")
-    limits = resources.get("limits") if isinstance(resources, dict) else None
-    value = limits.get("memory") if isinstance(limits, dict) else None
-    return _quantity(value, f"container {container.get('name', '?')!r} resources.limits.memory")
-
-
-def _quantity(value, what: str) -> int | None:
-    if value is None:
-        return None
-    try:
-        return parse_quantity(value)
-    except ValueError as exc:
-        raise UsageError(f"{what}: {exc}") from None
+def _mapping(value) -> dict:
+    return value if isinstance(value, dict) else {}
 
 
 def _list(value) -> list:
@@ -217,13 +214,6 @@ def _list(value) -> list:
 
 def _line(finding) -> str:
     return f"{finding.id}: {finding.message}" + (f"; fix: {finding.fix}" if finding.fix else "")
-
-
-def _says_skip(pod: dict) -> bool:
-    from shmguard.manifests.annotations import skipped
-    from shmguard.webhook.mutation import annotations_of
-
-    return skipped(annotations_of(pod))
 
 
 def _wrap(response: dict) -> dict:

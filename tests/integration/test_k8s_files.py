@@ -85,3 +85,17 @@ def test_compose_file_runs_the_demo_and_fails_with_the_default_shm(compose_proje
     failed = compose(project, default, "up", "--abort-on-container-exit", "--exit-code-from", "train")
     assert failed.returncode == 1, failed.stdout[-3000:]
     assert "unable to allocate shared memory" in failed.stdout
+
+
+def test_33_12_kubectl_kustomize_reads_the_rendered_commands_numbers_as_strings(tmp_path):
+    """kubectl's kustomize reads YAML 1.2: an unquoted `1e-4` came out as 0.0001, which kubectl then refused as an
+    argument. What render writes keeps it a string through kustomize."""
+    doc = render.render_k8s(DEMO_JOB, kind="job", image="train:1", name="train",
+                            command=["python", "train.py", "--lr", "1e-4", "--scale", "1E+3", "--mode", "0o17"])
+    from shmguard.manifests.yamlio import dump
+
+    (tmp_path / "job.yaml").write_text(dump([doc]))
+    (tmp_path / "kustomization.yaml").write_text("resources: [job.yaml]\n")
+    (built,) = kustomize(str(tmp_path))
+    assert built["spec"]["template"]["spec"]["containers"][0]["command"][-6:] == ["--lr", "1e-4", "--scale", "1E+3",
+                                                                                   "--mode", "0o17"]

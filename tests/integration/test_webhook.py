@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shmguard import sizing
+from shmguard.pod import read_pod
 from shmguard.units import parse_quantity
 from shmguard.webhook.deploy import render_webhook
 from shmguard.webhook.mutation import job_of_pod
@@ -121,8 +122,8 @@ def check_sized(ar: dict, answer: dict) -> None:
     if job is None:
         assert "patch" not in response
         return
-    container = pod["spec"]["containers"][0]
-    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/dev/shm"]
+    container = pod["spec"]["containers"][read_pod(pod).loaders[0]]  # the DataLoader's, as the webhook reads it
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"].rstrip("/") == "/dev/shm"]
     (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == mount["name"]]
     assert volume["emptyDir"]["medium"] == "Memory"
     # As `patch` does (#20): a sizeLimit that holds the job, or an existing unsized one kept unsized; a memory

@@ -220,7 +220,7 @@ def test_slurm_oom_kill_with_dev_shm_in_the_log_is_the_shm_in_the_jobs_cgroup():
     assert "#SBATCH --mem above 256M" in found.fix and "--shm-size" not in found.fix
     assert any("memory limit 256.0 MiB" in e for e in found.evidence)
     with_job = diagnose(Evidence(logs=SLURM_LOG, job=JOB))
-    assert f"#SBATCH --mem={sizing.memory_needed(JOB) // MIB}M or more" in with_job.fix
+    assert f"#SBATCH --mem={sizing.slurm_memory_needed(JOB) // MIB}M or more" in with_job.fix  # as check and render slurm
     assert with_job.memory_needed == sizing.memory_needed(JOB) and "Cap /dev/shm" not in with_job.fix
 
 

@@ -55,8 +55,8 @@ def sizes_in(fix: str) -> list[tuple[str, int]]:
     """(what, value) of every size and count a fix names, in the notations each platform writes them."""
     found = []
     for what, pattern, parse in (
-        ("shm", r"--shm-size=(\S+)", parse_size), ("shm", r"sizeLimit: ([^}\s]+)", parse_quantity),
-        ("memory", r"run --memory=(\S+)", parse_size), ("memory", r"limits\.memory: (\S+)", parse_quantity),
+        ("shm", r"--shm-size=([^\s);,]+)", parse_size), ("shm", r"sizeLimit: ([^}\s]+)", parse_quantity),
+        ("memory", r"run --memory=([^\s);,]+)", parse_size), ("memory", r"limits\.memory: ([^\s);,]+)", parse_quantity),
         ("slurm-memory", r"--mem=(\d+[MG])", parse_size), ("cpus", r"--cpus=(\d+)", int),
         ("cpus", r"limits\.cpu: (\d+)", int), ("cpus-per-task", r"--cpus-per-task=(\d+)", int),
         ("tasks", r"--ntasks-per-node=(\d+)", int), ("nofile", r"nofile=(\d+):", int),

@@ -120,7 +120,8 @@ def test_patch_keeps_every_field_and_is_idempotent(containers_extra, limit, size
         containers[0]["volumeMounts"] = [{"name": "shm", "mountPath": "/dev/shm"}]
     doc = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
     original = copy.deepcopy(doc)
-    podspec.patch_documents([doc], job)
+    everything = podspec.PatchOptions(all_templates=True)  # a generated Pod says nothing of training (issue 27.4)
+    podspec.patch_documents([doc], job, everything)
     for before, after in zip(original["spec"]["containers"], doc["spec"]["containers"]):
         for key, value in before.items():
             if key not in ("resources", "volumeMounts"):
@@ -134,7 +135,7 @@ def test_patch_keeps_every_field_and_is_idempotent(containers_extra, limit, size
         assert parse_quantity(doc["spec"]["volumes"][0]["emptyDir"]["sizeLimit"]) >= parse_quantity(size_limit)
     kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)  # still a valid Pod
     again = copy.deepcopy(doc)
-    assert podspec.patch_documents([again], job).changes == [] and again == doc
+    assert podspec.patch_documents([again], job, everything).changes == [] and again == doc
 
 
 @SETTINGS
@@ -180,7 +181,7 @@ def test_patch_never_lowers_a_request_and_keeps_requests_equal_to_limits(resourc
         containers.append({"name": f"c{i}", "image": "x", "resources": {"limits": limits, "requests": requests}})
     doc = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": containers}}
     original = copy.deepcopy(doc)
-    options = podspec.PatchOptions(memory=None if memory is None else parse_quantity(memory))
+    options = podspec.PatchOptions(memory=None if memory is None else parse_quantity(memory), all_templates=True)
     podspec.patch_documents([doc], job, options)
     for i, (before, after) in enumerate(zip(original["spec"]["containers"], doc["spec"]["containers"])):
         b, a = before["resources"], after["resources"]

@@ -129,3 +129,23 @@ def test_patch(capsys, tmp_path):
     data["files"][0]["templates"][0]["status"] = "patched"
     with pytest.raises(jsonschema.ValidationError):
         validate("patch", data)
+
+
+def test_the_verdicts_the_schemas_list_are_the_diagnosiss():
+    """The explain and run schemas list every verdict a diagnosis gives, and no other (diagnosis.VERDICTS)."""
+    from shmguard.diagnosis import VERDICTS
+
+    for name in ("explain", "run"):
+        enums = [e for e in _enums(schemas.load(name)) if "no-failure" in e]
+        assert enums and all(sorted(e) == sorted(VERDICTS) for e in enums), (name, enums)
+
+
+def _enums(node):
+    if isinstance(node, dict):
+        if isinstance(node.get("enum"), list):
+            yield node["enum"]
+        for value in node.values():
+            yield from _enums(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _enums(value)

@@ -92,7 +92,7 @@ def test_the_size_of_shm_means_nothing_under_slurm(tree):
     assert "its size means nothing" in finding(report, "shm.size").message
     small = evaluate(job(), snapshot(tree, "batch", shm=(64 * MIB, 64 * MIB)))
     f = finding(small, "shm.size")
-    assert f.status == FAIL and f.fix.startswith("no #SBATCH option sizes /dev/shm")
+    assert f.status == FAIL and f.fix.startswith("under Slurm no #SBATCH option sizes /dev/shm")
 
 
 def test_an_srun_tasks_cpus_are_its_own(tree):

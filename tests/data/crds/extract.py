@@ -21,6 +21,10 @@ CRDS = {
     "ray.io-raycluster.crd.yaml": "raycluster.schema.json",
     "jobset.x-k8s.io-jobset.crd.yaml": "jobset.schema.json",
     "trainer.kubeflow.org-trainjob.crd.yaml": "trainjob.schema.json",
+    "kubeflow.org-mpijob.crd.yaml": "mpijob.schema.json",  # issue #27: MPIJob launchers that train, Kueue quotas
+    "batch.volcano.sh-job.crd.yaml": "volcano-job.schema.json",  # issue #27: Volcano jobs on Ascend NPUs
+    "monitoring.coreos.com-servicemonitor.crd.yaml": "servicemonitor.schema.json",  # issue #30: the exporter
+    "monitoring.coreos.com-prometheusrule.crd.yaml": "prometheusrule.schema.json",  # issue #30: its alerts
 }
 STUB = {"type": "object", "x-pruned": "a PodTemplateSpec: validated as a Pod (kubernetes-validate, strict)"}
 
@@ -45,9 +49,12 @@ def prune(schema):
 def main(folder: str) -> None:
     here = Path(__file__).parent
     for name, out in CRDS.items():
+        if not (Path(folder) / name).exists():
+            print(f"{name}: not in {folder}, {out} kept")
+            continue
         text = (Path(folder) / name).read_text()
         source = text.splitlines()[0].removeprefix("# source: ").strip()
-        crd = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        crd = next(d for d in yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if d)
         version = next(v for v in crd["spec"]["versions"] if v.get("storage"))
         schema = prune(version["schema"]["openAPIV3Schema"])
         schema["x-source"] = source

@@ -302,4 +302,23 @@ def test_a_slurm_job_log_on_stdin(monkeypatch, capsys):
     found = json.loads(out)["diagnoses"][0]
     assert code == 1 and found["cause"] == "oom-shm" and "#SBATCH --mem above 256M" in found["fix"]
     code, out, _ = run_cli(monkeypatch, capsys, ["--platform", "slurm", *JOB_FLAGS], logs)
-    assert code == 1 and "#SBATCH --mem=853M or more" in out
+    assert code == 1 and "#SBATCH --mem=917M or more" in out  # 853 MiB and Slurm's headroom (sizing.slurm_memory_needed)
+
+
+def test_27_6_a_pods_memory_and_shm_are_read_as_the_kubelet_sets_them():
+    """The Kubernetes docs' pod-level resources example, given an unsized memory /dev/shm: the pod's 200Mi limit
+    (KEP-2837) is the second container's limit and the tmpfs size; the trainer (oom-unbounded-shm.yaml) shares its
+    pod with a sidecar without a limit, so its unsized /dev/shm is capped by nothing but the node, and said."""
+    import yaml
+
+    manifests = PODS.parents[1] / "manifests"
+    pod = yaml.safe_load((manifests / "kubernetes-website-pod-level-resources.yaml").read_text())
+    pod["spec"]["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    for container in pod["spec"]["containers"]:
+        container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    (_, first), (_, second) = pod_evidence(pod, NO_FLAGS)
+    assert (first.memory_limit, second.memory_limit) == (100 * MIB, 200 * MIB)
+    assert (second.shm_size, second.shm_unbounded) == (200 * MIB, False)
+    trainer = pods_in([yaml.safe_load((PODS / "oom-unbounded-shm.yaml").read_text())])[0]
+    (_, ev), _ = pod_evidence(trainer, NO_FLAGS)
+    assert ev.shm_unbounded and any("metrics without a memory limit" in n and "nothing but the node" in n for n in ev.notes)

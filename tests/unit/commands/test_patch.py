@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -273,7 +275,7 @@ def test_unwritable_directory_or_full_disk_fails_before_any_change_is_reported(t
 
     first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
     first.write_text(MANIFEST)
-    second.write_text(MANIFEST.replace("train", "other"))
+    second.write_text(MANIFEST.replace("{name: train}", "{name: other}"))
     calls = []
 
     def failing(real):
@@ -378,4 +380,106 @@ def test_mounts_shared_through_an_anchor_with_an_init_container_are_not_changed_
     doc = yaml.safe_load(out)
     assert [m["mountPath"] for m in doc["spec"]["initContainers"][0]["volumeMounts"]] == ["/data"]
     assert [m["mountPath"] for m in doc["spec"]["containers"][0]["volumeMounts"]] == ["/data", "/dev/shm"]
-    assert "goes through the alias *mounts" in err and "added dshm at /dev/shm (for train)" in err
+    assert "anchored (&mounts) and used through an alias elsewhere, and not every use of it gets the same change" in err
+    assert "added dshm at /dev/shm (for train)" in err
+
+
+def test_27_7_patch_dataset_sizes_the_job_render_dataset_sizes(tmp_path, capsys):
+    """The measured batch segments, the collate, the tensors per sample and the NCCL transport travel to patch as
+    they do to render: both write the same /dev/shm and memory limit for the same options."""
+    options = ["--dataset", "tests.data.measure_datasets:dicts", "--batch-size", "8", "--workers", "6",
+               "--gpus", "2", "--procs-per-node", "2", "--nccl-transport", "p2p"]
+    assert main(["render", "k8s", *options, "--image", "train:1", "--kind", "job"]) == 0
+    rendered = yaml.safe_load(capsys.readouterr().out)["spec"]["template"]["spec"]
+    path = tmp_path / "job.yaml"
+    path.write_text(MANIFEST)
+    assert main(["patch", *options, "--json", "-i", str(path)]) == 0
+    err = capsys.readouterr().err  # the measurement's line, then the one JSON object
+    (template,) = [t for t in json.loads(err[err.index("\n{") + 1:])["files"][0]["templates"] if t["status"] == "changed"]
+    patched = list(yaml.safe_load_all(path.read_text()))[1]["spec"]["template"]["spec"]
+    assert patched["volumes"][0]["emptyDir"] == rendered["volumes"][0]["emptyDir"]
+    assert template["needs"] == {"shm": rendered["volumes"][0]["emptyDir"]["sizeLimit"],
+                                 "memory": rendered["containers"][0]["resources"]["limits"]["memory"]}
+
+
+JSON_FILE = Path(__file__).parents[2] / "data" / "manifests" / "json" / "kubernetes-multi-resource-rclist.json"
+
+
+def test_33_13_a_json_manifest_stays_json(tmp_path, capsys):
+    """Kubernetes' own JSON test data (two ReplicationControllers of pause containers; source in json/SOURCES)."""
+    path = tmp_path / "rc.json"
+    path.write_text(JSON_FILE.read_text())
+    # #27.4: pause containers are no training job: by default the file passes through as it is.
+    assert main(["patch", *JOB, "-i", str(path)]) == 0 and path.read_text() == JSON_FILE.read_text()
+    assert "left alone: not a training job" in capsys.readouterr().err
+    assert main(["patch", *JOB, "--all-templates", "-i", str(path)]) == 0
+    capsys.readouterr()
+    data = json.loads(path.read_text())  # still JSON (kubectl reads it), not YAML flow with bare keys
+    expected = json.loads(JSON_FILE.read_text())
+    from shmguard.manifests.podspec import PatchOptions, patch_documents
+
+    patch_documents([expected], {"workers": "4", "batch_size": "64", "sample_shape": "3,224,224"},
+                    PatchOptions(all_templates=True))
+    assert data == expected and data["items"][0]["spec"]["template"]["spec"]["volumes"][0]["name"] == "dshm"
+    assert main(["patch", *JOB, "--all-templates", "--check", str(path)]) == 0
+
+
+def test_33_26_cr_only_line_ends_are_kept_and_mixed_ones_refused(tmp_path, capsys):
+    """The JobSet ResNet example (tests/data/manifests) saved with CR-only line ends: patched, it still parses, to
+    the patched documents, with CR line ends; a file that mixes them with LF is refused, exit 2, nothing written."""
+    real = (Path(__file__).parents[2] / "data" / "manifests" / "jobset-pytorch-resnet.yaml").read_text()
+    path = tmp_path / "cr.yaml"
+    path.write_bytes(real.replace("\n", "\r").encode())
+    assert main(["patch", *JOB, "-i", str(path)]) == 0
+    capsys.readouterr()
+    out = path.read_bytes().decode()
+    assert "\n" not in out and out.count("\r") > real.count("\n")
+    from shmguard.manifests import yamlio
+    from shmguard.manifests.podspec import patch_documents
+
+    expected = yamlio.load(real, "x")
+    patch_documents(expected, {"workers": "4", "batch_size": "64", "sample_shape": "3,224,224"})
+    assert yamlio.load(out, "x") == expected
+    assert main(["patch", *JOB, "--check", str(path)]) == 0  # patching again changes nothing
+    mixed = tmp_path / "mixed.yaml"
+    mixed.write_bytes((real.replace("\n", "\r", 5)).encode())
+    assert main(["patch", *JOB, "-i", str(mixed)]) == 2
+    assert "mixes line ends" in capsys.readouterr().err and mixed.read_bytes() == real.replace("\n", "\r", 5).encode()
+
+
+CORPUS = Path(__file__).parents[2] / "data" / "manifests"
+FOUR = ["jobset-pytorch-resnet.yaml", "training-operator-pytorchjob-mnist-nccl.yaml", "mpi-operator-mpijob-pi.yaml",
+        "kuberay-rayjob-resources.yaml"]
+
+
+@pytest.mark.parametrize("failing, left_patched", [((3,), []), ((3, 4), ["a.yaml"])])
+def test_33_27_in_place_over_several_files_is_all_or_nothing_and_says_what_changed(tmp_path, capsys, monkeypatch,
+                                                                                    failing, left_patched):
+    """Four real manifests patched with -i, the third rename failing (EPERM, as an immutable file gives): the two
+    replaced before it are put back, no file is changed, no temporary file is left; when one cannot be put back
+    either, the message names it."""
+    import os
+
+    paths = [tmp_path / name for name in ("a.yaml", "b.yaml", "c.yaml", "d.yaml")]
+    originals = [(CORPUS / name).read_text() for name in FOUR]
+    for path, text in zip(paths, originals):
+        path.write_text(text)
+    real_replace, calls = os.replace, []
+
+    def replace(src, dst, *args, **kwargs):
+        calls.append(dst)
+        if len(calls) in failing:
+            raise OSError(1, os.strerror(1))
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+    assert main(["patch", *JOB, "-i", *map(str, paths)]) == 2
+    err = capsys.readouterr().err
+    assert f"{paths[2]}: cannot replace it (Operation not permitted)" in err
+    changed = [p.name for p, text in zip(paths, originals) if p.read_text() != text]
+    assert changed == left_patched
+    if left_patched:
+        assert f"left patched, as they could not be put back: {paths[0]}" in err
+    else:
+        assert "the 2 file(s) patched before it were put back: no file was changed" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.yaml", "b.yaml", "c.yaml", "d.yaml"]

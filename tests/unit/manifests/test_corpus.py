@@ -29,6 +29,7 @@ GOLDEN = DATA / "golden"
 FILES = sorted(p.name for p in DATA.glob("*.yaml"))
 DEFAULTS = {"workers": "4", "batch_size": "64", "sample_shape": "3,224,224"}
 JOB = make_job(**DEFAULTS)
+ALL = podspec.PatchOptions(all_templates=True)
 
 
 def load(name: str) -> list:
@@ -81,9 +82,12 @@ def test_every_pod_template_in_the_table_is_found_and_nothing_else():
         assert len(got) == len(expected), f"{name}: found {[t.path for t, _ in got]}, the table lists {expected}"
 
 
-def patched(name: str, defaults=DEFAULTS, options=None):
+def patched(name: str, defaults=DEFAULTS, options=None, every_template: bool = True):
+    """The documents of a corpus file, patched; every template (--all-templates) unless every_template is False:
+    the golden files and most rules are about how a template is sized, test_27_4_* about which ones are."""
     docs = load(name)
-    summary = podspec.patch_documents(docs, defaults, options)
+    options = options or podspec.PatchOptions()
+    summary = podspec.patch_documents(docs, defaults, options.replace(all_templates=every_template))
     return docs, summary
 
 
@@ -98,7 +102,7 @@ def test_golden_and_idempotent(name):
         golden.write_text(json.dumps(got, indent=1, sort_keys=False) + "\n")
     assert json.loads(json.dumps(got)) == json.loads(golden.read_text())
     again = copy.deepcopy(docs)
-    assert podspec.patch_documents(again, DEFAULTS).changes == [] and again == docs
+    assert podspec.patch_documents(again, DEFAULTS, ALL).changes == [] and again == docs
 
 
 def result(summary, name_part: str):
@@ -156,7 +160,7 @@ def test_20_4_a_sidecar_gets_no_shm_and_no_limit_the_dataloader_container_does()
     spec["containers"][0]["resources"] = {"limits": {"memory": "512Mi"}}
     spec["containers"].append({"name": "fluent-bit", "image": "fluent/fluent-bit:3.0",
                                "resources": {"limits": {"memory": "128Mi"}}})
-    summary = podspec.patch_documents(docs, DEFAULTS)
+    summary = podspec.patch_documents(docs, DEFAULTS, ALL)
     pytorch, sidecar = spec["containers"]
     assert sidecar == {"name": "fluent-bit", "image": "fluent/fluent-bit:3.0", "resources": {"limits": {"memory": "128Mi"}}}
     assert pytorch["resources"]["limits"]["memory"] == k8s_quantity(sizing.memory_needed(JOB))
@@ -168,7 +172,7 @@ def test_20_4_a_sidecar_gets_no_shm_and_no_limit_the_dataloader_container_does()
     pod["spec"]["containers"][0]["name"], pod["spec"]["containers"][1]["name"] = "first", "second"
     for c in pod["spec"]["containers"]:
         c["resources"] = {"limits": {"memory": "256Mi"}}
-    podspec.patch_documents(docs, DEFAULTS)
+    podspec.patch_documents(docs, DEFAULTS, ALL)
     assert [c["resources"]["limits"]["memory"] for c in pod["spec"]["containers"]] == ["256Mi", k8s_quantity(sizing.memory_needed(JOB))]
 
 
@@ -189,7 +193,7 @@ def test_20_7_group_and_kind_both_decide():
     assert [r.name for r in summary.results] == ["Job/test-job tasks[default-nginx]"]
     docs = load("volcano-job-nginx.yaml")
     docs[0]["apiVersion"] = "batch/v1"  # the same object claiming to be a batch/v1 Job: spec.template is missing
-    assert "spec.template is missing" in podspec.patch_documents(docs, DEFAULTS).errors[0].reason
+    assert "spec.template is missing" in podspec.patch_documents(docs, DEFAULTS, ALL).errors[0].reason
 
 
 def test_20_8_selectors_and_opt_in():
@@ -204,11 +208,11 @@ def test_20_8_selectors_and_opt_in():
     assert {r.status for r in summary.results} == {"skipped"}
     docs = load("kuberay-raycluster-complete.yaml")
     docs[0]["metadata"]["annotations"] = {"shmguard.io/skip": "false"}
-    summary = podspec.patch_documents(docs, DEFAULTS, podspec.PatchOptions(opt_in=True))
+    summary = podspec.patch_documents(docs, DEFAULTS, podspec.PatchOptions(opt_in=True, all_templates=True))
     assert {r.status for r in summary.results} == {"changed"}
     docs = load("kuberay-raycluster-complete.yaml")
     docs[0]["spec"]["headGroupSpec"]["template"]["metadata"] = {"annotations": {"shmguard.io/skip": "true"}}
-    summary = podspec.patch_documents(docs, DEFAULTS)
+    summary = podspec.patch_documents(docs, DEFAULTS, ALL)
     assert [r.status for r in summary.results] == ["skipped", "changed"]
 
 
@@ -217,7 +221,7 @@ def test_annotations_on_the_object_and_the_template_override_the_command_line():
     docs[0]["metadata"]["annotations"] = {"shmguard.io/workers": "8"}
     docs[0]["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"] = {
         "annotations": {"shmguard.io/workers": "0"}}
-    summary = podspec.patch_documents(docs, DEFAULTS)
+    summary = podspec.patch_documents(docs, DEFAULTS, ALL)
     master, worker = summary.results
     assert master.needs["shm"] == k8s_quantity(sizing.shm_size(JOB.replace(workers=8)))
     assert worker.needs["shm"] == k8s_quantity(sizing.SHM_FLOOR)
@@ -274,17 +278,18 @@ def test_gpu_pods_run_one_process_per_gpu_unless_told():
     spec = container(docs, 0, "spec.replicatedJobs[0].template.spec.template.spec")
     spec["containers"][0]["command"] = [w.replace("--nproc_per_node=1", "--nproc-per-node 3")
                                         for w in spec["containers"][0]["command"]]
-    summary = podspec.patch_documents(docs, DEFAULTS)
+    summary = podspec.patch_documents(docs, DEFAULTS, ALL)
     assert summary.results[0].needs["shm"] == k8s_quantity(sizing.shm_size(JOB.replace(procs_per_node=3)))
 
 
-def test_kserve_predictor_and_argo_templates_without_a_pod_wrapper():
+def test_27_1_a_kserve_model_is_left_to_its_runtime_and_argo_templates_without_a_pod_wrapper():
+    """#27.1: a predictor that runs a model gets its pods and /dev/shm from a ServingRuntime, which KServe merges
+    with it by mount path: a volume added here would replace the runtime's. Left alone, the runtime named."""
     docs, summary = patched("kserve-inferenceservice-fluid-llama.yaml")
-    predictor = docs[0]["spec"]["predictor"]
-    assert predictor["model"]["volumeMounts"][-1] == {"name": "dshm", "mountPath": "/dev/shm"}
-    assert predictor["volumes"][-1]["name"] == "dshm"
-    # The model has requests = limits = 48Gi: plenty, kept.
-    assert predictor["model"]["resources"]["limits"]["memory"] == "48Gi"
+    assert docs == load("kserve-inferenceservice-fluid-llama.yaml")
+    (r,) = summary.results
+    assert r.status == "skipped" and "ServingRuntime KServe picks for modelFormat huggingface" in r.reason
+    assert not any("no memory limit" in n for n in r.notes)
     docs, summary = patched("argo-workflows-volumes-emptydir.yaml")
     template = docs[0]["spec"]["templates"][0]
     assert template["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "368Mi"}}]
@@ -293,7 +298,7 @@ def test_kserve_predictor_and_argo_templates_without_a_pod_wrapper():
     docs = load("argo-workflows-volumes-emptydir.yaml")
     docs[0]["spec"]["volumes"].append({"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "1Gi"}})
     docs[0]["spec"]["templates"][0]["container"]["volumeMounts"].append({"name": "shm", "mountPath": "/dev/shm"})
-    summary = podspec.patch_documents(docs, DEFAULTS)
+    summary = podspec.patch_documents(docs, DEFAULTS, ALL)
     assert summary.results[0].status == "unchanged" and "volumes" not in docs[0]["spec"]["templates"][0]
 
 
@@ -303,7 +308,7 @@ def test_two_different_volumes_at_dev_shm_are_reported_and_the_pod_left_alone():
     spec["volumes"].append({"name": "hostshm", "hostPath": {"path": "/dev/shm"}})
     spec["containers"].append({"name": "helper", "image": "x", "volumeMounts": [{"name": "hostshm", "mountPath": "/dev/shm/"}]})
     before = copy.deepcopy(spec)
-    summary = podspec.patch_documents(docs, DEFAULTS)
+    summary = podspec.patch_documents(docs, DEFAULTS, ALL)
     r = result(summary, "workerTemplate")
     assert r.status == "skipped" and "dshm (emptyDir)" in r.reason and "hostshm (hostPath)" in r.reason
     assert r.severity == "warning" and spec == before
@@ -358,6 +363,197 @@ def test_any_node_replaced_by_junk_gives_results_never_a_crash(name):
                 for key in path[:-1]:
                     parent = parent[key]
                 parent[path[-1]] = value
-                summary = podspec.patch_documents(docs, DEFAULTS)  # must not raise
+                summary = podspec.patch_documents(docs, DEFAULTS, ALL)  # must not raise
                 for r in summary.errors:
                     assert r.reason and "Traceback" not in r.reason
+
+
+# --- issue #27, each on a real manifest --------------------------------------------------------------------
+
+def test_27_1_an_inference_service_that_names_its_runtime_is_left_to_it():
+    """KServe's fluid sample names its runtime (custom-kserve-huggingfaceserver), whose pods mount /dev/shm: a
+    volume added to the InferenceService would replace it (KServe merges by mount path). Left alone, runtime named."""
+    docs, summary = patched("kserve-inferenceservice-fluid-named-runtime.yaml", every_template=False)
+    assert docs == load("kserve-inferenceservice-fluid-named-runtime.yaml")
+    (r,) = summary.results
+    assert r.status == "skipped" and "ServingRuntime (or ClusterServingRuntime) custom-kserve-huggingfaceserver" in r.reason
+    assert not r.notes  # no false "no memory limit": the runtime's containers set it
+    runtime = load("kserve-clusterservingruntime-fluid-huggingfaceserver.yaml")[0]
+    assert runtime["metadata"]["name"] == "custom-kserve-huggingfaceserver"
+    assert any(m["mountPath"] == "/dev/shm" for m in runtime["spec"]["containers"][0]["volumeMounts"])
+    # Not even --all-templates or the annotation makes it size the InferenceService.
+    docs = load("kserve-inferenceservice-fluid-named-runtime.yaml")
+    docs[0]["metadata"]["annotations"] = {"shmguard.io/skip": "false"}
+    assert podspec.patch_documents(docs, DEFAULTS, ALL).results[0].status == "skipped"
+
+
+def test_27_2_a_launcher_that_trains_too_is_sized():
+    docs, summary = patched("kueue-mpijob-run-launcher-as-worker.yaml", every_template=False)  # runLauncherAsWorker
+    assert [r.status for r in summary.results] == ["changed", "changed"]
+    docs, summary = patched("trainer-clustertrainingruntime-deepspeed.yaml", every_template=False)  # runLauncherAsNode
+    assert result(summary, "[launcher]").status == "changed"
+    docs, summary = patched("kueue-sample-mpijob.yaml", every_template=False)  # neither: it only starts mpirun
+    assert result(summary, "Launcher").status == "skipped" and "mpirun" in result(summary, "Launcher").reason
+
+
+def test_27_3_accelerators_other_than_nvidia_count_as_processes():
+    """MindCluster's Volcano job on 8 Ascend 910 NPUs is sized for 8 training processes, as the same job on 8 NVIDIA
+    GPUs is (without NCCL's buffers, which only NCCL and RCCL keep in /dev/shm); ROCm's 2-GPU pod for 2 with RCCL."""
+    docs, summary = patched("mind-cluster-vcjob-ascend910.yaml", every_template=False)
+    (r,) = summary.results
+    assert r.needs["shm"] == k8s_quantity(sizing.shm_size(JOB.replace(procs_per_node=8)))
+    assert any("8 training processes (one per huawei.com/Ascend910)" in n for n in r.notes)
+    nvidia = load("mind-cluster-vcjob-ascend910.yaml")
+    resources = nvidia[0]["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["resources"]
+    for key in ("requests", "limits"):
+        resources[key] = {"nvidia.com/gpu": 8}
+    (n,) = podspec.patch_documents(nvidia, DEFAULTS).results
+    assert n.job.procs_per_node == r.job.procs_per_node == 8 and (n.job.gpus, r.job.gpus) == (8, 0)
+    docs, summary = patched("rocm-jax-multi-gpu-pod.yaml", every_template=False)
+    (r,) = summary.results
+    assert (r.job.procs_per_node, r.job.gpus) == (2, 2)
+    assert r.needs["shm"] == k8s_quantity(sizing.shm_size(JOB.replace(procs_per_node=2, gpus=2)))
+
+
+DEFAULT_SCOPE_LEFT_ALONE = {  # template -> what it is; none of them runs a DataLoader
+    "Deployment/mysql": "Kubeflow Pipelines' database",
+    "Deployment/volcano-agent-scheduler": "a scheduler",
+    "Job/sample-job-": "Kueue's sleep sample",
+    "JobSet/paralleljobs replicatedJobs[workers]": "sleep",
+    "Deployment/vllm-llama3-1b-instruct": "a vLLM server on a GPU",
+    "LeaderWorkerSet/vllm workerTemplate": "a multi-node vLLM server",
+    "RayService/ray-gemma4-e2b-it workerGroupSpecs[gpu-group]": "Ray Serve on 8 GPUs",
+    "ClusterServingRuntime/kserve-huggingfaceserver-multinode": "a KServe runtime",
+    "Service/emptydir": "a Knative service",
+    "Job/test-job tasks[default-nginx]": "nginx in a Volcano job",
+}
+DEFAULT_SCOPE_SIZED = ["JobSet/pytorch replicatedJobs[workers]", "MPIJob/pi Worker", "PyTorchJob/pytorch-dist-mnist-nccl Worker",
+                       "RayJob/rayjob-sample workerGroupSpecs[small-group]", "Job/mindspore-gpu tasks[mpiworker]",
+                       "Job/default-test-vcjob-8pod-8npu", "Pod/pytorch-gpu-pod-example", "Pod/jax-multi-gpu-pod",
+                       "ClusterTrainingRuntime/torch-distributed replicatedJobs[node]", "TFJob/dist-mnist-for-e2e-test Worker"]
+
+
+def test_27_4_by_default_only_training_templates_are_sized_and_the_rest_says_why():
+    results = {}
+    for name in FILES:
+        docs, summary = patched(name, every_template=False)
+        results.update({r.name: r for r in summary.results})
+    for name, what in DEFAULT_SCOPE_LEFT_ALONE.items():
+        r = next(r for n, r in results.items() if n.startswith(name))
+        assert r.status == "skipped" and r.reason.startswith("not a training job:"), (name, what, r.reason)
+        assert "--all-templates" in r.reason and r.changes == []
+    for name in DEFAULT_SCOPE_SIZED:
+        r = next(r for n, r in results.items() if n.startswith(name))
+        assert r.status in ("changed", "unchanged"), (name, r.reason)
+    # No template of a serving kind is changed by default; with --all-templates the database is.
+    assert not any(r.changes for r in results.values() if r.name.split("/")[0] in ("Deployment", "LeaderWorkerSet", "Service"))
+    docs, summary = patched("kubeflow-pipelines-mysql-deployment.yaml")
+    assert summary.results[0].status == "changed"
+
+
+def test_27_4_a_kueue_jobs_quota_never_changes_silently():
+    """Kueue's MPIJob sample: the Worker's 1Gi limit has no request, which the API server makes 1Gi. Raising the
+    limit would raise the quota it takes from its LocalQueue: the 1Gi request is written down instead."""
+    big = {"workers": "8", "batch_size": "64", "sample_shape": "3,224,224"}
+    docs, summary = patched("kueue-sample-mpijob.yaml", big, every_template=False)
+    worker = container(docs, 0, "spec.mpiReplicaSpecs.Worker.template.spec.containers[0]")
+    assert worker["resources"]["limits"]["memory"] == k8s_quantity(sizing.memory_needed(make_job(**big)))
+    assert worker["resources"]["requests"] == {"memory": "1Gi"}
+    assert any("requests.memory: added 1Gi" in c and "LocalQueue user-queue" in c for c in summary.changes)
+    # Requests equal to the limit in a Kueue job (MindCluster's Volcano job, given a 1Gi limit and a queue): the
+    # limit alone is raised, and the summary says why the request stays.
+    docs = load("mind-cluster-vcjob-ascend910.yaml")
+    pod_spec = docs[0]["spec"]["tasks"][0]["template"]["spec"]
+    pod_spec["containers"][0]["resources"]["limits"]["memory"] = pod_spec["containers"][0]["resources"]["requests"]["memory"] = "1Gi"
+    docs[0]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = "npu-queue"
+    summary = podspec.patch_documents(docs, DEFAULTS)
+    assert pod_spec["containers"][0]["resources"]["requests"]["memory"] == "1Gi"  # requests == limits: kept, and said
+    assert any("Kueue admits this job against LocalQueue npu-queue" in n for n in summary.results[0].notes)
+
+
+def pod_limit(template) -> int | None:
+    from shmguard import pod
+
+    return pod.read(template.containers, template.init_containers, {}, None, template.pod_resources,
+                    template.spec.get("overhead")).memory.limit
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_27_6_no_size_limit_written_is_above_the_pods_memory_limit(name):
+    """The kubelet caps a memory emptyDir at the pod's limit without a word: shmguard never writes one it caps."""
+    before = {t.path: t for i, doc in enumerate(load(name)) if isinstance(doc, dict) for t in find_templates(i, doc)}
+    docs, summary = patched(name)
+    for index, doc in enumerate(docs):
+        if not isinstance(doc, dict):
+            continue
+        for t in find_templates(index, doc):
+            limit = pod_limit(t)
+            written = [v for v in t.spec.get("volumes") or [] if v.get("emptyDir", {}).get("sizeLimit")
+                       and v not in (before[t.path].spec.get("volumes") or [])]
+            for volume in written:
+                assert limit is None or parse_quantity(volume["emptyDir"]["sizeLimit"]) <= limit, (t.name, volume)
+
+
+def test_27_6_pod_level_resources_are_read_and_raised():
+    """Kubernetes' own pod-level resources example: a 200Mi pod limit (KEP-2837) over a 100Mi container and one
+    without a limit. The pod limit caps the tmpfs and both containers: it is raised to hold the job."""
+    import kubernetes_validate
+
+    docs, summary = patched("kubernetes-website-pod-level-resources.yaml")
+    spec = docs[0]["spec"]
+    need = k8s_quantity(sizing.memory_needed(JOB))
+    assert spec["resources"]["limits"]["memory"] == need and spec["resources"]["requests"]["memory"] == "100Mi"
+    assert spec["containers"][0]["resources"]["limits"]["memory"] == need
+    assert "resources" not in spec["containers"][1]  # covered by the pod's limit; none invented
+    assert not any("no memory limit" in n for n in summary.results[0].notes)
+    kubernetes_validate.validate(docs[0], kubernetes_validate.latest_version(), strict=True)
+    # A pod limit alone (the container has none): only the pod's limit is raised.
+    docs, summary = patched("kubernetes-website-pod-level-memory-request-limit.yaml")
+    assert docs[0]["spec"]["resources"] == {"requests": {"memory": "100Mi"}, "limits": {"memory": need}}
+    assert "resources" not in docs[0]["spec"]["containers"][0]
+    kubernetes_validate.validate(docs[0], kubernetes_validate.latest_version(), strict=True)
+
+
+def test_27_6_what_caps_dev_shm_is_said():
+    # One container without a limit (the LoRA syncer, an init sidecar) leaves the unsized /dev/shm to the node.
+    docs, summary = patched("vllm-production-stack-gpu-deployment.yaml")
+    assert any(n.startswith("vllm, lora-adapter-syncer without a memory limit, so the pod has none: /dev/shm (shm, no "
+                            "sizeLimit) is capped by nothing but the node") for n in summary.results[0].notes)
+    # A sizeLimit above the pod's limit is capped at it by the kubelet, silently: shmguard says it.
+    docs, summary = patched("vllm-production-stack-decode-deploy.yaml")
+    assert any("sizeLimit 128Gi is above the pod's memory limit (30Gi" in n for n in summary.results[0].notes)
+
+
+def test_27_9_argo_pod_spec_patch_and_unnamed_containers():
+    docs, summary = patched("argo-workflows-pod-spec-yaml-patch.yaml")
+    assert any("podSpecPatch sets main's memory limit at run time ({{workflow.parameters.mem-limit}})" in n
+               for n in summary.results[0].notes)
+    # The same example with GPUs set at run time (derived from the real file): one process assumed, and said;
+    # a literal count is read.
+    for value, procs in (('"{{workflow.parameters.gpus}}"', 1), ('"4"', 4)):
+        docs = load("argo-workflows-pod-spec-patch.yaml")
+        template = docs[0]["spec"]["templates"][0]
+        template["podSpecPatch"] = template["podSpecPatch"].replace('"cpu": "{{workflow.parameters.cpu-limit}}"',
+                                                                    f'"nvidia.com/gpu": {value}')
+        (r,) = podspec.patch_documents(docs, DEFAULTS, ALL).results
+        assert r.job.procs_per_node == procs
+        assert any("podSpecPatch sets nvidia.com/gpu at run time" in n for n in r.notes) == (procs == 1)
+    # No summary line of the corpus names a container `?`, `()` or `None`.
+    for name in FILES:
+        lines = patched(name)[1].lines()
+        assert not [line for line in lines if "(?)" in line or "()" in line or "(None)" in line or "for None" in line]
+
+
+def test_33_17_a_host_ipc_pod_keeps_the_nodes_shm_and_says_so():
+    """MindCluster's Volcano job (hostNetwork already) made hostIPC: its containers see the node's /dev/shm, which a
+    memory emptyDir at /dev/shm would hide: no volume, no mount, said; the memory limit still holds the job."""
+    docs = load("mind-cluster-vcjob-ascend910.yaml")
+    spec = container(docs, 0, "spec.tasks[0].template.spec")
+    spec["hostIPC"] = True
+    spec["containers"][0]["resources"]["limits"]["memory"] = "1Gi"
+    summary = podspec.patch_documents(docs, DEFAULTS)
+    (r,) = summary.results
+    assert [v["name"] for v in spec["volumes"]] == ["localtime"]
+    assert not any(m["mountPath"].rstrip("/") == "/dev/shm" for m in spec["containers"][0]["volumeMounts"])
+    assert any(n.startswith("hostIPC: true: its containers see the node's own /dev/shm") for n in r.notes)
+    assert spec["containers"][0]["resources"]["limits"]["memory"] == k8s_quantity(sizing.memory_needed(r.job))

@@ -16,9 +16,10 @@ from shmguard.errors import UsageError
 from shmguard.job import make_job
 from shmguard.manifests import podspec, render
 from shmguard.manifests.yamlio import dump
-from shmguard.units import GIB, MIB, parse_quantity
+from shmguard.units import GIB, MIB, k8s_quantity, parse_quantity
 
 K8S_VERSION = kubernetes_validate.latest_version()
+ALL = podspec.PatchOptions(all_templates=True)  # these tests are about sizing, not which templates are training ones
 JOB = make_job(workers=4, batch_size=64, sample_shape="3,224,224")
 MODELS = {"Pod": "V1Pod", "Job": "V1Job", "Deployment": "V1Deployment", "StatefulSet": "V1StatefulSet",
           "DaemonSet": "V1DaemonSet", "CronJob": "V1CronJob", "ConfigMap": "V1ConfigMap"}
@@ -138,7 +139,7 @@ KINDS = [
 ]
 
 
-ROOMY = podspec.PatchOptions(memory=2 * GIB)  # containers without a limit get one only when asked
+ROOMY = podspec.PatchOptions(memory=2 * GIB, all_templates=True)  # containers without a limit get one only when asked
 
 
 @pytest.mark.parametrize("doc", KINDS, ids=[d["kind"] for d in KINDS])
@@ -152,7 +153,7 @@ def test_patch_every_kind_valid_and_idempotent(doc):
     again = copy.deepcopy(docs)
     assert podspec.patch_documents(again, JOB, ROOMY).changes == [] and again == docs
     plain = [copy.deepcopy(doc)]  # without --memory: the mount and volume, no invented limit
-    result = podspec.patch_documents(plain, JOB).results[0]
+    result = podspec.patch_documents(plain, JOB, ALL).results[0]
     assert result.status == "changed" and "no memory limit" in " ".join(result.notes)
     assert all("resources" not in c for _s, c in podspec.containers_of(plain[0]))
 
@@ -163,7 +164,7 @@ def test_patch_pytorchjob():
         spec = replica["template"]["spec"]
         spec["volumes"] = []
         spec["containers"][0]["volumeMounts"] = []
-    summary = podspec.patch_documents([doc], JOB)
+    summary = podspec.patch_documents([doc], JOB, ALL)
     assert [r.name for r in summary.changed] == ["PyTorchJob/ptj Master", "PyTorchJob/ptj Worker"]
     validate(doc)
 
@@ -171,14 +172,14 @@ def test_patch_pytorchjob():
 def test_multi_document_other_documents_untouched():
     config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "b"}}
     docs = [copy.deepcopy(config), deployment(), None]
-    podspec.patch_documents(docs, JOB)
+    podspec.patch_documents(docs, JOB, ALL)
     assert docs[0] == config and docs[2] is None
 
 
 def test_existing_shm_too_small_or_disk_backed_is_fixed_in_place():
     small = deployment(volumes=[{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}}])
     small["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "shm", "mountPath": "/dev/shm/"}]
-    changes = podspec.patch_documents([small], JOB).changes
+    changes = podspec.patch_documents([small], JOB, ALL).changes
     volume = small["spec"]["template"]["spec"]["volumes"][0]
     assert volume["emptyDir"]["sizeLimit"] == "368Mi" and any("64Mi -> 368Mi" in c for c in changes)
     assert len(small["spec"]["template"]["spec"]["volumes"]) == 1  # fixed in place, not duplicated
@@ -186,7 +187,7 @@ def test_existing_shm_too_small_or_disk_backed_is_fixed_in_place():
 
     disk = deployment(volumes=[{"name": "shm", "emptyDir": {}}])
     disk["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "shm", "mountPath": "/dev/shm"}]
-    changes = podspec.patch_documents([disk], JOB).changes
+    changes = podspec.patch_documents([disk], JOB, ALL).changes
     assert disk["spec"]["template"]["spec"]["volumes"][0]["emptyDir"] == {"medium": "Memory", "sizeLimit": "368Mi"}
     assert any("medium: (disk) -> Memory" in c for c in changes)
 
@@ -196,7 +197,7 @@ def test_a_big_enough_size_limit_is_kept_and_the_memory_follows_the_job_not_the_
     container = doc["spec"]["template"]["spec"]["containers"][0]
     container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     container["resources"] = {"limits": {"memory": "512Mi"}, "requests": {"memory": "512Mi"}}
-    podspec.patch_documents([doc], JOB)
+    podspec.patch_documents([doc], JOB, ALL)
     assert doc["spec"]["template"]["spec"]["volumes"][0]["emptyDir"]["sizeLimit"] == "2Gi"
     limit = parse_quantity(container["resources"]["limits"]["memory"])
     assert limit == sizing.memory_needed(JOB) < 2 * GIB
@@ -207,7 +208,7 @@ def test_a_request_above_the_limit_is_never_lowered_the_limit_rises_to_it():
     doc = deployment()
     container = doc["spec"]["template"]["spec"]["containers"][0]
     container["resources"] = {"limits": {"memory": "512Mi"}, "requests": {"memory": "4Gi"}}
-    podspec.patch_documents([doc], JOB)
+    podspec.patch_documents([doc], JOB, ALL)
     assert container["resources"] == {"limits": {"memory": "4Gi"}, "requests": {"memory": "4Gi"}}
 
 
@@ -230,7 +231,7 @@ def test_a_request_above_the_limit_is_never_lowered_the_limit_rises_to_it():
 ])
 def test_bad_manifests_name_the_document_and_path(docs, message):
     original = copy.deepcopy(docs)
-    summary = podspec.patch_documents(docs, JOB)
+    summary = podspec.patch_documents(docs, JOB, ALL)
     assert len(summary.errors) == 1 and message in summary.errors[0].reason
     assert docs == original  # a template in error is left as it was
 
@@ -238,7 +239,7 @@ def test_bad_manifests_name_the_document_and_path(docs, message):
 def test_one_bad_document_does_not_stop_the_others():
     bad = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "w"}, "spec": {"template": ["x"]}}
     docs = [bad, deployment()]
-    summary = podspec.patch_documents(docs, JOB)
+    summary = podspec.patch_documents(docs, JOB, ALL)
     assert [r.status for r in summary.results] == ["error", "changed"]
 
 
@@ -247,7 +248,7 @@ def test_a_hostpath_shm_is_kept_and_said():
         "volumes": [{"name": "s", "hostPath": {"path": "/dev/shm"}}],
         "containers": [{"name": "c", "image": "x", "volumeMounts": [{"name": "s", "mountPath": "/dev/shm"}]}]}}
     original = copy.deepcopy(pod)
-    result = podspec.size_pod(pod, JOB)
+    result = podspec.size_pod(pod, JOB, ALL)
     assert pod == original and result.status == "unchanged" and "hostPath" in " ".join(result.notes)
 
 
@@ -269,3 +270,25 @@ def test_render_refuses_what_the_api_server_would(args, message):
 def test_render_compose_refuses_non_finite_cpus(cpus):
     with pytest.raises(UsageError, match="--cpus"):
         render.render_compose(JOB, image="demo:1", name="train", cpus=cpus)
+
+
+@pytest.mark.parametrize("kind", ["pod", "job", "deployment", "pytorchjob"])
+def test_27_3_and_27_6_render_other_accelerators_and_pod_level_resources_and_patch_agrees(kind):
+    """render writes the devices of --accelerator (one training process each; only NCCL/RCCL devices size NCCL's
+    /dev/shm) and, with pod_resources, the CPU and memory as the pod's own; patch then has nothing to change."""
+    job = make_job(workers=4, batch_size=64, sample_shape="3,224,224", procs_per_node=8, gpus=8)
+    doc = yaml.safe_load(dump([render.render_k8s(job, kind=kind, image="train:1", name="train", gpus=8,
+                                                 command=["torchrun", "train.py"], accelerator="huawei.com/Ascend910",
+                                                 pod_resources=True)]))
+    validate(doc)
+    for template in podspec.find_templates(0, doc):
+        resources = template.spec["resources"]
+        assert resources["limits"]["memory"] == k8s_quantity(sizing.memory_needed(job.replace(gpus=0)))
+        assert template.containers[0]["resources"] == {"requests": {"huawei.com/Ascend910": "8"},
+                                                       "limits": {"huawei.com/Ascend910": "8"}}
+        assert template.spec["volumes"][0]["emptyDir"]["sizeLimit"] == k8s_quantity(sizing.shm_size(job.replace(gpus=0)))
+    again = copy.deepcopy(doc)
+    summary = podspec.patch_documents([again], {"workers": "4", "batch_size": "64", "sample_shape": "3,224,224"})
+    assert summary.changes == [] and again == doc and not summary.errors
+    with pytest.raises(UsageError, match="--accelerator"):
+        render.render_k8s(JOB, kind=kind, image="i", name="n", accelerator="example.com/fpga")

@@ -84,3 +84,18 @@ def test_typed_function_config_spec_and_annotations_still_win():
     rl["items"][0]["metadata"]["annotations"] = {"shmguard.io/workers": "0"}
     out, _ = krm.run(rl)
     assert all("64Mi" in r["message"] for r in out["results"])  # 0 workers: the 64 MiB floor
+
+
+def test_27_4_fn_sizes_the_training_templates_unless_told_all():
+    """Kubeflow Pipelines' MySQL beside a training job in one kustomize build: the database is left alone (an info
+    result says why) unless functionConfig says all-templates."""
+    rl = resource_list("kubeflow-pipelines-mysql-deployment.yaml", "training-operator-pytorchjob-mnist-nccl.yaml")
+    out, code = krm.run(rl)
+    mysql = next(r for r in out["results"] if r["resourceRef"]["name"] == "mysql")
+    assert code == 0 and "left alone: not a training job" in mysql["message"] and mysql["severity"] == "info"
+    assert [v["name"] for v in out["items"][0]["spec"]["template"]["spec"]["volumes"]] == ["mysql-persistent-storage"]
+    assert all("volumes[dshm]" in r["message"] for r in out["results"] if r["resourceRef"]["kind"] == "PyTorchJob")
+    every = resource_list("kubeflow-pipelines-mysql-deployment.yaml", config={**CONFIG, "data": {**CONFIG["data"],
+                                                                                               "all-templates": "true"}})
+    out, code = krm.run(every)
+    assert out["items"][0]["spec"]["template"]["spec"]["volumes"][-1]["name"] == "dshm"

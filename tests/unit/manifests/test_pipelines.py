@@ -30,7 +30,11 @@ def shmguard(*args: str, stdin: str) -> subprocess.CompletedProcess:
 
 def test_helm_post_renderer_contract():
     text = (DATA / "volcano-helm-agent-scheduler.yaml").read_text()  # a Helm-rendered stream of 8 documents
+    # #27.4: the scheduler's Deployment is not a training job: by default it passes through untouched, and says why.
     proc = shmguard("patch", *JOB, stdin=text)
+    assert proc.returncode == 0 and proc.stdout == text, proc.stderr
+    assert "document 8 Deployment/volcano-agent-scheduler: left alone: not a training job" in proc.stderr
+    proc = shmguard("patch", *JOB, "--all-templates", stdin=text)
     assert proc.returncode == 0, proc.stderr
     before = [d for d in yaml.safe_load_all(text)]
     after = [d for d in yaml.safe_load_all(proc.stdout)]
@@ -61,7 +65,7 @@ def test_the_exec_function_script_of_the_readme(tmp_path):
 def test_patch_selectors_and_json_at_the_command_line():
     text = "---\n".join((DATA / name).read_text() for name in
                         ("mpi-operator-mpijob-pi.yaml", "volcano-job-nginx.yaml", "kuberay-raycluster-complete.yaml"))
-    proc = shmguard("patch", *JOB, "--json", "--kind", "batch.volcano.sh/Job", stdin=text)
+    proc = shmguard("patch", *JOB, "--json", "--all-templates", "--kind", "batch.volcano.sh/Job", stdin=text)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stderr)
     statuses = {t["template"]: t["status"] for t in report["files"][0]["templates"]}

@@ -13,6 +13,7 @@ def containers():
     return [{"name": "c", "image": "x"}]  # fresh each time: patching changes them in place
 
 DEFAULTS = {"workers": "4", "batch_size": "64", "sample_shape": "3,224,224"}
+ALL = podspec.PatchOptions(all_templates=True)  # about finding and sizing, not which templates are training ones
 
 
 def names(doc):
@@ -67,6 +68,11 @@ def test_pods_made_by_operators_keep_their_role():
     assert "launcher" in podspec.size_pod(launcher, DEFAULTS).reason
     launcher["metadata"]["annotations"] = {"shmguard.io/skip": "false"}
     assert podspec.size_pod(launcher, DEFAULTS).status == "changed"
+    # #27.2: a launcher Pod asking for accelerators trains too (MPIJob runLauncherAsWorker, which its Pod does not say).
+    gpu_launcher = {"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": "l", "labels": {"training.kubeflow.org/job-role": "launcher"}},
+                    "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 2}}}]}}
+    assert podspec.size_pod(gpu_launcher, DEFAULTS).status == "changed"
 
 
 @pytest.mark.parametrize("doc, message", [
@@ -91,13 +97,13 @@ def test_bad_templates_are_named_by_document_and_path(doc, message):
 def test_a_new_volume_never_takes_a_name_in_use_and_a_null_empty_dir_is_fixed():
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
            "spec": {"volumes": [{"name": "dshm", "configMap": {"name": "c"}}], "containers": [containers()[0]]}}
-    podspec.size_pod(pod, DEFAULTS)
+    podspec.size_pod(pod, DEFAULTS, ALL)
     assert [v["name"] for v in pod["spec"]["volumes"]] == ["dshm", "dshm-1"]
     assert pod["spec"]["containers"][0]["volumeMounts"] == [{"name": "dshm-1", "mountPath": "/dev/shm"}]
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
            "spec": {"volumes": [{"name": "shm", "emptyDir": None}],
                     "containers": [{**containers()[0], "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}]}]}}
-    result = podspec.size_pod(pod, DEFAULTS)
+    result = podspec.size_pod(pod, DEFAULTS, ALL)
     assert pod["spec"]["volumes"] == [{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "368Mi"}}]
     assert result.status == "changed"
 
@@ -106,5 +112,5 @@ def test_null_resources_and_limits_take_an_asked_limit():
     for resources in (None, {}, {"limits": None, "requests": None}, {"limits": {}}):
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
                "spec": {"containers": [{"name": "c", "image": "x", "resources": resources}]}}
-        result = podspec.size_pod(pod, DEFAULTS, podspec.PatchOptions(memory=2 * 1024**3))
+        result = podspec.size_pod(pod, DEFAULTS, podspec.PatchOptions(memory=2 * 1024**3, all_templates=True))
         assert result.status == "changed" and pod["spec"]["containers"][0]["resources"]["limits"] == {"memory": "2Gi"}

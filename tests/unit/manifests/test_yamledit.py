@@ -28,7 +28,7 @@ def asked(job):
     """Options that ask for a memory limit and a sizeLimit on an unsized /dev/shm (`patch --memory …
     --size-unsized`): without them both are left as they are (#20 items 2 and 5), and these tests are about
     where the editor puts the new lines."""
-    return PatchOptions(memory=sizing.memory_needed(job), size_unsized=True)
+    return PatchOptions(memory=sizing.memory_needed(job), size_unsized=True, all_templates=True)
 
 
 def patch(text: str, job=JOB):
@@ -485,8 +485,11 @@ def test_any_adds_sets_and_appends_end_as_the_changed_documents(data, docs):
 def test_two_entries_into_an_empty_flow_collection_get_a_comma_between():
     text = "a: {}\nb: []\n"
     documents = yamlio.compose(text, "x")
-    edited = edit_text(text, documents, [{"a": {}, "b": []}], [{"a": {"k": 1, "x": None}, "b": [1, {"y": "z"}]}])
-    assert edited.text == "a: {k: 1, x: null}\nb: [1, {y: z}]\n" and not edited.fallbacks
+    edited = edit_text(text, documents, [{"a": {}, "b": []}], [{"a": {"k": 1, "x": None}, "b": [1, {"w": "z"}]}])
+    assert edited.text == "a: {k: 1, x: null}\nb: [1, {w: z}]\n" and not edited.fallbacks
+    # #33.12: a key kubectl's YAML reads as a bool (`y`) is quoted.
+    edited = edit_text(text, documents, [{"a": {}, "b": []}], [{"a": {}, "b": [{"y": "z"}]}])
+    assert edited.text == "a: {}\nb: [{'y': z}]\n"
 
 
 def test_a_replaced_block_scalar_keeps_the_lines_after_it():
@@ -494,3 +497,28 @@ def test_a_replaced_block_scalar_keeps_the_lines_after_it():
     documents = yamlio.compose(text, "x")
     edited = edit_text(text, documents, [{"a": "one [\ntwo {\n", "b": "x"}], [{"a": "new", "b": "it's"}])
     assert edited.text == "a: new\n\n# c\nb: 'it''s'\n" and not edited.fallbacks
+
+
+def test_27_8_an_anchored_container_every_alias_changes_alike_is_edited_once_and_keeps_every_comment():
+    """KubeRay's RayJob sample (tests/data/manifests/kuberay-rayjob-resources.yaml), its worker group made to share
+    the head's container through an anchor: both pods get the same /dev/shm mount through it, so the anchored
+    container is edited once and no comment is lost (before: the document was re-written whole)."""
+    real = read(Path(__file__).parents[2] / "data" / "manifests" / "kuberay-rayjob-resources.yaml")
+    worker = real[real.index("          - name: ray-worker"):real.index("\n\n######")]
+    text = real.replace("          - name: ray-head\n", "          - &container\n            name: ray-head\n")
+    text = text.replace(worker, "          - *container\n          volumes:\n          - name: code-sample\n"
+                                "            configMap: {name: ray-job-code-sample}")
+    result = patch_text(text, "rayjob.yaml", lambda docs: list(patch_documents(docs, JOB).changes))
+    assert not result.fallbacks
+    comments = [line for line in text.splitlines() if line.lstrip().startswith("#")]
+    assert [line for line in result.text.splitlines() if line.lstrip().startswith("#")] == comments
+    assert result.text.count("mountPath: /dev/shm") == 1 and "          - *container\n" in result.text
+    docs = yamlio.load(result.text, "x")
+    head = docs[0]["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    worker_pod = docs[0]["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]
+    for spec in (head, worker_pod):
+        (mount,) = [m for m in spec["containers"][0]["volumeMounts"] if m["mountPath"] == "/dev/shm"]
+        assert any(v["name"] == mount["name"] and v["emptyDir"]["medium"] == "Memory" for v in spec["volumes"])
+    expected = yamlio.load(text, "x")
+    patch_documents(expected, JOB)
+    assert docs == expected

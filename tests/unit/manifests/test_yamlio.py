@@ -42,16 +42,18 @@ def test_deep_nesting_is_refused(text):
 
 def test_nesting_up_to_the_limit_loads_and_dumps():
     from shmguard.job import make_job
-    from shmguard.manifests.podspec import patch_documents
+    from shmguard.manifests.podspec import PatchOptions, patch_documents
     from shmguard.manifests.yamledit import patch_text
+
+    ALL = PatchOptions(all_templates=True)
 
     depth = yamlio.MAX_NESTING
     for deep in ("[" * (depth - 1) + "x" + "]" * (depth - 1),
                  "\n" + "".join(" " * (2 * i) + f"k{i}:\n" for i in range(1, depth - 1)) + "  z: 1"):
         # The shared container list makes the document fall back to the dumper, at the deepest nesting.
         text = f"apiVersion: v1\nkind: Pod\nx: &c [{{name: a, image: x}}]\ndeep: {deep}\nspec:\n  containers: *c\n"
-        result = patch_text(text, "x", lambda docs: list(patch_documents(docs, make_job(workers="1", batch_size="1",
-                                                                                 sample_bytes="1k")).changes))
+        job = make_job(workers="1", batch_size="1", sample_bytes="1k")
+        result = patch_text(text, "x", lambda docs: list(patch_documents(docs, job, ALL).changes))
         assert len(result.fallbacks) == 1
         assert yaml.safe_load(result.text)["deep"] == yaml.safe_load(text)["deep"]
 

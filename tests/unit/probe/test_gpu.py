@@ -82,3 +82,34 @@ def test_nvml_not_installed_is_skipped(tree, monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     info = probe_gpu(tree(GPU_TREE), environ={})
     assert info.nvml_count is None and info.notes == ()
+
+
+# --- #27.3: accelerators other than NVIDIA's, by their device files and the variables that select them ----------
+
+ASCEND = {**{f"dev/davinci{i}": "" for i in range(8)}, "dev/davinci_manager": "", "dev/devmm_svm": "", "dev/hisi_hdc": ""}
+AMD = {"dev/kfd": "", "dev/dri/card0": "", "dev/dri/renderD128": "", "dev/dri/renderD129": ""}
+GAUDI = {**{f"dev/accel/accel{i}": "" for i in range(8)}, "dev/accel/accel_controlD0": ""}
+NEURON = {f"dev/neuron{i}": "" for i in range(16)}
+INTEL = {"dev/dri/card0": "", "dev/dri/renderD128": "", "sys/module/i915": DIR}
+
+
+@pytest.mark.parametrize("files, environ, kind, visible", [
+    (ASCEND, {}, "ascend", 8), (ASCEND, {"ASCEND_RT_VISIBLE_DEVICES": "0,1"}, "ascend", 2),
+    (AMD, {}, "amd", 2), (AMD, {"ROCR_VISIBLE_DEVICES": "1"}, "amd", 1), (AMD, {"HIP_VISIBLE_DEVICES": "0,1,2"}, "amd", 2),
+    (GAUDI, {}, "gaudi", 8), (GAUDI, {"HABANA_VISIBLE_MODULES": "0-3"}, "gaudi", 4),
+    (NEURON, {}, "neuron", 16), (NEURON, {"NEURON_RT_VISIBLE_CORES": "0-31"}, "neuron", 32),
+    (INTEL, {}, "intel", 1),
+    ({"dev/dri/card0": "", "dev/dri/renderD128": ""}, {}, "nvidia", 0),  # a render node of a display: no accelerator
+])
+def test_other_accelerators_count(tree, files, environ, kind, visible):
+    info = probe_gpu(tree(files), environ=environ, use_nvml=False)
+    assert (info.kind, info.visible) == (kind, visible)
+
+
+def test_check_counts_an_ascend_pods_npus_for_the_jobs_gpus(tree):
+    from shmguard.job import make_job
+    from shmguard.verdict import check_gpu
+
+    job = make_job(workers=4, batch_size=64, sample_bytes="1k", gpus=8, procs_per_node=8)
+    assert check_gpu(job, probe_gpu(tree(ASCEND), environ={}, use_nvml=False))[0].status == "PASS"
+    assert check_gpu(job, probe_gpu(tree({}), environ={"ASCEND_RT_VISIBLE_DEVICES": "0"}, use_nvml=False))[0].status == "FAIL"

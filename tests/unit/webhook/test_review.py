@@ -11,9 +11,10 @@ import pytest
 from shmguard import model, sizing
 from shmguard.job import make_job
 from shmguard.manifests.podspec import patch_documents
+from shmguard.pod import PodError, read_pod
 from shmguard.units import parse_quantity
 from shmguard.webhook import review as rv
-from shmguard.webhook.mutation import job_of_pod, main_container, size_pod
+from shmguard.webhook.mutation import job_of_pod, size_pod
 from tests.unit.webhook.helpers import for_validation, load, patched_pod, with_pod
 
 ANNOTATED_JOB = make_job(workers=4, batch_size=64, sample_shape="3,224,224")
@@ -115,12 +116,14 @@ def test_skip_annotation_leaves_the_pod_alone():
 def test_container_annotation_picks_the_main_container():
     ar = load("pod-env-sidecar")
     pod = ar["request"]["object"]
-    assert main_container(pod)["name"] == "train"
+    assert read_pod(pod).loaders == (0,)  # train: its SHMGUARD_* env
     pod["metadata"]["annotations"]["shmguard.io/container"] = "sidecar"
-    assert main_container(pod)["name"] == "sidecar"
+    assert read_pod(pod).loaders == (1,)
     assert job_of_pod(pod, {}) is None  # the sidecar's env describes no job
     pod["metadata"]["annotations"]["shmguard.io/container"] = "nope"
-    assert main_container(pod) is None
+    with pytest.raises(PodError, match="no container named nope"):
+        read_pod(pod)
+    assert rv.decide(ar, rv.Config(), "mutate").decision == rv.decide(ar, rv.Config(), "validate").decision == rv.ERROR
 
 
 def test_validate_denies_a_pod_whose_shm_is_too_small_with_checks_words():
@@ -149,7 +152,8 @@ def test_validate_warn_mode_allows_with_the_same_words_as_warnings():
     ({"emptyDir": {"medium": "Memory", "sizeLimit": "100Mi"}}, rv.DENIED),
     ({"emptyDir": {"sizeLimit": "1Gi"}}, rv.DENIED),  # on disk: not a tmpfs
     ({"emptyDir": {"medium": "Memory"}}, rv.ALLOWED),  # no sizeLimit: the Pod's 2Gi memory limit
-    ({"hostPath": {"path": "/dev/shm"}}, rv.DENIED),
+    # The node's own /dev/shm, which /mutate keeps (#33.7: both endpoints read the pod the same way).
+    ({"hostPath": {"path": "/dev/shm"}}, rv.ALLOWED),
 ])
 def test_validate_reads_the_shm_volume_the_pod_mounts(volume, expect):
     ar = load("pod-annotations")
@@ -168,7 +172,9 @@ def test_validate_with_too_little_memory_for_the_shm_is_denied():
     pod["spec"]["containers"][0]["resources"]["requests"]["memory"] = "300Mi"
     outcome = rv.decide(with_pod(ar, pod), rv.Config(), "validate")
     assert outcome.decision == rv.DENIED
-    assert outcome.details[0].startswith("memory.limit:")
+    assert any(d.startswith("memory.limit:") for d in outcome.details)
+    # #27.6: the kubelet mounts the 368Mi emptyDir at the pod's 300Mi memory limit, silently: too small too.
+    assert any(d.startswith("shm.size: /dev/shm is 300.0 MiB") for d in outcome.details)
 
 
 @pytest.mark.parametrize("on_error, allowed", [("allow", True), ("deny", False)])
@@ -239,3 +245,56 @@ def test_size_pod_of_a_pod_without_a_job_is_none():
     pod = load("pod-annotations")["request"]["object"]
     pod["metadata"]["annotations"]["shmguard.io/skip"] = "true"
     assert size_pod(pod, {}) is None
+
+
+# --- #33.7 and #27.5: both endpoints, and `patch`, read a Pod the same way (shmguard.pod) ----------------
+
+@pytest.mark.parametrize("name", ["pod-istio-first", "pod-two-loaders"])
+def test_validate_allows_what_mutate_sized_and_patch_sizes_it_the_same(name):
+    ar = load(name)
+    mutated = rv.decide(ar, rv.Config(), "mutate")
+    assert mutated.decision == rv.PATCHED, mutated.details
+    pod = patched_pod(ar, mutated.response)
+    # /validate denies the Pod as sent (its /dev/shm is too small for its job) and allows it as /mutate left it.
+    assert rv.decide(ar, rv.Config(), "validate").decision == rv.DENIED
+    assert rv.decide(with_pod(ar, pod), rv.Config(), "validate").decision == rv.ALLOWED
+    assert rv.decide(with_pod(ar, pod), rv.Config(), "mutate").decision == rv.FITS
+    # `shmguard patch` on the same Pod makes the same Pod.
+    expected = copy.deepcopy(ar["request"]["object"])
+    assert patch_documents([expected], {}).errors == []
+    assert pod == expected
+    kubernetes_validate.validate(for_validation(pod), kubernetes_validate.latest_version(), strict=True)
+
+
+def test_an_istio_proxy_first_is_never_the_dataloader_and_its_shm_mount_with_a_slash_counts():
+    ar = load("pod-istio-first")
+    pod = patched_pod(ar, rv.review(ar, rv.Config(), "mutate"))
+    proxy, train = pod["spec"]["containers"]
+    assert proxy == ar["request"]["object"]["spec"]["containers"][0]  # neither the mount nor a new limit
+    assert parse_quantity(train["resources"]["limits"]["memory"]) == sizing.memory_needed(ANNOTATED_JOB)
+    (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "dshm"]  # resized, not duplicated
+    assert parse_quantity(volume["emptyDir"]["sizeLimit"]) == sizing.shm_size(ANNOTATED_JOB)
+    assert [m["mountPath"] for m in train["volumeMounts"]].count("/dev/shm/") == 1
+    assert not any(m["mountPath"] == "/dev/shm" for m in train["volumeMounts"])
+
+
+def test_two_dataloader_containers_are_both_charged_and_share_one_shm():
+    ar = load("pod-two-loaders")
+    pod = patched_pod(ar, rv.review(ar, rv.Config(), "mutate"))
+    limits = [parse_quantity(c["resources"]["limits"]["memory"]) for c in pod["spec"]["containers"]]
+    assert limits == [sizing.memory_needed(ANNOTATED_JOB)] * 2
+    (volume,) = [v for v in pod["spec"]["volumes"] if v["name"] == "dshm"]
+    assert parse_quantity(volume["emptyDir"]["sizeLimit"]) == sizing.pod_shm_size(ANNOTATED_JOB, 2)
+
+
+def test_33_17_a_host_ipc_pod_keeps_the_nodes_shm_and_says_so():
+    ar = load("pod-annotations")
+    ar["request"]["object"]["spec"]["hostIPC"] = True
+    outcome = rv.decide(ar, rv.Config(), "mutate")
+    pod = patched_pod(ar, outcome.response)
+    assert not any(m["mountPath"].rstrip("/") == "/dev/shm" for m in pod["spec"]["containers"][0]["volumeMounts"])
+    assert [v["name"] for v in pod["spec"]["volumes"]] == ["kube-api-access-x7k2p"]  # no volume over the node's
+    assert any("hostIPC: true" in w and "node's own /dev/shm" in w for w in outcome.response["response"]["warnings"])
+    # Only the memory limit, which holds the job's pages wherever they live, is raised.
+    assert parse_quantity(pod["spec"]["containers"][0]["resources"]["limits"]["memory"]) == sizing.memory_needed(ANNOTATED_JOB)
+    assert rv.decide(with_pod(ar, pod), rv.Config(), "validate").decision == rv.ALLOWED

@@ -1,0 +1,72 @@
+"""`shmguard exporter` and `shmguard exporter render k8s`: options checked, the source chosen, the work handed on."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from shmguard.errors import UsageError
+
+
+def needs_prometheus_client() -> None:
+    if importlib.util.find_spec("prometheus_client") is None:
+        raise UsageError("`shmguard exporter` needs prometheus_client: pip install 'shmguard[exporter]'")
+
+
+def run_exporter(*, port: int, address: str, interval: str, host: str | None, kubelet_root: str | None,
+                 node_name: str | None, once: bool, as_json: bool, api_server: str | None = None, root=None,
+                 out=None, err=None) -> int:
+    """Check every option before anything starts (a bad one is exit 2), then serve or take one pass."""
+    from shmguard.exporter.server import once as take_once
+    from shmguard.exporter.server import parse_interval, serve
+
+    seconds = parse_interval(interval)
+    if as_json and not once:
+        raise UsageError("--json goes with --once (the server speaks the Prometheus text format)")
+    needs_prometheus_client()
+    source: Any
+    if kubelet_root is not None:
+        if host is not None:
+            raise UsageError("--host and --kubelet-root do not go together: node mode reads the kubelet's volumes")
+        from shmguard.exporter.kubelet import source_for_node
+
+        source = source_for_node(kubelet_root, node_name, root=root, api_server=api_server)
+    else:
+        if api_server is not None:
+            raise UsageError("--api-server goes with --kubelet-root (node mode)")
+        if importlib.util.find_spec("docker") is None:
+            raise UsageError("`shmguard exporter` needs the Docker SDK: pip install 'shmguard[exporter]'")
+        from shmguard.exporter.engine import EngineSource
+
+        source = EngineSource(host, root=root)
+    if once:
+        return take_once(source, as_json_output=as_json, out=out, err=err)
+    return serve(source, address=address, port=port, interval=seconds, err=err)
+
+
+def render_k8s(*, namespace: str, name: str, image: str, kubelet_root: str, interval: str, port: int,
+               dashboard_path: str | None) -> str:
+    """The manifests as YAML; the dashboard written atomically to dashboard_path when given."""
+    import json
+
+    from shmguard.exporter.dashboard import dashboard
+    from shmguard.exporter.render import render
+    from shmguard.exporter.server import parse_interval
+    from shmguard.manifests.yamlio import dump
+
+    parse_interval(interval)
+    if not kubelet_root.startswith("/"):
+        raise UsageError(f"--kubelet-root must be an absolute path, not {kubelet_root!r}")
+    if dashboard_path:
+        from shmguard.files import write_atomic
+
+        write_atomic(dashboard_path, json.dumps(dashboard(), indent=2) + "\n")
+    return dump(render(namespace=namespace, name=name, image=image, kubelet_root=kubelet_root, interval=interval,
+                       port=port))
+
+
+def render_rules() -> str:
+    from shmguard.exporter.rules import rule_file
+    from shmguard.manifests.yamlio import dump
+
+    return dump([rule_file()])

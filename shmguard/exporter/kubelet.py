@@ -1,0 +1,240 @@
+"""Node mode: the memory emptyDirs that the node's pods mount at /dev/shm, named through the Kubernetes API.
+
+The kubelet mounts a `medium: Memory` emptyDir as a tmpfs at
+<kubelet root>/pods/<pod uid>/volumes/kubernetes.io~empty-dir/<volume>. Each pass finds those
+mounts in the exporter's own mountinfo (the kubelet root is mounted into the DaemonSet with
+HostToContainer propagation, so a tmpfs mounted after the exporter started shows up), reads
+each one's size and use (statvfs) and the pod's memory cgroup, and names it from the pod: its
+namespace and name, the containers that mount it at /dev/shm and run the DataLoader, the job
+they declare, whether the pod's memory is fully limited — all of it from the one pod reader
+(shmguard.pod), never read here a second time.
+
+The pods come from the Kubernetes API, listed for this node only (`spec.nodeName` field
+selector, served from the apiserver's cache: resourceVersion=0) with the service account's
+token: again when a pod uid appears on disk that the last list did not have (at most every
+RELIST_FLOOR seconds), and every RELIST seconds anyway. When the API does not answer, the
+volumes of the pods known are still sampled (`shmguard_kubernetes_api_up 0`), and a volume of a
+pod never listed is reported by its uid and volume name alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import ssl
+import time
+import urllib.parse
+import urllib.request
+
+from shmguard.errors import UsageError
+from shmguard.exporter.metrics import Reading, Row, Sample, Target
+from shmguard.exporter.proc import PassRoot, read_memory
+from shmguard.probe import Root
+from shmguard.probe.cgroup import Level, parse_meminfo_total
+from shmguard.probe.mountinfo import parse_mountinfo
+from shmguard.record import Record
+
+EMPTY_DIR = "kubernetes.io~empty-dir"
+SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+RELIST = 60.0  # seconds between two pod lists at most
+RELIST_FLOOR = 5.0  # and at least, when an unknown pod uid shows up on disk
+API_TIMEOUT = 5.0
+CGROUP_ROOT = "/sys/fs/cgroup"
+QOS = ("", "burstable", "besteffort")  # kubepods/pod<uid> is a Guaranteed pod's
+
+
+class Volume(Record):
+    """A memory emptyDir mounted on the node: its pod's uid, its name and where it is."""
+
+    uid: str
+    name: str
+    path: str
+
+
+def parse_volume_path(path: str, pods_dir: str) -> Volume | None:
+    """<pods_dir>/<uid>/volumes/kubernetes.io~empty-dir/<name> as a Volume; None for any other path."""
+    prefix = pods_dir.rstrip("/") + "/"
+    if not path.startswith(prefix):
+        return None
+    parts = path[len(prefix):].split("/")
+    if len(parts) != 4 or parts[1] != "volumes" or parts[2] != EMPTY_DIR or not parts[0] or not parts[3]:
+        return None
+    return Volume(uid=parts[0], name=parts[3], path=path)
+
+
+def memory_volumes(mountinfo: str, kubelet_root: str) -> list[Volume]:
+    """The tmpfs emptyDirs of the kubelet's pods, from a mountinfo text (a memory emptyDir is a tmpfs there)."""
+    pods_dir = posixpath.join(kubelet_root, "pods")
+    mounts, _bad = parse_mountinfo(mountinfo, lambda point, fstype: fstype == "tmpfs" and EMPTY_DIR in point)
+    found: dict[str, Volume] = {}
+    for mount in mounts:
+        volume = parse_volume_path(mount.mount_point, pods_dir)
+        if volume is not None:
+            found[volume.path] = volume  # a path mounted twice is one volume
+    return sorted(found.values(), key=lambda v: (v.uid, v.name))
+
+
+def pod_cgroup(root: Root, cgroup_root: str, uid: str) -> list[Level]:
+    """The pod's own memory cgroup directory (cgroupfs or systemd driver, cgroup v1 or v2), or [] when none is found."""
+    if root.exists(posixpath.join(cgroup_root, "cgroup.controllers")):
+        base, version = cgroup_root, "v2"
+    else:
+        base, version = posixpath.join(cgroup_root, "memory"), "v1"
+    slice_uid = uid.replace("-", "_")
+    for qos in QOS:
+        candidates = (
+            posixpath.join(base, "kubepods", qos, f"pod{uid}") if qos else posixpath.join(base, "kubepods", f"pod{uid}"),
+            posixpath.join(base, "kubepods.slice", f"kubepods-{qos}.slice", f"kubepods-{qos}-pod{slice_uid}.slice")
+            if qos else posixpath.join(base, "kubepods.slice", f"kubepods-pod{slice_uid}.slice"),
+        )
+        for path in candidates:
+            if root.isdir(path):
+                return [Level(path=path, version=version)]
+    return []
+
+
+class KubeAPI:
+    """The node's pods from the Kubernetes API, with the service account's token (read again for each list: bound
+    tokens rotate). Standard library only."""
+
+    def __init__(self, server: str | None = None, token_path: str = f"{SERVICE_ACCOUNT}/token",
+                 ca_path: str | None = f"{SERVICE_ACCOUNT}/ca.crt", timeout: float = API_TIMEOUT) -> None:
+        if server is None:
+            host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+            if not host:
+                raise UsageError("node mode needs the Kubernetes API: run it in a pod (KUBERNETES_SERVICE_HOST is "
+                                 "not set)")
+            server = f"https://{'[' + host + ']' if ':' in host else host}:{port}"
+        self.server = server.rstrip("/")
+        self.token_path = token_path
+        self.ca_path = ca_path
+        self.timeout = timeout
+
+    def node_pods(self, node: str) -> list[dict]:
+        """The pods bound to the node (raises OSError or ValueError when the API does not answer with a PodList)."""
+        query = urllib.parse.urlencode({"fieldSelector": f"spec.nodeName={node}", "resourceVersion": "0"})
+        request = urllib.request.Request(f"{self.server}/api/v1/pods?{query}", headers={"Accept": "application/json"})
+        try:
+            with open(self.token_path, encoding="utf-8") as f:
+                request.add_header("Authorization", f"Bearer {f.read().strip()}")
+        except FileNotFoundError:
+            pass
+        context = None
+        if self.server.startswith("https:"):
+            context = ssl.create_default_context(cafile=self.ca_path if self.ca_path and os.path.exists(self.ca_path)
+                                                 else None)
+        with urllib.request.urlopen(request, timeout=self.timeout, context=context) as answer:
+            data = json.load(answer)
+        if not isinstance(data, dict) or data.get("kind") != "PodList" or not isinstance(data.get("items"), list):
+            raise ValueError(f"the API answered {str(data)[:80]!r}, not a PodList")
+        return [pod for pod in data["items"] if isinstance(pod, dict)]
+
+
+def pod_uid(pod: dict) -> str:
+    metadata = pod.get("metadata")
+    return str(metadata.get("uid") or "") if isinstance(metadata, dict) else ""
+
+
+class KubeletSource:
+    """The node's memory emptyDirs at /dev/shm, sampled pass by pass."""
+
+    mode = "kubelet"
+
+    def __init__(self, kubelet_root: str, node_name: str, list_pods, root: Root | None = None,
+                 cgroup_root: str = CGROUP_ROOT, clock=time.monotonic) -> None:
+        """list_pods(node) -> the node's pods (KubeAPI.node_pods; recorded answers in tests)."""
+        self.kubelet_root = kubelet_root
+        self.node_name = node_name
+        self.list_pods = list_pods
+        self.root = root or Root()
+        self.cgroup_root = cgroup_root
+        self.clock = clock
+        self.pods: dict[str, dict] = {}  # uid -> the pod, from the last list
+        self.listed_at: float | None = None
+        self.api_up = False
+        self.api_error = ""
+        self.cgroups: dict[str, list[Level]] = {}
+        self.host_memory: int | None = None
+
+    def refresh_pods(self, on_disk: set[str]) -> None:
+        now = self.clock()
+        due = self.listed_at is None or now - self.listed_at >= RELIST
+        unknown = bool(on_disk - set(self.pods)) and (self.listed_at is None or now - self.listed_at >= RELIST_FLOOR)
+        if not (due or unknown):
+            return
+        self.listed_at = now
+        try:
+            pods = self.list_pods(self.node_name)
+        except (OSError, ValueError) as exc:  # urllib's errors are OSErrors; a garbled answer is a ValueError
+            self.api_up = False
+            self.api_error = f"the Kubernetes API did not answer: {type(exc).__name__}: {str(exc)[:200]}"
+            return
+        self.api_up, self.api_error = True, ""
+        self.pods = {pod_uid(pod): pod for pod in pods if pod_uid(pod)}
+
+    def sample(self) -> Sample:
+        start = self.clock()
+        if self.host_memory is None:
+            meminfo = self.root.read_or_none("/proc/meminfo")
+            self.host_memory = parse_meminfo_total(meminfo) if meminfo else None
+        mountinfo = self.root.read_or_none("/proc/self/mountinfo") or ""
+        volumes = memory_volumes(mountinfo, self.kubelet_root)
+        on_disk = {v.uid for v in volumes}
+        self.refresh_pods(on_disk)
+        for gone in set(self.cgroups) - on_disk:
+            del self.cgroups[gone]
+        root = PassRoot(self.root)
+        rows = []
+        for volume in volumes:
+            target = self.target(volume)
+            if target is None:
+                continue  # a memory emptyDir the pod does not mount at /dev/shm
+            reading = self.read(root, volume)
+            if reading is not None:
+                rows.append(Row(target, reading))
+        errors = (self.api_error,) if self.api_error else ()
+        return Sample(rows=tuple(rows), mode=self.mode, source_up=self.api_up, taken_at=time.time(),
+                      duration=self.clock() - start, errors=errors)
+
+    def read(self, root: Root, volume: Volume) -> Reading | None:
+        """The volume's tmpfs and its pod's memory; None when the volume is gone (the pod was deleted mid-pass)."""
+        try:
+            st = root.statvfs(volume.path)
+        except OSError:
+            return None
+        levels = self.cgroups.get(volume.uid)
+        if levels is None:
+            levels = self.cgroups[volume.uid] = pod_cgroup(root, self.cgroup_root, volume.uid)
+        total = st.f_blocks * st.f_frsize
+        return read_memory(root, levels, self.host_memory).replace(
+            shm_size=total, shm_used=total - st.f_bfree * st.f_frsize)
+
+    def target(self, volume: Volume) -> Target | None:
+        """The volume's names from its pod (shmguard.exporter.podnames); by uid alone when the pod is not known."""
+        from shmguard.exporter.podnames import volume_target
+
+        pod = self.pods.get(volume.uid)
+        if pod is None:
+            return Target(key=f"{volume.uid}/{volume.name}", id=f"{volume.uid}/{volume.name}", name=volume.name,
+                          volume=volume.name)
+        return volume_target(pod, volume.uid, volume.name)
+
+    def close(self) -> None:
+        pass
+
+
+def source_for_node(kubelet_root: str, node_name: str | None, root: Root | None = None,
+                    api_server: str | None = None) -> KubeletSource:
+    """The node-mode source, its options checked: an absolute kubelet root that exists, a node name, an API
+    (api_server, e.g. `kubectl proxy`'s http://127.0.0.1:8001; else the pod's service account)."""
+    if not kubelet_root.startswith("/"):
+        raise UsageError(f"--kubelet-root must be an absolute path, not {kubelet_root!r}")
+    if not node_name:
+        raise UsageError("node mode needs the node's name: --node-name NAME or NODE_NAME (the rendered DaemonSet "
+                         "sets it from spec.nodeName)")
+    real = root or Root()
+    if not real.isdir(posixpath.join(kubelet_root, "pods")):
+        raise UsageError(f"{kubelet_root}/pods is not a directory: is {kubelet_root} the kubelet's root?")
+    return KubeletSource(kubelet_root, node_name, KubeAPI(api_server).node_pods, root=real,
+                         cgroup_root=os.environ.get("SHMGUARD_CGROUP_ROOT", CGROUP_ROOT))

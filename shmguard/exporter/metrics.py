@@ -1,0 +1,194 @@
+"""What the exporter reports: one Target per /dev/shm, one Sample per pass, and their metric families.
+
+Pure: records in, records and metric families out. A Sample holds only the targets seen
+in its own pass, and the exposition is made from the last Sample alone (no labelled child
+is ever kept in a registry), so a container that is gone leaves /metrics with the next pass
+and the exporter's memory does not grow with the containers it has seen. Peaks are kept by
+target key in a dict rebuilt each pass from the targets present (with_peaks).
+"""
+
+from __future__ import annotations
+
+from shmguard.record import Record
+
+# The labels of every per-target series: enough to name it in an alert without a join.
+IDENTITY_LABELS = ("id", "name", "namespace", "pod", "container")
+# shmguard_container_info's labels: the identity plus what describes the container.
+INFO_LABELS = IDENTITY_LABELS + ("image", "compose_project", "compose_service", "volume")
+
+
+class Target(Record):
+    """One /dev/shm: a container's (engine mode) or a pod's memory emptyDir (node mode): its names and what does
+    not change while it runs.
+
+    key: what peaks are kept by (the full container id, or pod uid/volume). shm_required: the declared job's need.
+    Node mode only (None elsewhere): shm_size_limit, the emptyDir's sizeLimit; shm_unbounded, a memory emptyDir
+    without sizeLimit in a pod whose memory is not fully limited, so the tmpfs can take the node.
+    """
+
+    key: str
+    id: str
+    name: str
+    namespace: str = ""
+    pod: str = ""
+    container: str = ""
+    image: str = ""
+    compose_project: str = ""
+    compose_service: str = ""
+    volume: str = ""
+    shm_required: int | None = None
+    shm_size_limit: int | None = None
+    shm_unbounded: bool | None = None
+    errors: tuple = ()
+
+
+class Reading(Record):
+    """What one pass read of a target's /dev/shm and memory cgroup; None: not readable this pass."""
+
+    shm_size: int | None = None
+    shm_used: int | None = None
+    memory_limit: int | None = None
+    memory_usage: int | None = None
+    memory_shmem: int | None = None
+    errors: tuple = ()
+
+
+class Row(Record):
+    """A target in one pass: its reading and the highest /dev/shm use sampled so far."""
+
+    target: Target
+    reading: Reading
+    peak: int | None = None
+
+
+class Sample(Record):
+    """One pass over the engine (or the node): its rows, whether the source answered, and how long it took."""
+
+    rows: tuple = ()
+    mode: str = "engine"  # engine or kubelet
+    source_up: bool = True  # engine mode: the engine answered; node mode: the Kubernetes API answered
+    taken_at: float = 0.0  # time.time() at the end of the pass
+    duration: float = 0.0  # seconds the pass took
+    errors: tuple = ()
+
+
+class Metric(Record):
+    """A per-target gauge: its name, help text and where its value is (row.target, row.reading or the row)."""
+
+    name: str
+    help: str
+    part: str  # target, reading or row
+    attribute: str
+
+    def value(self, row: Row):
+        return getattr(row if self.part == "row" else getattr(row, self.part), self.attribute)
+
+
+METRICS = (
+    Metric("shmguard_shm_size_bytes", "Size of the /dev/shm tmpfs (statvfs).", "reading", "shm_size"),
+    Metric("shmguard_shm_used_bytes", "Bytes in use in /dev/shm (statvfs).", "reading", "shm_used"),
+    Metric("shmguard_shm_peak_bytes", "Highest /dev/shm use sampled since the exporter first saw it.", "row", "peak"),
+    Metric("shmguard_shm_required_bytes",
+           "The /dev/shm the declared job (SHMGUARD_* variables) needs at its peak: what `shmguard check` compares "
+           "/dev/shm against.", "target", "shm_required"),
+    Metric("shmguard_shm_size_limit_bytes", "The memory emptyDir's sizeLimit (node mode; absent when it has none).",
+           "target", "shm_size_limit"),
+    Metric("shmguard_shm_unbounded",
+           "1 when a memory emptyDir has no sizeLimit and its pod's memory is not fully limited: the tmpfs can take "
+           "the node's memory (node mode).", "target", "shm_unbounded"),
+    Metric("shmguard_memory_limit_bytes", "The memory limit of the container's cgroup (absent when unlimited).",
+           "reading", "memory_limit"),
+    Metric("shmguard_memory_usage_bytes", "Memory charged to the cgroup less inactive file cache (working set).",
+           "reading", "memory_usage"),
+    Metric("shmguard_memory_shmem_bytes",
+           "Shared-memory pages (tmpfs, /dev/shm) charged to the cgroup: they count against the memory limit.",
+           "reading", "memory_shmem"),
+)
+
+
+def with_peaks(rows, peaks: dict[str, int]) -> tuple[tuple[Row, ...], dict[str, int]]:
+    """The rows with their peak, and the peaks to keep for the next pass: only those of the targets present now
+    (a target that is gone is forgotten, so the dict never outgrows the running containers)."""
+    kept: dict[str, int] = {}
+    out = []
+    for row in rows:
+        key, used = row.target.key, row.reading.shm_used
+        peak = peaks.get(key)
+        if used is not None:
+            peak = used if peak is None else max(peak, used)
+        if peak is not None:
+            kept[key] = peak
+        out.append(row if peak == row.peak else Row(row.target, row.reading, peak))
+    return tuple(out), kept
+
+
+def families(sample: Sample) -> list:
+    """The metric families of one sample (prometheus_client's GaugeMetricFamily), in a fixed order."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    out = []
+    info = GaugeMetricFamily("shmguard_container_info", "Names of a /dev/shm the exporter reports (value 1): the "
+                             "container, its image, compose project and service, its Kubernetes pod.",
+                             labels=INFO_LABELS)
+    identities = []
+    for row in sample.rows:
+        values = [getattr(row.target, label) or "" for label in INFO_LABELS]
+        info.add_metric(values, 1)
+        identities.append(values[:len(IDENTITY_LABELS)])
+    out.append(info)
+    for metric in METRICS:
+        family = GaugeMetricFamily(metric.name, metric.help, labels=IDENTITY_LABELS)
+        for row, identity in zip(sample.rows, identities):
+            value = metric.value(row)
+            if value is not None:
+                family.add_metric(identity, float(value))
+        out.append(family)
+    up_name, up_help = UP[sample.mode]
+    out.append(GaugeMetricFamily(up_name, up_help, value=1 if sample.source_up else 0))
+    out.append(GaugeMetricFamily("shmguard_exporter_targets", "/dev/shm mounts reported in the last pass.",
+                                 value=len(sample.rows)))
+    out.append(GaugeMetricFamily("shmguard_exporter_pass_seconds", "How long the last sampling pass took.",
+                                 value=sample.duration))
+    out.append(GaugeMetricFamily("shmguard_exporter_last_pass_timestamp_seconds", "When the last pass ended (Unix time).",
+                                 value=sample.taken_at))
+    return out
+
+
+UP = {
+    "engine": ("shmguard_engine_up", "1 when the Docker or Podman engine answered the last pass, 0 when not (the "
+                                     "containers already known are still sampled through /proc)."),
+    "kubelet": ("shmguard_kubernetes_api_up", "1 when the Kubernetes API answered the last pod list, 0 when not (the "
+                                              "pods already known are still sampled)."),
+}
+
+
+JSON_FIELDS = ("id", "name", "namespace", "pod", "container", "image", "compose_project", "compose_service", "volume",
+               "shm_size", "shm_used", "shm_peak", "shm_required", "shm_size_limit", "shm_unbounded", "memory_limit",
+               "memory_usage", "memory_shmem", "errors")
+READING_FIELDS = frozenset(("shm_size", "shm_used", "memory_limit", "memory_usage", "memory_shmem"))
+
+
+def as_json(sample: Sample) -> dict:
+    """`shmguard exporter --once --json`: the pass as one object (sizes in bytes; null: not readable)."""
+    return {
+        "mode": sample.mode,
+        "source_up": sample.source_up,
+        "taken_at": sample.taken_at,
+        "duration_seconds": sample.duration,
+        "targets": [flatten(row) for row in sample.rows],
+        "errors": list(sample.errors),
+    }
+
+
+def flatten(row: Row) -> dict:
+    """A row as one flat object: the target's names, the reading, the peak, all errors."""
+    out: dict = {}
+    for name in JSON_FIELDS:
+        if name == "shm_peak":
+            out[name] = row.peak
+        elif name == "errors":
+            out[name] = [*row.target.errors, *row.reading.errors]
+        else:
+            out[name] = getattr(row.reading if name in READING_FIELDS else row.target, name)
+    return out
+

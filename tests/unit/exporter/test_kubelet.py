@@ -1,0 +1,130 @@
+"""Node mode's own parts: the kubelet's volume paths, its tmpfs mounts in a mountinfo, a pod's memory cgroup
+(cgroupfs and systemd drivers, v1 and v2), the pod list from the API (a local server answering a recorded
+PodList), and the API going away."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from shmguard.errors import UsageError
+from shmguard.exporter.kubelet import KubeAPI, Volume, memory_volumes, parse_volume_path, pod_cgroup, source_for_node
+from shmguard.probe import Root
+
+DATA = Path(__file__).parents[2] / "data" / "exporter"
+UID = "d8aa9a47-ad0f-4bbe-bc12-ab31605d3211"
+PODS = "/var/lib/kubelet/pods"
+
+
+def test_volume_paths():
+    assert parse_volume_path(f"{PODS}/{UID}/volumes/kubernetes.io~empty-dir/dshm", PODS) == Volume(
+        UID, "dshm", f"{PODS}/{UID}/volumes/kubernetes.io~empty-dir/dshm")
+    for other in (f"{PODS}/{UID}/volumes/kubernetes.io~secret/token", f"{PODS}/{UID}/volumes/kubernetes.io~empty-dir",
+                  f"/elsewhere/{UID}/volumes/kubernetes.io~empty-dir/dshm",
+                  f"{PODS}/{UID}/volumes/kubernetes.io~empty-dir/dshm/sub"):
+        assert parse_volume_path(other, PODS) is None
+
+
+def test_memory_volumes_are_the_tmpfs_emptydirs_of_the_mountinfo():
+    text = "\n".join([
+        f"100 30 0:50 / {PODS}/{UID}/volumes/kubernetes.io~empty-dir/dshm rw,relatime shared:60 - tmpfs tmpfs "
+        "rw,size=1048576k",
+        f"101 30 0:51 / {PODS}/{UID}/volumes/kubernetes.io~projected/kube-api-access-x rw - tmpfs tmpfs rw",
+        f"102 30 0:52 / {PODS}/{UID}/volumes/kubernetes.io~empty-dir/cache rw - ext4 /dev/sda1 rw",  # on disk: a bind
+        f"103 30 0:53 / {PODS}/other-uid/volumes/kubernetes.io~empty-dir/my\\040shm rw - tmpfs tmpfs rw",
+        "bad line",
+    ])
+    assert [(v.uid, v.name) for v in memory_volumes(text, "/var/lib/kubelet")] == [(UID, "dshm"), ("other-uid", "my shm")]
+
+
+@pytest.mark.parametrize("version, driver, path", [
+    ("v1", "cgroupfs", "memory/kubepods/burstable/pod{uid}"),
+    ("v1", "cgroupfs", "memory/kubepods/pod{uid}"),
+    ("v1", "systemd", "memory/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{slice}.slice"),
+    ("v2", "systemd", "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{slice}.slice"),
+    ("v2", "systemd", "kubepods.slice/kubepods-pod{slice}.slice"),
+])
+def test_the_pods_memory_cgroup(tmp_path, version, driver, path):
+    folder = tmp_path / path.format(uid=UID, slice=UID.replace("-", "_"))
+    folder.mkdir(parents=True)
+    if version == "v2":
+        (tmp_path / "cgroup.controllers").write_text("cpu memory\n")
+    (levels,) = pod_cgroup(Root("/"), str(tmp_path), UID)
+    assert (levels.path, levels.version) == (str(folder), version)
+    assert pod_cgroup(Root("/"), str(tmp_path), "another-uid") == []
+
+
+class RecordedAPI:
+    """A local HTTP server answering /api/v1/pods with a recorded PodList (or an error), noting each request."""
+
+    def __init__(self, body: bytes, status: int = 200) -> None:
+        self.body, self.status, self.requests = body, status, []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                outer.requests.append((self.path, self.headers.get("Authorization")))
+                self.send_response(outer.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(outer.body)))
+                self.end_headers()
+                self.wfile.write(outer.body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def pod_list(path: Path) -> bytes:
+    """A recorded `kubectl get pods -o json` as the API answers it: kind PodList instead of kubectl's List."""
+    data = json.loads(path.read_text())
+    return json.dumps({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "550100"},
+                       "items": data["items"]}).encode()
+
+
+def test_the_node_pods_are_listed_with_a_field_selector_and_the_token(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("secret-token\n")
+    api = RecordedAPI(pod_list(DATA / "kuard-minikube-pods.json"))
+    try:
+        pods = KubeAPI(api.url, token_path=str(token)).node_pods("minikube")
+        assert [p["metadata"]["uid"] for p in pods] == [UID]
+        path, auth = api.requests[0]
+        assert path == "/api/v1/pods?fieldSelector=spec.nodeName%3Dminikube&resourceVersion=0"
+        assert auth == "Bearer secret-token"
+    finally:
+        api.close()
+
+
+@pytest.mark.parametrize("body, status", [(b'{"kind": "Status", "code": 403}', 403), (b"not json", 200),
+                                          (b'{"kind": "Status"}', 200)])
+def test_an_api_that_refuses_or_garbles_is_an_error_the_source_can_catch(body, status):
+    api = RecordedAPI(body, status)
+    try:
+        with pytest.raises((OSError, ValueError)):
+            KubeAPI(api.url, token_path="/nonexistent").node_pods("minikube")
+    finally:
+        api.close()
+
+
+def test_node_mode_options(tmp_path, monkeypatch):
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(UsageError, match="--node-name"):
+        source_for_node(str(tmp_path), None)
+    with pytest.raises(UsageError, match="the kubelet's root"):
+        source_for_node(str(tmp_path), "node-1")
+    (tmp_path / "pods").mkdir()
+    with pytest.raises(UsageError, match="KUBERNETES_SERVICE_HOST"):
+        source_for_node(str(tmp_path), "node-1")
+    assert source_for_node(str(tmp_path), "node-1", api_server="http://127.0.0.1:8001").mode == "kubelet"
