@@ -83,7 +83,8 @@ def launch(job, options, dry_run: bool, as_json: bool, out=None, err=None) -> in
     err = err or sys.stderr
     client = image = None
     engine_info: dict = {}
-    plan = make_plan(job, options)  # every refusal that needs no engine comes before any engine call
+    elastic = run_status(options)
+    plan = make_plan(job, options, elastic=elastic)  # every refusal that needs no engine comes before any engine call
     if not dry_run:
         with engine_answers("shmguard looked up the engine and the image"):
             client = connect()
@@ -91,8 +92,7 @@ def launch(job, options, dry_run: bool, as_json: bool, out=None, err=None) -> in
             image = local_image(client, options.image, options.pull, err)
             ceiling = engine_nofile(client, image, job)
         plan = make_plan(job, options, engine_info.get("MemTotal"), host_cpus=engine_info.get("NCPU"),
-                         nofile_ceiling=ceiling)
-    plan = plan.replace(elastic=run_status(options))
+                         nofile_ceiling=ceiling, elastic=elastic)
     for warning in plan.warnings:
         print(f"shmguard: warning: {warning}", file=err)
     if dry_run:

@@ -422,6 +422,11 @@ def workers(ctx: Context, s: Signal | None) -> Diagnosis:
 
 def enospc_unplaced(ctx: Context, s: Signal | None) -> Diagnosis:
     ev = ctx.ev
+    if peak_full(ev):  # watched full (run held at its ceiling): the space that ran out is /dev/shm's
+        fix, needed = shm_advice(ctx)
+        return ctx.make(SHARED_MEMORY, "shm-enospc",
+                        f"Something ran out of space (No space left on device) while /dev/shm was full (peak "
+                        f"{peak_of(ev)}): it is /dev/shm that had no room left.", fix, s, needed)
     if peak_low(ev):
         return ctx.make(NOT_SHARED_MEMORY, "disk-full",
                         f"Something ran out of space (No space left on device), but not /dev/shm: it stayed under "

@@ -139,13 +139,14 @@ def job_conflicts(job_env: dict[str, str], user_env: dict[str, str]) -> None:
 
 
 def make_plan(job, options: RunOptions, host_memory: int | None = None, environ=None,
-              host_cpus: float | None = None, nofile_ceiling: int | None = None) -> RunPlan:
+              host_cpus: float | None = None, nofile_ceiling: int | None = None, elastic: Any = None) -> RunPlan:
     """Size the container for the job; refuse (RunError; UsageError for contradicting input) what cannot work.
 
     host_memory, host_cpus: the engine's (`docker info`), once it was asked; the CPUs are what a container
     without --cpus gets, judged by the same rule as `check` (probe.cpu.workers_for). nofile_ceiling: the most
     open files the engine gives a container (shmguard.engine.nofile; 0: not even the common 1024), once asked:
-    the job starts with that much and a warning rather than not at all."""
+    the job starts with that much and a warning rather than not at all. elastic: whether /dev/shm grows while
+    the job runs (elastic_policy.Status; None: not said)."""
     options = normalized(options)
     warnings = []
     required = model.shm_bytes(job)
@@ -155,8 +156,10 @@ def make_plan(job, options: RunOptions, host_memory: int | None = None, environ=
             raise UsageError("--shm-size must be at least 1 byte (Docker reads 0 as its default, 64m)")
         shm = options.shm_size
         if shm < required:
+            growing = elastic is not None and elastic.on
             warnings.append(f"--shm-size {format_size(shm)} is below the {format_size(required)} the job needs: "
-                            f"expect a Bus error or 'unable to allocate shared memory'")
+                            + ("elastic /dev/shm grows it while the job runs, as far as the memory allows"
+                               if growing else "expect a Bus error or 'unable to allocate shared memory'"))
     if options.ipc_host:
         warnings.append("--ipc host: the host's /dev/shm is used and its pages may be charged outside the container's "
                         "memory limit; --shm-size does not apply")
@@ -196,7 +199,7 @@ def make_plan(job, options: RunOptions, host_memory: int | None = None, environ=
             warnings.append(shortfall)
     environment = {**job_env, **user_env}
     return RunPlan(options=options, job=job, shm_bytes=shm, required_shm=required, mem_limit=options.memory,
-                   nofile=nofile, environment=environment, warnings=tuple(warnings), job_env=job_env)
+                   nofile=nofile, environment=environment, warnings=tuple(warnings), job_env=job_env, elastic=elastic)
 
 
 def create_kwargs(plan: RunPlan, labels: dict[str, str] | None = None, healthcheck: bool = False) -> dict[str, Any]:

@@ -171,6 +171,13 @@ def test_enospc_without_a_path_is_not_shm_when_shm_stayed_low():
     assert diagnose(Evidence(exit_code=1, logs=line, shm_size=64 * MIB, shm_peak=60 * MIB)).verdict == UNDETERMINED
 
 
+def test_enospc_without_a_path_while_shm_was_watched_full_is_shm():
+    """A job held at elastic /dev/shm's ceiling dies of Python's bare ENOSPC with /dev/shm at 100%: that is it."""
+    line = "OSError: [Errno 28] No space left on device"
+    full = diagnose(Evidence(exit_code=1, logs=line, shm_size=64 * MIB, shm_peak=64 * MIB, platform="run"))
+    assert full.verdict == SHARED_MEMORY and full.cause == "shm-enospc" and "--shm-size" in full.fix
+
+
 def test_nccl_shm_file_creation():
     # Lines in the shape of NCCL 2.28+ (src/os/linux.cc), written here: no public log of them was found.
     line = "NCCL WARN Error: failed to create shared memory file /dev/shm/nccl-Ab12Cd, error: No space left on device (28)"

@@ -176,3 +176,18 @@ def test_more_workers_than_the_hosts_cpus_warns_without_cpus():
     two_procs = make_job(workers=2, batch_size=64, sample_shape="3,224,224", procs_per_node=2)
     assert make_plan(two_procs, RunOptions(image="demo:latest"), host_memory=24 * GIB, host_cpus=2).warnings
     assert not make_plan(JOB, RunOptions(image="demo:latest", cpus=4.0), host_memory=24 * GIB, host_cpus=2).warnings
+
+
+def test_a_small_shm_size_warns_of_the_bus_error_only_when_nothing_grows_it():
+    from shmguard.engine.elastic_policy import Status
+
+    fixed = plan(shm_size=64 * MIB)
+    assert any("expect a Bus error" in w for w in fixed.warnings)
+    growing = make_plan(JOB, RunOptions(image="demo:latest", shm_size=64 * MIB), host_memory=24 * GIB,
+                        elastic=Status(True))
+    (warning,) = [w for w in growing.warnings if "--shm-size" in w]
+    assert "elastic /dev/shm grows it while the job runs" in warning and "Bus error" not in warning
+    assert growing.elastic == Status(True)
+    off = make_plan(JOB, RunOptions(image="demo:latest", shm_size=64 * MIB), host_memory=24 * GIB,
+                    elastic=Status(False, "--no-elastic"))
+    assert any("expect a Bus error" in w for w in off.warnings)
