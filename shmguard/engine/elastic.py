@@ -35,6 +35,7 @@ import time
 from typing import Any, Callable
 
 from shmguard.engine.elastic_policy import Decision, Memory, Policy, decide, short_at_start
+from shmguard.probe.cgroup import parse_memory_stat
 from shmguard.record import Record
 
 # fspick(2) and fsconfig(2): the same numbers on every architecture since Linux 5.1 (the unified syscall table).
@@ -154,17 +155,6 @@ class MemoryFiles(Record):
     """Where the container's memory is read: its memory cgroup's directories, own first (probe.cgroup's walk)."""
 
     levels: tuple[tuple[str, str], ...]  # (directory, "v1" | "v2")
-
-
-def parse_memory_stat(text: str) -> dict[str, int]:
-    stat = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(" ")
-        try:
-            stat[key] = int(value)
-        except ValueError:
-            continue
-    return stat
 
 
 def own_memory(usage: int, stat: dict[str, int], version: str) -> int:

@@ -27,10 +27,10 @@ from shmguard.engine.elastic import (
     open_process,
     own_memory,
     parse_meminfo,
-    parse_memory_stat,
 )
 from shmguard.engine.elastic_policy import Memory, Policy, wanted
 from shmguard.engine.growths import Growth
+from shmguard.probe.cgroup import parse_memory_stat
 
 MIB = 2**20
 GIB = 2**30
