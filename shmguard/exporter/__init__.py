@@ -7,7 +7,7 @@ volume metrics skip memory emptyDirs, node_exporter names no pod or container (a
 on a Kubernetes node every memory emptyDir that a pod mounts at /dev/shm (through the
 kubelet's pod folders and the Kubernetes API), and serves the last sample on /metrics.
 
-- metrics.py: the samples as records and the metric families (pure);
+- metrics.py: the samples as records and their Prometheus text (pure);
 - proc.py: a container's /dev/shm and memory cgroup, read through the host's /proc and cgroupfs;
 - engine.py: the running containers of a Docker or Podman engine, and the engine going away;
 - kubelet.py: node mode, the kubelet's memory emptyDirs named through the Kubernetes API;

@@ -8,11 +8,6 @@ from typing import Any
 from shmguard.errors import UsageError
 
 
-def needs_prometheus_client() -> None:
-    if importlib.util.find_spec("prometheus_client") is None:
-        raise UsageError("`shmguard exporter` needs prometheus_client: pip install 'shmguard[exporter]'")
-
-
 def run_exporter(*, port: int, address: str, interval: str, host: str | None, kubelet_root: str | None,
                  node_name: str | None, once: bool, as_json: bool, api_server: str | None = None, root=None,
                  out=None, err=None) -> int:
@@ -23,7 +18,6 @@ def run_exporter(*, port: int, address: str, interval: str, host: str | None, ku
     seconds = parse_interval(interval)
     if as_json and not once:
         raise UsageError("--json goes with --once (the server speaks the Prometheus text format)")
-    needs_prometheus_client()
     source: Any
     if kubelet_root is not None:
         if host is not None:

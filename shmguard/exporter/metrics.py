@@ -1,6 +1,6 @@
-"""What the exporter reports: one Target per /dev/shm, one Sample per pass, and their metric families.
+"""What the exporter reports: one Target per /dev/shm, one Sample per pass, and the text Prometheus reads.
 
-Pure: records in, records and metric families out. A Sample holds only the targets seen
+Pure: records in, records and the exposition out. A Sample holds only the targets seen
 in its own pass, and the exposition is made from the last Sample alone (no labelled child
 is ever kept in a registry), so a container that is gone leaves /metrics with the next pass
 and the exporter's memory does not grow with the containers it has seen. Peaks are kept by
@@ -122,36 +122,70 @@ def with_peaks(rows, peaks: dict[str, int]) -> tuple[tuple[Row, ...], dict[str, 
     return tuple(out), kept
 
 
-def families(sample: Sample) -> list:
-    """The metric families of one sample (prometheus_client's GaugeMetricFamily), in a fixed order."""
-    from prometheus_client.core import GaugeMetricFamily
+def exposition(sample: Sample) -> bytes:
+    """The Prometheus text format (version 0.0.4) of one sample, written directly.
 
-    out = []
-    info = GaugeMetricFamily("shmguard_container_info", "Names of a /dev/shm the exporter reports (value 1): the "
-                             "container, its image, compose project and service, its Kubernetes pod.",
-                             labels=INFO_LABELS)
+    Every series is a gauge with fixed names and at most one line per target, so the text is made
+    here in one loop instead of through prometheus_client's families and registry, which took ten
+    times as long (5.5 ms against 0.5 ms at 100 containers) and, rendered on each 1 s scrape, put
+    the exporter over 1% of a CPU (BENCHMARKS 13).
+    Label values and help texts are escaped as the format says; a value that is not known is left
+    out, as prometheus_client leaves out a sample never added."""
+    lines: list[str] = []
     identities = []
+    lines.extend(_head("shmguard_container_info", INFO_HELP))
     for row in sample.rows:
-        values = [getattr(row.target, label) or "" for label in INFO_LABELS]
-        info.add_metric(values, 1)
-        identities.append(values[:len(IDENTITY_LABELS)])
-    out.append(info)
+        values = {label: _label_value(getattr(row.target, label) or "") for label in INFO_LABELS}
+        info = ",".join(f'{label}="{values[label]}"' for label in SORTED_INFO_LABELS)
+        lines.append(f"shmguard_container_info{{{info}}} 1")
+        identities.append(",".join(f'{label}="{values[label]}"' for label in SORTED_IDENTITY_LABELS))
     for metric in METRICS:
-        family = GaugeMetricFamily(metric.name, metric.help, labels=IDENTITY_LABELS)
+        lines.extend(_head(metric.name, metric.help))
         for row, identity in zip(sample.rows, identities):
             value = metric.value(row)
             if value is not None:
-                family.add_metric(identity, float(value))
-        out.append(family)
+                lines.append(f"{metric.name}{{{identity}}} {_number(value)}")
     up_name, up_help = UP[sample.mode]
-    out.append(GaugeMetricFamily(up_name, up_help, value=1 if sample.source_up else 0))
-    out.append(GaugeMetricFamily("shmguard_exporter_targets", "/dev/shm mounts reported in the last pass.",
-                                 value=len(sample.rows)))
-    out.append(GaugeMetricFamily("shmguard_exporter_pass_seconds", "How long the last sampling pass took.",
-                                 value=sample.duration))
-    out.append(GaugeMetricFamily("shmguard_exporter_last_pass_timestamp_seconds", "When the last pass ended (Unix time).",
-                                 value=sample.taken_at))
-    return out
+    for name, help_text, value in (
+        (up_name, up_help, 1 if sample.source_up else 0),
+        ("shmguard_exporter_targets", "/dev/shm mounts reported in the last pass.", len(sample.rows)),
+        ("shmguard_exporter_pass_seconds", "How long the last sampling pass took.", sample.duration),
+        ("shmguard_exporter_last_pass_timestamp_seconds", "When the last pass ended (Unix time).", sample.taken_at),
+    ):
+        lines.extend(_head(name, help_text))
+        lines.append(f"{name} {_number(value)}")
+    lines.append("")
+    return "\n".join(lines).encode("utf-8")
+
+
+# Labels in name order, as prometheus_client writes them (so the text reads the same as before it was written here).
+SORTED_IDENTITY_LABELS = tuple(sorted(IDENTITY_LABELS))
+SORTED_INFO_LABELS = tuple(sorted(INFO_LABELS))
+INFO_HELP = ("Names of a /dev/shm the exporter reports (value 1): the container, its image, compose project and "
+             "service, its Kubernetes pod.")
+
+
+def _head(name: str, help_text: str) -> tuple[str, str]:
+    escaped = help_text.replace("\\", "\\\\").replace("\n", "\\n")
+    return f"# HELP {name} {escaped}", f"# TYPE {name} gauge"
+
+
+def _label_value(text: str) -> str:
+    return str(text).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _number(value) -> str:
+    """An integer as its digits (bytes stay exact), a float as Python's shortest repr, which Prometheus parses."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    value = float(value)
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "+Inf" if value > 0 else "-Inf"
+    return repr(value)
 
 
 UP = {

@@ -20,7 +20,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from shmguard.errors import UsageError
-from shmguard.exporter.metrics import Sample, as_json, families, with_peaks
+from shmguard.exporter.metrics import Sample, as_json, exposition, with_peaks
 
 DEFAULT_PORT = 9808
 STALE_PASSES = 10  # /healthz fails when no pass ended for this many intervals (and at least STALE_FLOOR seconds)
@@ -44,11 +44,9 @@ def parse_interval(text: str) -> float:
 
 
 class Exporter:
-    """The last pass, its peaks, and the collector prometheus_client renders it through."""
+    """The last pass, its peaks, and its exposition (made once per pass, on its first scrape)."""
 
     def __init__(self, source, interval: float) -> None:
-        from prometheus_client import CollectorRegistry
-
         self.source = source
         self.interval = interval
         self.peaks: dict[str, int] = {}
@@ -56,12 +54,6 @@ class Exporter:
         self.passes = 0
         self.rendered: tuple[int, bytes] = (-1, b"")  # the exposition of pass N, made on its first scrape
         self.last_failure: str | None = None
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(self)
-
-    def collect(self):
-        """prometheus_client's collector protocol: the families of the last pass (a pass replaces it whole)."""
-        return families(self.latest)
 
     def step(self) -> Sample:
         """One pass: sample the source, carry the peaks, publish it."""
@@ -73,11 +65,9 @@ class Exporter:
 
     def exposition(self) -> bytes:
         """The text of the last pass, made once however many scrapers (Prometheus replicas) ask for it."""
-        from prometheus_client import generate_latest
-
         passes, text = self.rendered
         if passes != self.passes:
-            text = generate_latest(self.registry)
+            text = exposition(self.latest)
             self.rendered = (self.passes, text)
         return text
 
@@ -104,8 +94,8 @@ class Exporter:
             stop.wait(max(0.0, next_at - time.monotonic()))
 
 
-# The text format every Prometheus reads (what generate_latest writes for these metric names); newer
-# prometheus_client versions call it 1.0.0 in CONTENT_TYPE_LATEST, which older scrapers do not know.
+# The text format every Prometheus reads (metrics.exposition writes it); newer prometheus_client versions call
+# it 1.0.0 in CONTENT_TYPE_LATEST, which older scrapers do not know.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 

@@ -98,6 +98,6 @@ def test_node_mode_serves_the_unbounded_volume_for_its_alert(kubelet, api):
                 break
             time.sleep(0.1)
         lines = [line for line in deadline_body.splitlines() if line.startswith("shmguard_shm_unbounded{")]
-        assert any('pod="paddle-simple-gpu-worker-0"' in line and line.endswith(" 1.0") for line in lines), lines
-        assert any('pod="train"' in line and line.endswith(" 0.0") for line in lines), lines
-        assert "shmguard_kubernetes_api_up 1.0" in deadline_body
+        assert any('pod="paddle-simple-gpu-worker-0"' in line and line.endswith(" 1") for line in lines), lines
+        assert any('pod="train"' in line and line.endswith(" 0") for line in lines), lines
+        assert "\nshmguard_kubernetes_api_up 1\n" in deadline_body

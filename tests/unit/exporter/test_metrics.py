@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from shmguard.exporter.metrics import Reading, Row, Sample, Target, as_json, with_peaks
+from shmguard.exporter.metrics import Reading, Row, Sample, Target, as_json, exposition, with_peaks
 from shmguard.exporter.server import Exporter
 
 
@@ -81,3 +81,59 @@ def test_json_names_every_field():
     data = as_json(Sample(rows=(row("a", 3, errors=("x",)),), source_up=True, taken_at=5.0, duration=0.01))
     assert data["targets"][0]["shm_used"] == 3 and data["targets"][0]["errors"] == ["x"]
     assert data["source_up"] is True and data["mode"] == "engine"
+
+
+def reference_text(sample: Sample) -> str:
+    """The same sample written by prometheus_client (the format's reference), family by family."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.core import GaugeMetricFamily
+
+    from shmguard.exporter.metrics import IDENTITY_LABELS, INFO_HELP, INFO_LABELS, METRICS, UP
+
+    families = [GaugeMetricFamily("shmguard_container_info", INFO_HELP, labels=INFO_LABELS)]
+    for r in sample.rows:
+        families[0].add_metric([getattr(r.target, label) or "" for label in INFO_LABELS], 1)
+    for metric in METRICS:
+        family = GaugeMetricFamily(metric.name, metric.help, labels=IDENTITY_LABELS)
+        for r in sample.rows:
+            if metric.value(r) is not None:
+                family.add_metric([getattr(r.target, label) or "" for label in IDENTITY_LABELS], metric.value(r))
+        families.append(family)
+    families += [GaugeMetricFamily(*UP[sample.mode], value=1 if sample.source_up else 0),
+                 GaugeMetricFamily("shmguard_exporter_targets", "/dev/shm mounts reported in the last pass.",
+                                   value=len(sample.rows)),
+                 GaugeMetricFamily("shmguard_exporter_pass_seconds", "How long the last sampling pass took.",
+                                   value=sample.duration),
+                 GaugeMetricFamily("shmguard_exporter_last_pass_timestamp_seconds",
+                                   "When the last pass ended (Unix time).", value=sample.taken_at)]
+
+    class Fixed:
+        def collect(self):
+            return families
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Fixed())
+    return generate_latest(registry).decode()
+
+
+def as_parsed(text: str) -> list:
+    return [(family.name, family.documentation, family.type,
+             sorted((s.name, tuple(sorted(s.labels.items())), float(s.value)) for s in family.samples))
+            for family in text_string_to_metric_families(text)]
+
+
+def test_the_text_is_what_prometheus_client_would_write():
+    # Hostile names (quotes, backslashes, newlines, non-ASCII), a value of 0, sizes past 2**53, unknowns left out.
+    rows = (row("a" * 64, 0, memory=(2**62 + 1, 7, 0), image='reg/"img"\\:1\n', compose_project="pröject",
+                shm_required=2**53 + 1, namespace="ns", pod="p-0", container="trainer"),
+            row("b" * 64, None, memory=(None, 5, None)),
+            Row(Target(key="c", id="c", name="c", shm_size_limit=64 << 20, shm_unbounded=True), Reading(), 3))
+    for mode, up in (("engine", True), ("kubelet", False)):
+        sample = Sample(rows=rows, mode=mode, source_up=up, taken_at=1764000000.123456, duration=0.0071)
+        ours = exposition(sample).decode()
+        assert as_parsed(ours) == as_parsed(reference_text(sample))
+        required = next(line for line in ours.splitlines() if line.startswith("shmguard_shm_required_bytes{"))
+        assert required.startswith('shmguard_shm_required_bytes{container="trainer",id="aaaaaaaaaaaa",')
+        assert required.endswith(f"}} {2**53 + 1}")  # bytes as digits, exact
+    empty = Sample(rows=(), source_up=False)
+    assert as_parsed(exposition(empty).decode()) == as_parsed(reference_text(empty))

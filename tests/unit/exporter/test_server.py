@@ -58,7 +58,7 @@ def test_metrics_and_healthz_over_http():
         exporter.step()
         status, content_type, body = get(port, "/metrics")
         assert status == 200 and content_type.startswith("text/plain; version=0.0.4")
-        assert 'shmguard_shm_size_bytes{container="",id="k",name="n",namespace="",pod=""} 64.0' in body
+        assert 'shmguard_shm_size_bytes{container="",id="k",name="n",namespace="",pod=""} 64' in body
         assert get(port, "/healthz")[:3:2] == (200, "ok\n")
         assert get(port, "/nope")[0] == 404
         assert not exporter.healthy(now=time.time() + 3600)  # a pass stuck for an hour
@@ -111,7 +111,7 @@ def test_the_server_keeps_serving_without_an_engine_and_stops_on_sigterm():
             assert time.monotonic() < deadline, "no pass in 60 s"
             time.sleep(0.1)
         body = get(port, "/metrics")[2]
-        assert "shmguard_engine_up 0.0" in body
+        assert "\nshmguard_engine_up 0\n" in body
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:
