@@ -18,6 +18,7 @@ from shmguard.api.messages import (
     error_text,
     size_to_ask,
     unmeasured_crash_message,
+    worker_signals,
 )
 from shmguard.errors import ShmTooSmall
 from shmguard.job import Job
@@ -53,10 +54,12 @@ class GuardedLoader:
         self._unmeasured = unmeasured  # why the batch was not measured
 
     def __iter__(self) -> Iterator[Any]:
+        iterator = iter(self.loader)
         try:
-            yield from self.loader
+            yield from iterator
         except Exception as exc:
             text = error_text(exc)
+            text += worker_signals(iterator, text)
             kind = crash_kind(text)
             if kind is None:
                 raise

@@ -52,6 +52,32 @@ def error_text(exc: BaseException) -> str:
     return "\n".join(parts)
 
 
+def worker_signals(iterator: object, text: str) -> str:
+    """What torch would have said of each worker a signal killed, when the error does not say it.
+
+    torch names a dead worker's signal ("is killed by signal: Bus error") from its SIGCHLD handler,
+    which only the trainer's main thread runs. When the signal went to another of the trainer's
+    threads, or the trainer's own liveness check came first, the error is the bare "DataLoader worker
+    (pid(s) N) exited unexpectedly" and the cause is lost (seen under load in CI). The workers' exit
+    codes are still on torch's iterator (multiprocessing's Process.exitcode, set by that liveness
+    check): a negative one is the signal, worded as torch words it."""
+    import signal
+
+    if "is killed by signal" in text or "exited unexpectedly" not in text:
+        return ""
+    lines = []
+    for worker in getattr(iterator, "_workers", None) or ():
+        code = getattr(worker, "exitcode", None)
+        if isinstance(code, int) and code < 0:
+            try:
+                name = signal.strsignal(-code) or f"signal {-code}"
+            except ValueError:
+                name = f"signal {-code}"
+            lines.append(f"RuntimeError: DataLoader worker (pid {getattr(worker, 'pid', '?')}) is killed by signal: "
+                         f"{name}. (its exit status, read by shmguard)")
+    return "".join("\n" + line for line in lines)
+
+
 def crash_kind(text: str) -> str | None:
     """BUS, ALLOC or ENOSPC when an error's text is a shared-memory crash of a DataLoader, else None."""
     for signal in diagnosis.scan(text):

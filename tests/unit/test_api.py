@@ -37,8 +37,8 @@ class Images(Dataset):
 
     def __getitem__(self, i):
         if self.fail_from is not None and i >= self.fail_from:
-            if self.fail_with == "sigbus":
-                os.kill(os.getpid(), signal.SIGBUS)
+            if self.fail_with in ("sigbus", "sigkill"):
+                os.kill(os.getpid(), signal.SIGBUS if self.fail_with == "sigbus" else signal.SIGKILL)
             raise self.fail_with
         return torch.zeros(3, 224, 224), i
 
@@ -246,6 +246,42 @@ def test_a_worker_killed_by_a_real_bus_error(container):
     with pytest.raises(ShmTooSmall, match=r"killed by signal: Bus error") as caught:
         list(shmguard.guard(loader))
     assert "DataLoader worker" in str(caught.value.__cause__)
+
+
+@pytest.mark.parametrize("how", ["sigbus", "sigkill"])
+def test_a_dead_worker_when_torch_did_not_name_the_signal(container, monkeypatch, how):
+    # torch's SIGCHLD handler kept from naming it (as when the signal reached another of the trainer's threads,
+    # seen under load in CI): the error is the bare "exited unexpectedly"; the worker's exit status tells.
+    from torch.utils.data import _utils
+
+    monkeypatch.setattr(_utils.signal_handling, "_error_if_any_worker_fails", lambda: None)
+    container["snapshot"] = snapshot(shm(total=GIB))
+    loader = DataLoader(Images(fail_from=2, fail_with=how), batch_size=2, num_workers=1)
+    if how == "sigbus":
+        with pytest.raises(ShmTooSmall, match=r"is killed by signal: Bus error\. \(its exit status") as caught:
+            list(shmguard.guard(loader))
+        assert "exited unexpectedly" in str(caught.value.__cause__)
+    else:  # the OOM killer's SIGKILL: not shared memory, the error passes through as torch raised it
+        with pytest.raises(RuntimeError, match="exited unexpectedly") as caught:
+            list(shmguard.guard(loader))
+        assert not isinstance(caught.value, ShmTooSmall)
+
+
+def test_worker_signals_only_fill_in_what_torch_left_out():
+    class Worker:
+        def __init__(self, pid, exitcode):
+            self.pid, self.exitcode = pid, exitcode
+
+    class Iterator:
+        _workers = [Worker(11, 0), Worker(12, -signal.SIGBUS), Worker(13, None), Worker(14, 1)]
+
+    bare = "RuntimeError: DataLoader worker (pid(s) 12) exited unexpectedly"
+    assert guarded.worker_signals(Iterator(), bare) == (
+        "\nRuntimeError: DataLoader worker (pid 12) is killed by signal: Bus error. (its exit status, read by shmguard)")
+    named = bare + "\nRuntimeError: DataLoader worker (pid 12) is killed by signal: Bus error."
+    assert guarded.worker_signals(Iterator(), named) == ""  # torch said it
+    assert guarded.worker_signals(Iterator(), "KeyError: 'label'") == ""  # not a dead worker
+    assert guarded.worker_signals(object(), bare) == ""  # no workers (in-process loading)
 
 
 # --- the package surface -------------------------------------------------------------------------------
