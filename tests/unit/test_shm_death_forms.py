@@ -62,7 +62,7 @@ def test_a_worker_killed_by_sigbus(capfd):
     if "killed by signal: Bus error" in error:
         assert form(error) == "worker killed"
         assert form(error.splitlines()[0]) in ("worker killed", None)  # the outer error alone may be "exited"
-    else:  # torch's liveness check won the race (see the SIGKILL test): the worker's own SIGBUS line tells
+    else:  # torch's handler did not name it (see the SIGKILL test): the worker's own SIGBUS line tells
         worker_said = capfd.readouterr().err
         assert "Unexpected bus error encountered in worker" in worker_said
         assert form(error) is None
@@ -100,8 +100,9 @@ def test_what_is_not_shared_memory():
 
 
 def test_a_worker_killed_by_sigkill_as_torch_reports_it():
-    # torch names the signal only when its SIGCHLD handler runs before the trainer's own liveness check; under
-    # load the check can win (seen in CI: "exited unexpectedly" + "Empty", the handler's error left to __del__).
+    # torch names the signal from its SIGCHLD handler, which only the trainer's main thread runs, while it waits
+    # for the batch. In CI under load it did not: the trainer waited out its timeout, its own liveness check found
+    # the worker dead ("exited unexpectedly" + "Empty"), and the handler's error came later, in __del__.
     # Without the signal named, the chain is the bare "exited" form, which counts only beside a full /dev/shm.
     error = chain_of("SIGKILL")
     if "killed by signal: Killed" in error:
@@ -118,7 +119,7 @@ def test_the_trainer_killed_by_sigbus():
 
 
 @pytest.mark.parametrize("how", ["SIGBUS", "SIGKILL"])
-def test_when_the_liveness_check_wins_the_race(how, monkeypatch, capfd):
+def test_when_the_liveness_check_finds_the_dead_worker(how, monkeypatch, capfd):
     # torch's SIGCHLD handler kept from running: the trainer's liveness check is what finds the dead worker.
     from torch.utils.data import _utils
 
