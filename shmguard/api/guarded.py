@@ -54,8 +54,9 @@ class GuardedLoader:
         self._unmeasured = unmeasured  # why the batch was not measured
 
     def __iter__(self) -> Iterator[Any]:
-        iterator = iter(self.loader)
+        iterator = None  # torch's, kept for its workers' exit statuses; making it can fail of /dev/shm too (SemLock)
         try:
+            iterator = iter(self.loader)
             yield from iterator
         except Exception as exc:
             text = error_text(exc)

@@ -267,6 +267,20 @@ def test_a_dead_worker_when_torch_did_not_name_the_signal(container, monkeypatch
         assert not isinstance(caught.value, ShmTooSmall)
 
 
+def test_an_error_making_the_iterator_is_diagnosed_too(container):
+    # Starting the workers makes queues and semaphores in /dev/shm: a failure there is raised by iter() itself.
+    class FailsToStart(DataLoader):
+        def __iter__(self):
+            raise RuntimeError("unable to allocate shared memory(shm) for file </torch_7_1_0>: No space left on "
+                               "device (28)")
+
+    container["snapshot"] = snapshot(shm(total=GIB))
+    guarded_loader = shmguard.guard(DataLoader(Images(), batch_size=4))
+    guarded_loader.loader = FailsToStart(Images(), batch_size=4)
+    with pytest.raises(ShmTooSmall, match="unable to allocate shared memory"):
+        list(guarded_loader)
+
+
 def test_worker_signals_only_fill_in_what_torch_left_out():
     class Worker:
         def __init__(self, pid, exitcode):
