@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from shmguard.health import assess, main
 from shmguard.job import make_job
 from tests.unit.conftest import MIB, SHM_LINE, mountinfo
+from tests.unit.test_health_imports import health_imports
 
 JOB = make_job(workers=4, batch_size=64, sample_shape="3,224,224")  # needs 367.7 MiB
 
@@ -43,7 +41,6 @@ def test_junk_in_shm_before_the_job_is_not_counted_as_the_jobs_own(tree):
     healthy, message = assess(None, JOB, root)
     assert not healthy and "needs" in message
     # The same used space as live torch segments (file_system strategy) is the job's own.
-    import os
     os.rename(os.path.join(root.path, "dev/shm/junk.bin"), os.path.join(root.path, f"dev/shm/torch_{os.getpid()}_1_0"))
     os.makedirs(os.path.join(root.path, f"proc/{os.getpid()}"), exist_ok=True)
     assert assess(None, JOB, root)[0]
@@ -116,24 +113,17 @@ HEAVY = {"click", "docker", "kubernetes", "yaml", "torch", "requests", "urllib3"
          "re", "enum", "json"}
 
 
-def test_imports_no_heavy_module(tmp_path):
-    # -S: without site, whose start-up (.pth files, sitecustomize) imports typing, re and enum here itself,
-    # which would make this test unable to fail. The checkout goes on the path instead.
-    code = (
-        "import sys\n"
-        "before = set(sys.modules)\n"
-        "from shmguard import main\n"
-        "rc = main(['health', '--min-free', '1'])\n"
-        "new = sorted({m.split('.')[0] for m in set(sys.modules) - before})\n"
-        "print(' '.join(new))\n"
-    )
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, env=env)
-    assert proc.returncode in (0, 1), proc.stderr  # 1: this machine's /dev/shm may fail the check; no traceback
-    assert "Traceback" not in proc.stderr
-    imported = set(proc.stdout.splitlines()[-1].split())
-    assert "shmguard" in imported
-    assert not imported & HEAVY, imported & HEAVY
+def top_level(modules: set[str]) -> set[str]:
+    return {name.split(".")[0] for name in modules}
+
+
+def test_imports_no_heavy_module():
+    # Without site (health_child runs `python -S`), whose start-up (.pth files, sitecustomize) imports typing, re
+    # and enum here itself, which would make this test unable to fail.
+    code, imported = health_imports(None, 0, 0, "--min-free", "1")
+    assert code in (0, 1)  # 1: this machine's /dev/shm may fail the check; no traceback (health_child)
+    assert "shmguard" in top_level(imported)
+    assert not top_level(imported) & HEAVY, top_level(imported) & HEAVY
 
 
 # ---- under Slurm (issue 32) ----
@@ -166,18 +156,8 @@ def test_mem_caps_shm_when_no_cgroup_does(tree):
     assert healthy and "Slurm job 5" in message
 
 
-def test_imports_no_heavy_module_under_slurm(tmp_path):
-    code = (
-        "import sys\n"
-        "before = set(sys.modules)\n"
-        "from shmguard import main\n"
-        "rc = main(['health'])\n"
-        "new = sorted({m.split('.')[0] for m in set(sys.modules) - before})\n"
-        "print(' '.join(new))\n"
-    )
-    env = {**os.environ, **SLURM_TASK, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-           "SHMGUARD_WORKERS": "2", "SHMGUARD_BATCH_SIZE": "4", "SHMGUARD_SAMPLE_BYTES": "1k"}
-    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, env=env)
-    assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr
-    imported = set(proc.stdout.splitlines()[-1].split())
-    assert not imported & HEAVY, imported & HEAVY
+def test_imports_no_heavy_module_under_slurm():
+    env = {**SLURM_TASK, "SHMGUARD_WORKERS": "2", "SHMGUARD_BATCH_SIZE": "4", "SHMGUARD_SAMPLE_BYTES": "1k"}
+    code, imported = health_imports(None, 0, 0, env=env)
+    assert code in (0, 1)
+    assert not top_level(imported) & HEAVY, top_level(imported) & HEAVY
