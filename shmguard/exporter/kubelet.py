@@ -33,6 +33,7 @@ from shmguard.exporter.proc import PassRoot, read_memory
 from shmguard.probe import Root
 from shmguard.probe.cgroup import Level, parse_meminfo_total
 from shmguard.probe.mountinfo import parse_mountinfo
+from shmguard.probe.tmpfs import read_tmpfs
 from shmguard.record import Record
 
 EMPTY_DIR = "kubernetes.io~empty-dir"
@@ -200,15 +201,13 @@ class KubeletSource:
     def read(self, root: Root, volume: Volume) -> Reading | None:
         """The volume's tmpfs and its pod's memory; None when the volume is gone (the pod was deleted mid-pass)."""
         try:
-            st = root.statvfs(volume.path)
+            usage = read_tmpfs(volume.path, root)
         except OSError:
             return None
         levels = self.cgroups.get(volume.uid)
         if levels is None:
             levels = self.cgroups[volume.uid] = pod_cgroup(root, self.cgroup_root, volume.uid)
-        total = st.f_blocks * st.f_frsize
-        return read_memory(root, levels, self.host_memory).replace(
-            shm_size=total, shm_used=total - st.f_bfree * st.f_frsize)
+        return read_memory(root, levels, self.host_memory).replace(shm_size=usage.size, shm_used=usage.used)
 
     def target(self, volume: Volume) -> Target | None:
         """The volume's names from its pod (shmguard.exporter.podnames); by uid alone when the pod is not known."""
