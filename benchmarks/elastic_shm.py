@@ -45,7 +45,7 @@ from shmguard import model  # noqa: E402
 from shmguard.engine.elastic import ElasticSampler, memory_levels  # noqa: E402
 from shmguard.engine.elastic_policy import THRESHOLD, Policy  # noqa: E402
 from shmguard.job import make_job  # noqa: E402
-from tests.integration.cpu_burners import burners  # noqa: E402
+from tests.support.burners import burners  # noqa: E402
 
 MIB = 2**20
 BASE = "shmguard-base:bookworm"

@@ -1,41 +1,20 @@
-"""Fixtures for tests against the real Docker engine.
+"""Fixtures for tests against the real Docker engine (the constants and helpers they use are in tests/support/).
 
 Outside CI a missing engine or image skips these tests with the reason; with
 CI=true it fails them, because a green CI that skipped the engine proves nothing.
-Every container a test creates carries the label below and is removed when the
-test ends, pass or fail.
+Every container a test creates carries the label tests.support.containers.TEST_LABEL
+and is removed when the test ends, pass or fail.
 """
 
 from __future__ import annotations
 
-import os
-import uuid
 from typing import Any, Callable, Iterator
 
 import pytest
 
-from shmguard.record import Record
-
-DEMO_IMAGE = os.environ.get("SHMGUARD_DEMO_IMAGE", "shmguard-demo:latest")
-TEST_LABEL = "org.shmguard.test"
-SESSION = uuid.uuid4().hex[:12]
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
-
-
-def unavailable(reason: str) -> None:
-    """Skip locally, fail in CI."""
-    if in_ci():
-        pytest.fail(f"{reason} (CI=true: integration tests must run, not skip)", pytrace=False)
-    pytest.skip(reason)
-
-
-class RunResult(Record):
-    exit_code: int
-    logs: str
-    attrs: dict[str, Any]  # `docker inspect` of the container after it stopped
+from tests.support.ci import unavailable
+from tests.support.containers import DEMO_IMAGE, SESSION, TEST_LABEL, RunResult
+from tests.support.podman import missing, podman_service
 
 
 @pytest.fixture(scope="session")
@@ -89,3 +68,13 @@ def run_container(docker_client: Any) -> Iterator[Callable[..., RunResult]]:
             container.remove(force=True)
         except docker.errors.NotFound:
             pass
+
+
+# Podman's service with the demo image loaded, once per module that asks for it (tests/support/podman.py).
+@pytest.fixture(scope="module")
+def podman(tmp_path_factory, demo_image):
+    reason = missing()
+    if reason:
+        unavailable(reason)
+    with podman_service(tmp_path_factory.mktemp("podman"), images=(DEMO_IMAGE,)) as env:
+        yield env

@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,61 +27,16 @@ import pytest
 import yaml
 
 from shmguard.exporter import rules
-from tests.integration.conftest import SESSION, TEST_LABEL, unavailable
+from tests.support.ci import unavailable
+from tests.support.containers import SESSION, TEST_LABEL
+from tests.support.exporter_process import exporter, free_port, stop, wait_ready
+from tests.support.paths import CHECKOUT
 
-pytestmark = pytest.mark.integration
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.integration, pytest.mark.needs_docker, pytest.mark.needs_prometheus]
+REPO = CHECKOUT
 IMAGE = os.environ.get("SHMGUARD_BASE_IMAGE", "shmguard-base:bookworm")
 MIB = 2**20
 WAIT = 120  # seconds: generous bounds on a busy machine, never a timing assertion
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def wait_ready(url: str, proc: subprocess.Popen, why=lambda: "", timeout: float = WAIT) -> None:
-    """Until url answers 200 (AssertionError when proc exits first or the time is up, with why())."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=5) as answer:
-                if answer.status == 200:
-                    return
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise AssertionError(f"{url} never answered: {why()}")
-        time.sleep(0.2)
-
-
-@contextmanager
-def exporter(*args: str, env: dict | None = None) -> Iterator[int]:
-    """`shmguard exporter` from this tree on a free port; yields the port; stopped (SIGTERM, exit 0) after."""
-    environment = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-    proc = subprocess.Popen([sys.executable, "-m", "shmguard", "exporter", "--address", "127.0.0.1", "--port", "0",
-                             *args], stderr=subprocess.PIPE, text=True, env=environment, cwd=REPO)
-    try:
-        line = proc.stderr.readline()
-        assert "serving http://127.0.0.1:" in line, line + proc.stderr.read() if proc.poll() is not None else line
-        yield int(line.split("127.0.0.1:")[1].split("/")[0])
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
-    finally:
-        stop(proc)
-        proc.stderr.close()
 
 
 def http_json(url: str) -> Any:
@@ -253,7 +206,7 @@ def test_once_json_and_a_container_that_exits_mid_pass(docker_client, base_image
 
 
 def test_podman_through_its_docker_api(tmp_path, base_image):
-    from tests.integration.podman_engine import missing, podman_service
+    from tests.support.podman import missing, podman_service
 
     reason = missing()
     if reason:

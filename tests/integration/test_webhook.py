@@ -25,10 +25,14 @@ from shmguard.pod import read_pod
 from shmguard.units import parse_quantity
 from shmguard.webhook.deploy import render_webhook
 from shmguard.webhook.mutation import job_of_pod
-from tests.integration.conftest import SESSION, TEST_LABEL, unavailable
-from tests.unit.webhook.helpers import DATA, for_validation, load, patched_pod, with_pod
+from tests.support.ci import unavailable
+from tests.support.containers import SESSION, TEST_LABEL
+from tests.support.paths import CHECKOUT
+from tests.support.webhook import DATA, for_validation, load, patched_pod, with_pod
 
-ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.integration, pytest.mark.needs_docker]
+
+ROOT = CHECKOUT
 WEBHOOK_IMAGE = os.environ.get("SHMGUARD_WEBHOOK_IMAGE", "shmguard-webhook:latest")
 REVIEWS = sorted(p.stem for p in DATA.glob("*.json"))
 
@@ -409,7 +413,7 @@ def test_process_survives_hostile_clients(certs):
     import asyncio
     import ssl
 
-    from tests.unit.webhook import hostile
+    from tests.support import hostile
 
     running = Running(certs, "--timeout", "2", "--max-connections", "8")
     try:

@@ -14,8 +14,7 @@ import yaml
 
 from shmguard.cli import main
 from shmguard.exporter import dashboard, render, rules
-from tests.unit.exporter.test_rules import promtool  # noqa: F401 - the fixture
-from tests.unit.manifests.test_render_crds import CRDS, strict
+from tests.support.crds import CRDS, strict
 
 CRD_SCHEMAS = {"ServiceMonitor": "servicemonitor", "PrometheusRule": "prometheusrule"}
 
