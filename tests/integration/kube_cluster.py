@@ -44,8 +44,10 @@ K8S_VERSION = "v1.20.2"
 K8S_DIR = Path(os.environ.get("SHMGUARD_K8S_DIR", "/opt/shmguard-k8s"))
 BIN = K8S_DIR / "bin"
 PAUSE_ARCHIVE = K8S_DIR / "images" / "pause.tar"
-HELM3 = BIN / "helm3"
-HELM4 = BIN / "helm4"
+# Helm 3 and 4 (scripts/fetch-helm.sh puts them there).
+HELM_DIR = Path(os.environ.get("SHMGUARD_HELM_DIR", Path.home() / ".cache" / "shmguard" / "helm"))
+HELM3 = HELM_DIR / "v3.17.2" / "helm"
+HELM4 = HELM_DIR / "v4.1.4" / "helm"
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 LOCK = Path("/var/lock/shmguard-k8s.lock")
 PREFIX = "sg-kube-"
