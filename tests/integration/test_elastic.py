@@ -150,7 +150,7 @@ def in_container(container, *command) -> str:
 # --- the mechanism ---------------------------------------------------------------------------------
 
 def test_the_remount_grows_a_running_containers_shm_and_keeps_its_files_and_flags(sleeper):
-    from shmguard.engine.elastic import nsenter_remount, open_process, remount
+    from shmguard.engine.remount import nsenter_remount, open_process, remount
 
     container = sleeper()
     in_container(container, "sh", "-c", "head -c 10485760 /dev/zero > /dev/shm/kept")
@@ -171,7 +171,7 @@ def test_the_remount_grows_a_running_containers_shm_and_keeps_its_files_and_flag
 
 
 def test_a_process_of_another_container_is_refused(sleeper):
-    from shmguard.engine.elastic import open_process
+    from shmguard.engine.remount import open_process
 
     first, second = sleeper(), sleeper()
     with pytest.raises(OSError) as caught:
@@ -182,7 +182,8 @@ def test_a_process_of_another_container_is_refused(sleeper):
 def watched(container, raise_memory) -> tuple[int, Any, list[str]]:
     """Start a created container under an unpinned elastic sampler (as run does, with this raise call) and wait for
     its end: (exit code, the sampler, the lines it said)."""
-    from shmguard.engine.elastic import ElasticSampler, memory_levels
+    from shmguard.engine.elastic import ElasticSampler
+    from shmguard.engine.grower import memory_levels
     from shmguard.engine.elastic_policy import Policy
 
     said: list[str] = []

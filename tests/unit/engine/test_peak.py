@@ -105,3 +105,45 @@ def test_stop_twice_and_without_start(tmp_path):
     sampler = ProcessPeakSampler(str(tmp_path), interval=0.001).start()
     sampler.stop()
     sampler.stop()
+
+
+# --- what the sampler processes import (issue 43.1) ---
+
+def plant_shmguard(folder) -> str:
+    """A folder named `shmguard` in `folder` whose import leaves a mark: what a stranger can leave in /tmp, a shared
+    checkout, or a repository that vendors another copy. Returns the mark's path."""
+    mark = folder / "imported-from-cwd"
+    package = folder / "shmguard"
+    (package / "engine").mkdir(parents=True)
+    trap = f"open({str(mark)!r}, 'a').write(__name__ + '\\n')\n"
+    (package / "__init__.py").write_text(trap)
+    (package / "engine" / "__init__.py").write_text(trap)
+    (package / "engine" / "shm_sampler.py").write_text(trap + "raise SystemExit(0)\n")
+    return str(mark)
+
+
+def test_the_sampler_process_never_imports_a_shmguard_from_the_current_directory(tmp_path, monkeypatch):
+    """`python -m` puts the current directory first on sys.path: a folder named shmguard wherever the user stands
+    would run as root in the sampler. The sampler is this shmguard's, whatever the directory and the environment."""
+    mark = plant_shmguard(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}.")  # ignored too: the sampler runs isolated
+    monkeypatch.setenv("PYTHONSTARTUP", mark)
+    sampler = ProcessPeakSampler(str(tmp_path), interval=0.001).start()
+    sampler.stop()
+    assert not os.path.exists(mark), open(mark).read()
+    assert sampler.samples >= 1 and sampler.peaks["shm"] is not None  # the real sampler ran
+
+
+def test_the_elastic_sampler_process_never_imports_a_shmguard_from_the_current_directory(tmp_path, monkeypatch):
+    from shmguard.engine.elastic import ElasticSampler
+    from shmguard.engine.elastic_policy import Policy
+
+    mark = plant_shmguard(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    sampler = ElasticSampler(Policy(batch_bytes=0), print, lambda limit: None, realtime=False).spawn()
+    proc = sampler._proc
+    sampler.stop()  # closing its stdin before any container: it ends at once, with nothing to say
+    assert proc.returncode == 0
+    assert not os.path.exists(mark), open(mark).read()
