@@ -150,7 +150,7 @@ def in_container(container, *command) -> str:
 # --- the mechanism ---------------------------------------------------------------------------------
 
 def test_the_remount_grows_a_running_containers_shm_and_keeps_its_files_and_flags(sleeper):
-    from shmguard.engine.remount import nsenter_remount, open_process, remount
+    from shmguard.engine.remount import namespace_remount, open_process, remount
 
     container = sleeper()
     in_container(container, "sh", "-c", "head -c 10485760 /dev/zero > /dev/shm/kept")
@@ -164,10 +164,33 @@ def test_the_remount_grows_a_running_containers_shm_and_keeps_its_files_and_flag
                        if line.split()[4] == "/dev/shm")
         assert {"nosuid", "nodev", "noexec"} <= set(options.split(","))  # the mount's own flags, untouched
         in_container(container, "sh", "-c", "head -c 150000000 /dev/zero > /dev/shm/big")  # past the old 64 MiB
-        nsenter_remount(fd, 300 * MIB)  # the way for kernels without fspick
+        namespace_remount(fd, 300 * MIB)  # the way for kernels without fspick
         assert in_container(container, "stat", "-f", "-c", "%b", "/dev/shm").strip() == str(300 * MIB // 4096)
+        options = next(line.split()[5] for line in in_container(container, "cat", "/proc/self/mountinfo").splitlines()
+                       if line.split()[4] == "/dev/shm")
+        assert {"nosuid", "nodev", "noexec"} <= set(options.split(","))
+        assert in_container(container, "stat", "-c", "%s", "/dev/shm/kept").strip() == str(10 * MIB)
     finally:
         os.close(fd)
+
+
+def test_the_fallback_remount_runs_nothing_of_the_containers(sleeper, tmp_path):
+    """Issue 43.1: `nsenter --mount … mount` ran the container's own /bin/mount (whatever the image put there) as the
+    host's root, outside the container's pid namespace and cgroup. The fallback runs no program at all."""
+    from shmguard.engine.remount import namespace_remount, open_process
+
+    trap = tmp_path / "mount"
+    trap.write_text("#!/bin/sh\necho \"ran as $(id -u): $*\" > /tmp/trap-ran\nexit 0\n")
+    trap.chmod(0o755)
+    volumes = {str(trap): {"bind": path, "mode": "ro"} for path in ("/usr/bin/mount", "/bin/mount", "/usr/sbin/mount")}
+    container = sleeper(volumes=volumes)
+    fd = open_process(container.attrs["State"]["Pid"], container.id)
+    try:
+        namespace_remount(fd, 100 * MIB)
+    finally:
+        os.close(fd)
+    assert container.exec_run(["cat", "/tmp/trap-ran"]).exit_code != 0, container.exec_run(["cat", "/tmp/trap-ran"])
+    assert in_container(container, "stat", "-f", "-c", "%b", "/dev/shm").strip() == str(100 * MIB // 4096)
 
 
 def test_a_process_of_another_container_is_refused(sleeper):

@@ -147,3 +147,22 @@ def test_the_elastic_sampler_process_never_imports_a_shmguard_from_the_current_d
     sampler.stop()  # closing its stdin before any container: it ends at once, with nothing to say
     assert proc.returncode == 0
     assert not os.path.exists(mark), open(mark).read()
+
+
+def test_every_process_shmguard_starts_is_started_isolated():
+    """Issue 43.1: shmguard starts processes as root (the samplers; the remount's nsenter ran the container's own
+    /bin/mount). Every program the package runs is started by start_sampler (isolated, from /), and nothing else
+    (a fork runs this process's own code, already imported: the webhook's workers, the API's batch probe)."""
+    import re
+    from pathlib import Path
+
+    import shmguard
+
+    starts = re.compile(r"\bsubprocess\.\w+\(|\bos\.(system|popen|exec\w*|spawn\w*|posix_spawn\w*)\(|"
+                        r"\bpty\.spawn\(|create_subprocess_\w+\(")
+    found = []
+    for path in sorted(Path(shmguard.__file__).parent.rglob("*.py")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if starts.search(line.split("#")[0]):
+                found.append(f"{path.relative_to(Path(shmguard.__file__).parent)}:{number}")
+    assert len(found) == 1 and found[0].startswith("engine/peak.py:"), found
