@@ -77,13 +77,16 @@ class ElasticSampler:
         self._thread.start()
         return self
 
-    def start(self, container_id: str, pid: int, memory_files: MemoryFiles, started_at: float) -> "ElasticSampler":
-        """Watch this container (started at `started_at`, wall clock) from now on."""
+    def start(self, container_id: str, pid: int, memory_files: MemoryFiles, started_at: float,
+              shm_device: str | None = None) -> "ElasticSampler":
+        """Watch this container (started at `started_at`, wall clock) from now on; only the tmpfs `shm_device`
+        (major:minor, from its mountinfo) is ever resized."""
         if self._proc is None:
             self.spawn()
         self.config = {"pid": pid, "container_id": container_id, "batch_bytes": self.policy.batch_bytes,
                        "threshold": self.policy.threshold, "memory_pinned": self.policy.memory_pinned,
-                       "memory_levels": [list(level) for level in memory_files.levels], "started_at": started_at}
+                       "memory_levels": [list(level) for level in memory_files.levels], "started_at": started_at,
+                       "shm_device": shm_device}
         try:
             self._proc.stdin.write(json.dumps(self.config) + "\n")
             self._proc.stdin.flush()
@@ -178,15 +181,19 @@ class ElasticSampler:
 # --- run's glue ---------------------------------------------------------------------------------------
 
 def shm_target(options) -> str | None:
-    """A user's volume, bind or tmpfs at /dev/shm (as given), which makes /dev/shm not the container's own tmpfs."""
+    """A user's volume, bind or tmpfs at /dev/shm or above it (/dev), as given, which makes /dev/shm not the
+    container's own tmpfs. Paths are compared as the engine cleans them (`/dev//shm/` is /dev/shm); the container's
+    mountinfo decides once it runs (container_shm)."""
+    from shmguard.engine.flags import clean_path, covers_shm, parse_mount
+
     for volume in options.volumes:
         parts = volume.split(":")
-        if len(parts) > 1 and parts[1].rstrip("/") == "/dev/shm":
+        if len(parts) > 1 and parts[1].startswith("/") and covers_shm(clean_path(parts[1])):
             return f"-v {volume}"
     for mount in options.mounts:
-        fields = dict(f.partition("=")[::2] for f in mount.split(","))
-        if fields.get("target", "").rstrip("/") == "/dev/shm":
-            return f"--mount {mount}"
+        spec = parse_mount(mount) if isinstance(mount, str) else mount
+        if covers_shm(spec.target):
+            return f"--mount {spec.text()}"
     return None
 
 
@@ -271,11 +278,12 @@ def prepare(plan, container, say: Callable[[str], None]) -> ElasticSampler:
     return ElasticSampler(policy, say, raise_memory_of(container), record).spawn()
 
 
-def begin(sampler: ElasticSampler, container, started_at: float) -> tuple[bool, str | None]:
+def begin(sampler: ElasticSampler, container, started_at: float, shm=None) -> tuple[bool, str | None]:
     """Point the sampler at the started container. (True, None): it watches; (False, why): elastic growth cannot work
     on this container (why None: it has ended already); then the sampler is stopped and the caller watches /dev/shm
-    as usual."""
-    from shmguard.probe.mountinfo import mount_at, parse_mountinfo
+    as usual. `shm`: what is at its /dev/shm (container_shm.ContainerShm), when the caller read it already. Only the
+    container's own tmpfs is ever grown, and only the one seen now (its device number goes to the sampler)."""
+    from shmguard.engine import container_shm
 
     try:
         container.reload()
@@ -289,18 +297,17 @@ def begin(sampler: ElasticSampler, container, started_at: float) -> tuple[bool, 
         with open(f"/proc/{pid}/cgroup") as f:
             if container.id not in f.read():
                 raise OSError(errno.ENXIO, "not the container's process")
-        with open(f"/proc/{pid}/mountinfo") as f:
-            shm = mount_at(parse_mountinfo(f.read())[0], "/dev/shm")
+        shm = shm or container_shm.read(pid, container.id)
         files = memory_levels(pid)
     except OSError as exc:
         sampler.stop()
         if gone(exc):
             return False, None
         return False, "the container's processes are not on this host (an engine in a VM, or another machine)"
-    if shm is None or shm.fstype != "tmpfs":
+    if shm.kind != container_shm.OWN:
         sampler.stop()
-        return False, "the container's /dev/shm is not a tmpfs of its own"
-    sampler.start(container.id, pid, files, started_at)
+        return False, f"its /dev/shm is {shm.describe()}, not the container's own tmpfs: shmguard never resizes it"
+    sampler.start(container.id, pid, files, started_at, shm.device)
     return True, None
 
 

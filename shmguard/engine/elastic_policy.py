@@ -226,7 +226,7 @@ def status(requested: bool, *, detach: bool = False, ipc_host: bool = False, shm
            remote_engine: str | None = None, privileged: bool = True) -> Status:
     """Whether elastic growth can work: asked for, a followed run, the container's own /dev/shm tmpfs, an engine on
     this host and the right to remount (root or CAP_SYS_ADMIN). `shm_target`: a user's volume, bind or tmpfs at
-    /dev/shm, as given; `remote_engine`: the engine's address when it is not on this host."""
+    /dev/shm (or over it: /dev), as given; `remote_engine`: the engine's address when it is not on this host."""
     if not requested:
         return Status(False, "--no-elastic")
     if detach:
@@ -234,7 +234,7 @@ def status(requested: bool, *, detach: bool = False, ipc_host: bool = False, shm
     if ipc_host:
         return Status(False, "--ipc host: /dev/shm is the host's, not the container's")
     if shm_target:
-        return Status(False, f"{shm_target} is mounted at /dev/shm: not the container's own tmpfs")
+        return Status(False, f"{shm_target} is mounted at /dev/shm or over it: not the container's own tmpfs")
     if remote_engine:
         return Status(False, f"the engine at {remote_engine} is not on this host: its containers' mounts cannot be "
                              f"reached from here")

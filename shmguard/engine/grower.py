@@ -229,7 +229,12 @@ def grower_from_config(config: dict) -> Grower:
     policy = Policy(batch_bytes=int(config["batch_bytes"]), threshold=float(config["threshold"]),
                     memory_pinned=bool(config["memory_pinned"]))
     files = MemoryFiles(levels=tuple((str(p), str(v)) for p, v in config["memory_levels"]))
-    return Grower(proc_fd, policy, memory_reader(files), float(config["started_at"]), emit_json)
+    device = config.get("shm_device")
+
+    def resize(fd: int, size: int) -> None:  # only the tmpfs identified at the start (remount checks its device)
+        remount(fd, size, None if device is None else str(device))
+
+    return Grower(proc_fd, policy, memory_reader(files), float(config["started_at"]), emit_json, resize=resize)
 
 
 def realtime() -> bool:

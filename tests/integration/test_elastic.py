@@ -206,8 +206,8 @@ def watched(container, raise_memory) -> tuple[int, Any, list[str]]:
     """Start a created container under an unpinned elastic sampler (as run does, with this raise call) and wait for
     its end: (exit code, the sampler, the lines it said)."""
     from shmguard.engine.elastic import ElasticSampler
-    from shmguard.engine.grower import memory_levels
     from shmguard.engine.elastic_policy import Policy
+    from shmguard.engine.grower import memory_levels
 
     said: list[str] = []
     sampler = ElasticSampler(Policy(batch_bytes=0), said.append, raise_memory).spawn()
@@ -389,3 +389,65 @@ def test_podman_cannot_raise_a_limit_so_the_growth_stops_at_the_ceiling_and_says
     finally:
         container.remove(force=True)
         client.close()
+
+
+# --- only the container's own tmpfs is ever grown (issues 43.2, 43.3) -------------------------------------------
+
+def shm_blocks(path: str) -> int:
+    return os.statvfs(path).f_blocks
+
+
+def test_begin_never_points_the_sampler_at_the_hosts_dev_shm(sleeper):
+    """Issue 43.2: under `-v /dev:/dev` Docker drops the container's own /dev/shm and the host's is what the container
+    sees; begin() only looked for a tmpfs at /dev/shm and would have grown the host's. The container's mountinfo (the
+    device of the mount there, which the host has at its own /dev/shm) decides."""
+    from shmguard.engine.elastic import ElasticSampler, begin
+    from shmguard.engine.elastic_policy import Policy
+
+    container = sleeper(volumes={"/dev": {"bind": "/dev", "mode": "rw"}})
+    sampler = ElasticSampler(Policy(batch_bytes=0), print, lambda limit: None, realtime=False).spawn()
+    try:
+        watching, why = begin(sampler, container, time.time())
+    finally:
+        sampler.stop()
+    assert not watching and "the host's /dev/shm" in why, why
+
+
+@pytest.fixture
+def small_host_tmpfs(tmp_path):
+    """A 16 MiB tmpfs on the host whose source says `shm`, as the engines name their own (unmounted after the test)."""
+    point = tmp_path / "small"
+    point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "shm", str(point)], check=True)
+    try:
+        yield str(point)
+    finally:
+        subprocess.run(["umount", "-l", str(point)], check=False)
+
+
+@pytest.mark.parametrize("spelling", ["/dev//shm", "/dev/./shm", "/dev/shm/."])
+def test_a_users_mount_at_dev_shm_spelled_otherwise_is_never_grown(docker_client, state, name, small_host_tmpfs,
+                                                                   spelling):
+    """Issue 43.3: `-v SRC:/dev//shm` is /dev/shm to the engine; shmguard compared text, said elastic was on, and grew
+    the user's host tmpfs past its 16 MiB when the job filled it."""
+    before = shm_blocks(small_host_tmpfs)
+    proc = shmguard("run", *NO_JOB, "--json", "--name", name, "-v", f"{small_host_tmpfs}:{spelling}", BASE, "--",
+                    "python3", "-c", GROWER, str(4 * MIB), str(14 * MIB), "0.05", env=state)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert shm_blocks(small_host_tmpfs) == before  # the user's tmpfs kept its size
+    assert not report["elastic"]["on"] and "not the container's own tmpfs" in report["elastic"]["reason"]
+    assert report["shm_growths"] == [] and not GROWTH_LINE.findall(proc.stderr)
+    assert gone(docker_client, name) and records(state) == [] and no_orphan_samplers()
+
+
+def test_a_bind_of_the_hosts_dev_leaves_the_hosts_dev_shm_alone(docker_client, state, name):
+    """Issue 43.2, end to end: `-v /dev:/dev`: elastic is off, says why, and the host's /dev/shm keeps its size."""
+    before = shm_blocks("/dev/shm")
+    proc = shmguard("run", *NO_JOB, "--json", "--name", name, "-v", "/dev:/dev", BASE, "--", "python3", "-c",
+                    GROWER, str(4 * MIB), str(8 * MIB), "0.05", env=state)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert shm_blocks("/dev/shm") == before
+    assert not report["elastic"]["on"] and "-v /dev:/dev" in report["elastic"]["reason"]
+    assert gone(docker_client, name) and records(state) == [] and no_orphan_samplers()

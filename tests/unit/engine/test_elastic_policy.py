@@ -155,7 +155,7 @@ def test_the_size_to_start_with_next_time():
     ({"requested": False}, "--no-elastic"),
     ({"requested": True, "detach": True}, "-d: nobody follows"),
     ({"requested": True, "ipc_host": True}, "--ipc host"),
-    ({"requested": True, "shm_target": "-v /data/shm:/dev/shm"}, "-v /data/shm:/dev/shm is mounted at /dev/shm"),
+    ({"requested": True, "shm_target": "-v /data/shm:/dev/shm"}, "-v /data/shm:/dev/shm is mounted at /dev/shm or over it"),
     ({"requested": True, "remote_engine": "tcp://gpu-box:2376"}, "the engine at tcp://gpu-box:2376 is not on this host"),
     ({"requested": True, "privileged": False}, "rootless"),
 ])
