@@ -38,8 +38,9 @@ class ElasticSampler:
 
     def __init__(self, policy: Policy, say: Callable[[str], None], raise_memory: Callable[[int], str | None],
                  on_growth: Callable[[list], None] | None = None, interval: float = 0.0002,
-                 realtime: bool = True, python: str | None = None) -> None:
+                 realtime: bool = True, python: str | None = None, ledger: str | None = None) -> None:
         self.policy = policy
+        self.ledger = ledger  # the host's list of elastic samplers (engine.ledger; None: its default folder)
         self.interval = interval
         self.realtime = realtime
         self.say = say
@@ -86,7 +87,7 @@ class ElasticSampler:
         self.config = {"pid": pid, "container_id": container_id, "batch_bytes": self.policy.batch_bytes,
                        "threshold": self.policy.threshold, "memory_pinned": self.policy.memory_pinned,
                        "memory_levels": [list(level) for level in memory_files.levels], "started_at": started_at,
-                       "shm_device": shm_device}
+                       "shm_device": shm_device, "ledger": self.ledger}
         try:
             self._proc.stdin.write(json.dumps(self.config) + "\n")
             self._proc.stdin.flush()
@@ -141,6 +142,9 @@ class ElasticSampler:
             self.capped = str(event["message"])
             self.capped_wanted = int(event.get("wanted") or 0) or None
             self.say(f"shmguard: {self.capped}")
+        elif kind == "uncoordinated":
+            self.say(f"shmguard: elastic /dev/shm cannot see the other elastic runs on this host ({event.get('reason')}):"
+                     f" its growths count only the host's free memory")
         elif kind == "stopped":
             self.ready.set()
             if not event.get("gone"):

@@ -12,9 +12,10 @@ import json
 import os
 import sys
 import time
-from typing import Callable
+from typing import Callable, ContextManager
 
 from shmguard.engine.elastic_policy import Decision, Memory, Policy, decide, short_at_start
+from shmguard.engine.ledger import DEFAULT_DIR, Ledger, uncoordinated
 from shmguard.engine.remount import gone, load_libc, open_process, remount
 from shmguard.probe.cgroup import parse_memory_stat
 from shmguard.record import Record
@@ -121,7 +122,8 @@ class Grower:
 
     def __init__(self, proc_fd: int, policy: Policy, read_memory: Callable[[], Memory], started_at: float,
                  emit: Callable[[dict], None], resize: Callable[[int, int], None] = remount,
-                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+                 ledger: Callable[[], ContextManager[tuple[bool, int | None]]] = uncoordinated) -> None:
         self.proc_fd = proc_fd
         self.policy = policy
         self.read_memory = read_memory
@@ -130,9 +132,12 @@ class Grower:
         self.resize = resize
         self.clock = clock
         self.wall = wall
+        self.ledger = ledger  # the host's growth lock (ledger.Ledger.held), with the others' room
+        self.host: Ledger | None = None  # this sampler's place in the host's list, left when it ends
         self.threshold = policy.threshold
         self.crossed_at: float | None = None  # when the use first stood past the threshold of this size
-        self.limit_before: int | None | bool = False  # the limit at the previous growth, or the first read (False: none)
+        self.raised_from: int | None | bool = False  # the limit before a raise shmguard had done since the last growth
+        self.pending_from: int | None = None  # the limit when that raise was asked for
         self.quiet_until = 0.0
         self.pending_limit: int | None = None
         self.pending_since = 0.0
@@ -161,8 +166,6 @@ class Grower:
         self.last_reading, self.last_fast = now, slow is None
         if now - self.memory_at > MEMORY_FRESH:
             self.memory, self.memory_at = self.read_memory(), now
-            if self.limit_before is False:
-                self.limit_before = self.memory.limit
         at_start = self.first and short_at_start(used, size, self.policy)  # too small for the batches: grow now
         self.first = False
         if used < size * self.threshold and not at_start:
@@ -172,10 +175,20 @@ class Grower:
             self.crossed_at = now
         if now < self.quiet_until:
             return None
-        if self.pending_limit is not None:  # the engine is raising the limit: see it as soon as it is done
+        with self.ledger() as (free, elsewhere):
+            if not free:  # another elastic run on this host is deciding a growth: at the next reading
+                return None
+            self.grow(used, size, now, elsewhere)
+        return None
+
+    def grow(self, used: int, size: int, now: float, elsewhere: int | None) -> None:
+        """Decide past the threshold and act (under the host's growth lock). `elsewhere`: what the other elastic
+        /dev/shm on this host may still fill (None: there is none), read now: then the memory is read now too."""
+        crossed_at = now if self.crossed_at is None else self.crossed_at
+        if self.pending_limit is not None or elsewhere is not None:  # a raise awaited, or others growing: as of now
             self.memory, self.memory_at = self.read_memory(), now
-        memory = self.memory
-        assert memory is not None
+        assert self.memory is not None
+        memory = self.memory.replace(elsewhere=elsewhere or 0)
         decision = self.decide(used, size, memory, now)
         if decision.grow_to is not None and decision.grow_to > size:
             try:
@@ -183,17 +196,18 @@ class Grower:
             except OSError as exc:
                 self.stopped = True
                 self.emit({"event": "stopped", "gone": gone(exc), "reason": exc.strerror or str(exc)})
-                return None
+                return
             done, wall = self.clock(), self.wall()
+            # The limit is named as raised only when shmguard had it raised (a `docker update` by hand is not ours).
+            before = memory.limit if self.raised_from is False else self.raised_from
             self.emit({"event": "grew", "at": wall, "elapsed": wall - self.started_at, "from": size,
-                       "to": decision.grow_to, "used": used,
-                       "limit_before": None if self.limit_before is False else self.limit_before,
-                       "limit_after": memory.limit, "reaction": done - self.crossed_at})
+                       "to": decision.grow_to, "used": used, "limit_before": before, "limit_after": memory.limit,
+                       "reaction": done - crossed_at})
             self.size = decision.grow_to
             self.crossed_at = None
-            self.limit_before = memory.limit
+            self.raised_from = False
         if decision.raise_limit_to is not None and self.pending_limit is None:
-            self.pending_limit, self.pending_since = decision.raise_limit_to, now
+            self.pending_limit, self.pending_since, self.pending_from = decision.raise_limit_to, now, memory.limit
             self.emit({"event": "raise", "from": memory.limit, "to": decision.raise_limit_to})
         if self.pending_limit is not None:
             self.quiet_until = now + RAISE_POLL
@@ -202,12 +216,13 @@ class Grower:
                 self.capped_said = True
                 self.emit({"event": "capped", "message": decision.capped, "size": self.size, "wanted": decision.wanted})
             self.quiet_until = now + CAPPED_QUIET
-        return None
 
     def decide(self, used: int, size: int, memory: Memory, now: float) -> Decision:
         if self.pending_limit is not None:
             if memory.limit is not None and memory.limit >= self.pending_limit:
-                self.pending_limit = None  # raised: grow on
+                self.pending_limit = None  # raised: grow on (the next growth names the raise)
+                if self.raised_from is False:
+                    self.raised_from = self.pending_from
             elif self.raise_failed is None and now - self.pending_since > RAISE_TIMEOUT:
                 self.raise_failed = f"no answer in {RAISE_TIMEOUT:g}s"
             if self.raise_failed is not None:
@@ -234,7 +249,15 @@ def grower_from_config(config: dict) -> Grower:
     def resize(fd: int, size: int) -> None:  # only the tmpfs identified at the start (remount checks its device)
         remount(fd, size, None if device is None else str(device))
 
-    return Grower(proc_fd, policy, memory_reader(files), float(config["started_at"]), emit_json, resize=resize)
+    host = Ledger(str(config.get("ledger") or DEFAULT_DIR),
+                  {"pid": int(config["pid"]), "container": str(config["container_id"]), "device": device})
+    host.join()
+    if host.error:
+        emit_json({"event": "uncoordinated", "reason": host.error})
+    grower = Grower(proc_fd, policy, memory_reader(files), float(config["started_at"]), emit_json, resize=resize,
+                    ledger=host.held)
+    grower.host = host
+    return grower
 
 
 def realtime() -> bool:

@@ -116,7 +116,11 @@ def main_elastic(interval: float, realtime: bool) -> int:
 
     threading.Thread(target=read_commands, daemon=True).start()
     print(json.dumps({"event": "ready", "realtime": realtime}), flush=True)
-    peak, samples = sample(shm_path(grower.proc_fd), interval, done, grower)
+    try:
+        peak, samples = sample(shm_path(grower.proc_fd), interval, done, grower)
+    finally:
+        if grower.host is not None:
+            grower.host.leave()
     print(json.dumps({"peak": peak, "samples": samples, "size": grower.size or None, "realtime": realtime,
                       "gap_max": round(grower.gap_max, 6)}), flush=True)
     return 0

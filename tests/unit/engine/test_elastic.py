@@ -77,3 +77,10 @@ def test_the_last_line_gives_the_peak_and_the_size():
     watcher, _, _, _ = sampler()
     watcher.handle({"peak": 300 * MIB, "samples": 5000, "size": 646 * MIB, "realtime": True})
     assert watcher.peaks["shm"] == 300 * MIB and watcher.size == 646 * MIB and watcher.samples == 5000
+
+
+def test_a_sampler_that_cannot_see_the_other_elastic_runs_says_so():
+    watcher, said, _, _ = sampler()
+    watcher.handle({"event": "uncoordinated", "reason": "/run/shmguard: Permission denied"})
+    assert said == ["shmguard: elastic /dev/shm cannot see the other elastic runs on this host (/run/shmguard: "
+                    "Permission denied): its growths count only the host's free memory"]

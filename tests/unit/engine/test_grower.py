@@ -286,3 +286,19 @@ def test_far_below_the_threshold_it_reads_less_often():
     assert grow(40 * MIB, 64 * MIB) == pytest.approx(room / (4 * FILL_RATE))  # 0.49 ms
     assert grow(47 * MIB, 64 * MIB) is None  # next to it: the sampler's own 0.2 ms
     assert grow(330 * MIB, 512 * MIB) == SLOW_INTERVAL  # a job with room to spare
+
+
+def test_a_limit_changed_by_hand_is_not_named_as_shmguards_raise():
+    """Issue 44.8: a growth's limit_before/after (meant for when shmguard had the limit raised) named a `docker update
+    --memory` done by hand between two growths as shmguard's doing."""
+    fakes = Fakes(Memory(limit=4 * GIB, own=100 * MIB, available=20 * GIB, host_total=24 * GIB))
+    grow = fakes.grower()
+    grow(0, 64 * MIB)
+    grow(60 * MIB, 64 * MIB)
+    assert fakes.events[-1]["event"] == "grew"
+    fakes.memory = fakes.memory.replace(limit=8 * GIB)  # docker update --memory 8g, by hand
+    fakes.now += MEMORY_FRESH * 2
+    size = fakes.resized[-1]
+    grow(size - MIB, size)
+    last = fakes.events[-1]
+    assert last["event"] == "grew" and last["limit_before"] == last["limit_after"] == 8 * GIB
