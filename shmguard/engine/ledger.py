@@ -44,15 +44,17 @@ def process_start(pid: int) -> str | None:
 def shm_room(entry: dict) -> int | None:
     """What a listed /dev/shm may still fill (size less used), read through its container's process; None when it
     is gone or no longer the tmpfs listed."""
+    from shmguard.probe.tmpfs import read_tmpfs
+
     path = f"/proc/{int(entry['pid'])}/root/dev/shm"
     try:
         st = os.stat(path, follow_symlinks=False)
-        vfs = os.statvfs(path)
+        shm = read_tmpfs(path)
     except (OSError, ValueError):
         return None
     if entry.get("device") and f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}" != entry["device"]:
         return None
-    return max(0, vfs.f_bfree * vfs.f_frsize)
+    return max(0, shm.size - shm.used)
 
 
 class Ledger:
