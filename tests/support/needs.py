@@ -65,6 +65,12 @@ def _slurm() -> str | None:
     return missing()
 
 
+def _cluster() -> str | None:
+    from tests.support.kube_cluster import missing
+
+    return missing()
+
+
 def _root() -> str | None:
     return None if os.geteuid() == 0 else "it needs root"
 
@@ -78,6 +84,8 @@ NEEDS: dict[str, tuple[str, Callable[[], str | None]]] = {
                          _tools("prometheus", "promtool", hint="scripts/setup.sh installs Debian's prometheus")),
     "needs_torch": ("torch (pip install torch==2.13.0)", _module("torch")),
     "needs_root": ("root (mounts, a throwaway engine, remounting a container's tmpfs)", _root),
+    "needs_cluster": ("the single-node Kubernetes of tests/support/kube_cluster.py (scripts/kubernetes/build.sh)",
+                      _cluster),
     "needs_kubectl": ("kubectl", _tools("kubectl", hint="the machine image carries kubectl")),
     "needs_kpt": ("kpt", _tools("kpt", hint="scripts/setup.sh installs kpt")),
 }
