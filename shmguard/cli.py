@@ -205,14 +205,17 @@ def render_slurm_command(job, launcher, name, nodes, time_limit, partition, memo
 @click.option("--timeout-seconds", type=click.IntRange(min=1, max=30), default=5, show_default=True)
 @click.option("--mode", type=click.Choice(MODES), default="deny", show_default=True,
               help="/validate: deny a Pod whose /dev/shm cannot hold its job, or allow it with warnings.")
-def render_webhook_command(namespace, name, image, replicas, certs_dir, failure_policy, timeout_seconds, mode) -> int:
+@click.option("--default", "defaults", multiple=True, metavar="NAME=VALUE",
+              help="A job default the webhook gives every Pod (its `webhook serve --default`), e.g. prefetch_factor=4.")
+def render_webhook_command(namespace, name, image, replicas, certs_dir, failure_policy, timeout_seconds, mode,
+                           defaults) -> int:
     """Print the manifests that run the admission webhook: ServiceAccount, Deployment, PodDisruptionBudget, Service,
     Mutating- and ValidatingWebhookConfiguration (and cert-manager's Issuer and Certificate without --certs-dir)."""
     from shmguard.commands.webhook import render
     from shmguard.manifests.yamlio import dump
 
     docs = render(namespace=namespace, name=name, image=image, replicas=replicas, certs_dir=certs_dir,
-                  failure_policy=failure_policy, timeout_seconds=timeout_seconds, mode=mode)
+                  failure_policy=failure_policy, timeout_seconds=timeout_seconds, mode=mode, defaults=defaults)
     click.echo(dump(docs), nl=False)
     return 0
 
