@@ -153,13 +153,22 @@ def files() -> dict[str, str]:
     }
 
 
-def write(directory: str | os.PathLike) -> list[Path]:
-    """Write the chart into directory (each file atomically); the paths written."""
+GUIDE = "docs/guides/helm.md"  # the chart's README is also the documentation site's page on it
+
+
+def guide() -> str:
+    return readme().replace("# The shmguard chart", "# The Helm chart: charts/shmguard", 1)
+
+
+def write(directory: str | os.PathLike, guide_path: str | os.PathLike | None = None) -> list[Path]:
+    """Write the chart into directory (each file atomically), and its guide page when given; the paths written."""
     from shmguard.files import write_atomic
 
     out = []
-    for rel, text in files().items():
-        path = Path(directory) / rel
+    texts: list[tuple[Path, str]] = [(Path(directory) / rel, text) for rel, text in files().items()]
+    if guide_path is not None:
+        texts.append((Path(guide_path), guide()))
+    for path, text in texts:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(str(path), text)
         out.append(path)
@@ -170,7 +179,11 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     args = sys.argv[1:] if argv is None else argv
-    directory = args[0] if args else str(Path(__file__).resolve().parents[2] / "charts" / "shmguard")
-    for path in write(directory):
+    repo = Path(__file__).resolve().parents[2]
+    if args:
+        paths = write(args[0])
+    else:
+        paths = write(repo / "charts" / "shmguard", repo / GUIDE)
+    for path in paths:
         print(path)
     return 0

@@ -112,3 +112,7 @@ def test_the_helm_side_of_the_tree():
                                  '  {{- range $key, $value := .Values.m }}', '  - "-d"',
                                  '  - {{ printf "%s=%v" $key $value | toJson }}', '  {{- end }}',
                                  'alert: {{ toJson "{{ $labels.pod }}" }}', '{{- end }}']
+
+
+def test_the_guide_page_is_the_charts_readme():
+    assert (CHART.parents[1] / build.GUIDE).read_text() == build.guide()
