@@ -578,6 +578,30 @@ def exporter_render_rules() -> int:
     return 0
 
 
+@cli.command("top")
+@click.option("--host", metavar="URL", help="The engine's API (default: DOCKER_HOST, else the local socket; Podman: "
+                                            "unix:///run/podman/podman.sock).")
+@click.option("--kubelet-root", "kubelet_root", metavar="DIR",
+              help="Node mode: show the memory emptyDirs at /dev/shm of this node's pods instead of the engine's "
+                   "containers.")
+@click.option("--node-name", "node_name", envvar="NODE_NAME", show_envvar=True, metavar="NAME",
+              help="Node mode: this node's name.")
+@click.option("--api-server", "api_server", metavar="URL",
+              help="Node mode: the Kubernetes API (e.g. `kubectl proxy`'s http://127.0.0.1:8001).")
+@click.option("--interval", default="1s", show_default=True, metavar="DURATION", help="Time between frames.")
+@click.option("--once", is_flag=True, help="Print one frame as plain text and exit.")
+def top(host, kubelet_root, node_name, api_server, interval, once) -> int:
+    """Show every container's /dev/shm live: size, use, peak and what its job needs, as bars, the ones heading for
+    a Bus error (or an OOM kill) first. The exporter's readers, without Prometheus. Ctrl-C leaves (exit 0)."""
+    from shmguard.exporter.command import make_source
+    from shmguard.exporter.server import parse_interval
+    from shmguard.exporter.top import run_top
+
+    seconds = parse_interval(interval)
+    source = make_source(host=host, kubelet_root=kubelet_root, node_name=node_name, api_server=api_server)
+    return run_top(source, interval=seconds, once=once)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code instead of exiting (the boundary: shmguard.errors.guarded)."""
 

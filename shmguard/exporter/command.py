@@ -18,6 +18,16 @@ def run_exporter(*, port: int, address: str, interval: str, host: str | None, ku
     seconds = parse_interval(interval)
     if as_json and not once:
         raise UsageError("--json goes with --once (the server speaks the Prometheus text format)")
+    source = make_source(host=host, kubelet_root=kubelet_root, node_name=node_name, api_server=api_server, root=root)
+    if once:
+        return take_once(source, as_json_output=as_json, out=out, err=err)
+    return serve(source, address=address, port=port, interval=seconds, err=err)
+
+
+def make_source(*, host: str | None, kubelet_root: str | None, node_name: str | None, api_server: str | None,
+                root=None) -> Any:
+    """The engine's containers, or with kubelet_root the node's pods (node mode), their options checked: what
+    `exporter` serves and `top` shows."""
     source: Any
     if kubelet_root is not None:
         if host is not None:
@@ -33,9 +43,7 @@ def run_exporter(*, port: int, address: str, interval: str, host: str | None, ku
         from shmguard.exporter.engine import EngineSource
 
         source = EngineSource(host, root=root)
-    if once:
-        return take_once(source, as_json_output=as_json, out=out, err=err)
-    return serve(source, address=address, port=port, interval=seconds, err=err)
+    return source
 
 
 def render_k8s(*, namespace: str, name: str, image: str, kubelet_root: str, interval: str, port: int,
