@@ -507,22 +507,31 @@ def health_command(args) -> int:
     return health_main(list(args))
 
 
+def source_options(command):
+    """The options that choose what `exporter` and `top` read: the engine, or with --kubelet-root the node."""
+    for option in reversed((
+        click.option("--host", metavar="URL", help="The Docker API to ask (default: DOCKER_HOST, else the local "
+                     "socket); Podman's socket works too, e.g. unix:///run/podman/podman.sock."),
+        click.option("--kubelet-root", "kubelet_root", metavar="DIR",
+                     help="Node mode: the memory emptyDirs of the pods under this kubelet root (e.g. "
+                          "/var/lib/kubelet), named through the Kubernetes API, instead of the engine's containers."),
+        click.option("--node-name", "node_name", envvar="NODE_NAME", show_envvar=True, metavar="NAME",
+                     help="Node mode: this node's name (the pods listed are those with spec.nodeName=NAME)."),
+        click.option("--api-server", "api_server", metavar="URL",
+                     help="Node mode: the Kubernetes API (default: the pod's service account; outside a pod, e.g. "
+                          "`kubectl proxy`'s http://127.0.0.1:8001)."),
+    )):
+        command = option(command)
+    return command
+
+
 @cli.group("exporter", invoke_without_command=True)
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=9808, show_default=True,
               help="Port of /metrics and /healthz (0: any free one, printed on stderr).")
 @click.option("--address", default="0.0.0.0", show_default=True, help="Address to listen on.")
 @click.option("--interval", default="1s", show_default=True, metavar="DURATION",
               help="Time between passes over the containers (100ms to 1h): the resolution of the peak.")
-@click.option("--host", metavar="URL", help="The Docker API to ask (default: DOCKER_HOST, else the local socket); "
-                                            "Podman's socket works too, e.g. unix:///run/podman/podman.sock.")
-@click.option("--kubelet-root", "kubelet_root", metavar="DIR",
-              help="Node mode: the memory emptyDirs of the pods under this kubelet root (e.g. /var/lib/kubelet), "
-                   "named through the Kubernetes API, instead of the engine's containers.")
-@click.option("--node-name", "node_name", envvar="NODE_NAME", show_envvar=True, metavar="NAME",
-              help="Node mode: this node's name (the pods listed are those with spec.nodeName=NAME).")
-@click.option("--api-server", "api_server", metavar="URL",
-              help="Node mode: the Kubernetes API (default: the pod's service account; outside a pod, e.g. "
-                   "`kubectl proxy`'s http://127.0.0.1:8001).")
+@source_options
 @click.option("--once", is_flag=True, help="Take one pass, print it (Prometheus text format) and exit.")
 @click.option("--json", "as_json", is_flag=True, help="With --once: print the pass as one JSON object.")
 @click.pass_context
@@ -579,15 +588,7 @@ def exporter_render_rules() -> int:
 
 
 @cli.command("top")
-@click.option("--host", metavar="URL", help="The engine's API (default: DOCKER_HOST, else the local socket; Podman: "
-                                            "unix:///run/podman/podman.sock).")
-@click.option("--kubelet-root", "kubelet_root", metavar="DIR",
-              help="Node mode: show the memory emptyDirs at /dev/shm of this node's pods instead of the engine's "
-                   "containers.")
-@click.option("--node-name", "node_name", envvar="NODE_NAME", show_envvar=True, metavar="NAME",
-              help="Node mode: this node's name.")
-@click.option("--api-server", "api_server", metavar="URL",
-              help="Node mode: the Kubernetes API (e.g. `kubectl proxy`'s http://127.0.0.1:8001).")
+@source_options
 @click.option("--interval", default="1s", show_default=True, metavar="DURATION", help="Time between frames.")
 @click.option("--once", is_flag=True, help="Print one frame as plain text and exit.")
 def top(host, kubelet_root, node_name, api_server, interval, once) -> int:
