@@ -568,22 +568,26 @@ def exporter_render() -> None:
 @click.option("--port", type=click.IntRange(min=1, max=65535), default=9808, show_default=True)
 @click.option("--dashboard", "dashboard_path", type=click.Path(dir_okay=False), metavar="FILE.json",
               help="Also write the Grafana dashboard here (it is in a ConfigMap of the output too).")
-def exporter_render_k8s(namespace, name, image, kubelet_root, interval, port, dashboard_path) -> int:
+@click.option("--runbook-base", "runbook_base", metavar="URL",
+              help="Where your team serves shmguard's docs/runbooks.md: each alert's runbook_url is URL#<alert>.")
+def exporter_render_k8s(namespace, name, image, kubelet_root, interval, port, dashboard_path, runbook_base) -> int:
     """Print the DaemonSet (node mode), its ServiceAccount and ClusterRole (get/list pods), Service, ServiceMonitor,
     PrometheusRule with the alerts, and a ConfigMap with the Grafana dashboard."""
     from shmguard.exporter.command import render_k8s
 
     click.echo(render_k8s(namespace=namespace, name=name, image=image, kubelet_root=kubelet_root, interval=interval,
-                          port=port, dashboard_path=dashboard_path), nl=False)
+                          port=port, dashboard_path=dashboard_path, runbook_base=runbook_base), nl=False)
     return 0
 
 
 @exporter_render.command("rules")
-def exporter_render_rules() -> int:
+@click.option("--runbook-base", "runbook_base", metavar="URL",
+              help="Where your team serves shmguard's docs/runbooks.md: each alert's runbook_url is URL#<alert>.")
+def exporter_render_rules(runbook_base) -> int:
     """Print the alerts as a Prometheus rules file (for a Prometheus without the operator: rule_files)."""
     from shmguard.exporter.command import render_rules
 
-    click.echo(render_rules(), nl=False)
+    click.echo(render_rules(runbook_base), nl=False)
     return 0
 
 

@@ -27,6 +27,7 @@ class Setting(Record):
 
 def settings() -> list[Setting]:
     from shmguard.exporter.render import RESOURCES, SCRAPE_INTERVAL, TOLERATE_ALL
+    from shmguard.exporter.rules import RUNBOOKS
     from shmguard.job import ENV_VARS
     from shmguard.webhook import FAILURE_POLICIES, MODES
     from shmguard.webhook.deploy import CERTS, OPT_IN
@@ -87,6 +88,9 @@ def settings() -> list[Setting]:
                 "Its scrape interval."),
         Setting("exporter.prometheusRule.enabled", False, {"type": "boolean"},
                 "A PrometheusRule with the alerts (needs the Prometheus operator's CRDs)."),
+        Setting("exporter.prometheusRule.runbookBase", RUNBOOKS, {"type": "string", "minLength": 1},
+                "Where your team serves shmguard's docs/runbooks.md: each alert's `runbook_url` is this, `#` and the "
+                "alert's name in lower case."),
         Setting("exporter.dashboard.enabled", True, {"type": "boolean"},
                 "A ConfigMap with the Grafana dashboard (label `grafana_dashboard: \"1\"`, which Grafana's sidecar "
                 "loads); none without the exporter."),

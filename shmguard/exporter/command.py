@@ -47,7 +47,7 @@ def make_source(*, host: str | None, kubelet_root: str | None, node_name: str | 
 
 
 def render_k8s(*, namespace: str, name: str, image: str, kubelet_root: str, interval: str, port: int,
-               dashboard_path: str | None) -> str:
+               dashboard_path: str | None, runbook_base: str | None = None) -> str:
     """The manifests as YAML; the dashboard written atomically to dashboard_path when given."""
     import json
 
@@ -63,12 +63,14 @@ def render_k8s(*, namespace: str, name: str, image: str, kubelet_root: str, inte
         from shmguard.files import write_atomic
 
         write_atomic(dashboard_path, json.dumps(dashboard(), indent=2) + "\n")
+    from shmguard.exporter.rules import RUNBOOKS
+
     return dump(render(namespace=namespace, name=name, image=image, kubelet_root=kubelet_root, interval=interval,
-                       port=port))
+                       port=port, runbook_base=runbook_base or RUNBOOKS))
 
 
-def render_rules() -> str:
-    from shmguard.exporter.rules import rule_file
+def render_rules(runbook_base: str | None = None) -> str:
+    from shmguard.exporter.rules import RUNBOOKS, rule_file
     from shmguard.manifests.yamlio import dump
 
-    return dump([rule_file()])
+    return dump([rule_file(runbook_base or RUNBOOKS)])

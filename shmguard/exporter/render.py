@@ -22,7 +22,7 @@ import json
 
 from shmguard.chart.tree import Fmt, Truthy, Value, When, documents
 from shmguard.exporter.dashboard import dashboard
-from shmguard.exporter.rules import groups
+from shmguard.exporter.rules import RUNBOOKS, groups
 from shmguard.manifests.render import check_target
 
 CGROUP_ROOT = "/sys/fs/cgroup"  # on the node
@@ -114,7 +114,7 @@ def exporter_documents() -> list:
                                     "interval": Value("exporter.serviceMonitor.interval"), "honorLabels": True}]}}),
         When(Truthy(Value("exporter.prometheusRule.enabled")), {
             "apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule", "metadata": meta(),
-            "spec": {"groups": groups()}}),
+            "spec": {"groups": groups(Value("exporter.prometheusRule.runbookBase"))}}),
         When(Truthy(Value("exporter.dashboard.enabled")), {
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": meta(name=Fmt("{0}-dashboard", NAME), extra_labels={DASHBOARD_LABEL: "1"}),
@@ -123,7 +123,8 @@ def exporter_documents() -> list:
 
 
 def render(*, namespace: str = "shmguard", name: str = "shmguard-exporter", image: str = "shmguard-webhook:latest",
-           kubelet_root: str = "/var/lib/kubelet", interval: str = "5s", port: int = 9808) -> list[dict]:
+           kubelet_root: str = "/var/lib/kubelet", interval: str = "5s", port: int = 9808,
+           runbook_base: str = RUNBOOKS) -> list[dict]:
     """The documents, in apply order."""
     check_target(name, namespace, image)
     return documents(exporter_documents(), {
@@ -131,4 +132,5 @@ def render(*, namespace: str = "shmguard", name: str = "shmguard-exporter", imag
         "exporter.kubeletRoot": kubelet_root, "exporter.interval": interval, "exporter.port": port,
         "exporter.resources": RESOURCES, "exporter.tolerations": TOLERATE_ALL, "exporter.nodeSelector": {},
         "exporter.serviceMonitor.enabled": True, "exporter.serviceMonitor.interval": SCRAPE_INTERVAL,
-        "exporter.prometheusRule.enabled": True, "exporter.dashboard.enabled": True})
+        "exporter.prometheusRule.enabled": True, "exporter.prometheusRule.runbookBase": runbook_base,
+        "exporter.dashboard.enabled": True})

@@ -86,7 +86,8 @@ def test_the_chart_renders_what_the_commands_render(helm, tmp_path):
         "webhook": {"name": "hook", "replicas": 3, "failurePolicy": "Fail", "timeoutSeconds": 10, "mode": "warn",
                     "jobDefaults": {"prefetch_factor": 4, "sample_shape": "3,224,224"},
                     "certs": {"mode": "provided", "caBundle": (certs / "ca.crt").read_text()}},
-        "exporter": {"name": "exp", "kubeletRoot": "/var/lib/k0s/kubelet", "interval": "2s", "port": 9100}}))
+        "exporter": {"name": "exp", "kubeletRoot": "/var/lib/k0s/kubelet", "interval": "2s", "port": 9100,
+                     "prometheusRule": {"runbookBase": "https://docs.example/runbooks/"}}}))
     chart = keyed(template(helm, "-f", str(values), *ALL_PARTS, release="other", namespace="ml"))
     image = "registry.example/shmguard:1.2"
     assert chart == keyed(
@@ -94,7 +95,8 @@ def test_the_chart_renders_what_the_commands_render(helm, tmp_path):
                  "--certs-dir", str(certs), "--failure-policy", "Fail", "--timeout-seconds", "10", "--mode", "warn",
                  "--default", "prefetch_factor=4", "--default", "sample_shape=3,224,224")
         + shmguard("exporter", "render", "k8s", "--namespace", "ml", "--name", "exp", "--image", image,
-                   "--kubelet-root", "/var/lib/k0s/kubelet", "--interval", "2s", "--port", "9100"))
+                   "--kubelet-root", "/var/lib/k0s/kubelet", "--interval", "2s", "--port", "9100",
+                   "--runbook-base", "https://docs.example/runbooks/"))
 
 
 def test_the_switches(helm):
