@@ -33,6 +33,7 @@ from shmguard.exporter.proc import PassRoot, read_memory
 from shmguard.probe import Root
 from shmguard.probe.cgroup import Level, parse_meminfo_total
 from shmguard.probe.mountinfo import parse_mountinfo
+from shmguard.probe.tmpfs import read_tmpfs
 from shmguard.record import Record
 
 EMPTY_DIR = "kubernetes.io~empty-dir"
@@ -243,7 +244,7 @@ class KubeletSource:
     def read(self, root: Root, volume: Volume) -> Reading | None:
         """The volume's tmpfs and its pod's memory; None when the volume is gone (the pod was deleted mid-pass)."""
         try:
-            st = root.statvfs(volume.path)
+            usage = read_tmpfs(volume.path, root)
         except OSError:
             return None
         levels = self.cgroups.get(volume.uid)
@@ -251,9 +252,7 @@ class KubeletSource:
             levels = self.locate(root, volume.uid)
             if levels:
                 self.cgroups[volume.uid] = levels
-        total = st.f_blocks * st.f_frsize
-        return read_memory(root, levels, self.host_memory).replace(
-            shm_size=total, shm_used=total - st.f_bfree * st.f_frsize)
+        return read_memory(root, levels, self.host_memory).replace(shm_size=usage.size, shm_used=usage.used)
 
     def locate(self, root: Root, uid: str) -> list[Level]:
         """The pod's memory cgroup, under the kubelet's pods cgroups found before; they are searched for (again)

@@ -3,13 +3,12 @@ pod reader; the API away and back; a pod deleted mid-pass; volumes not at /dev/s
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from shmguard.exporter.kubelet import KubeletSource
 from shmguard.exporter.metrics import flatten
 from shmguard.job import make_job
 from shmguard.model import shm_bytes
 from shmguard.probe import Root
+from shmguard.probe.tmpfs import tmpfs_statvfs
 from tests.unit.exporter.recorded import KUARD_UID, NODE, PADDLE_UID, TRAIN_UID, VLLM_UID, pod_list
 
 MIB = 2**20
@@ -42,7 +41,7 @@ class NodeRoot(Root):
         if path not in self.volumes:
             raise FileNotFoundError(2, "No such file or directory", path)
         total, free = self.volumes[path]
-        return SimpleNamespace(f_blocks=total // 4096, f_bfree=free // 4096, f_bavail=free // 4096, f_frsize=4096)
+        return tmpfs_statvfs(total, free)
 
 
 class Pods:
