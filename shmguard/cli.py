@@ -520,6 +520,9 @@ def source_options(command):
         click.option("--api-server", "api_server", metavar="URL",
                      help="Node mode: the Kubernetes API (default: the pod's service account; outside a pod, e.g. "
                           "`kubectl proxy`'s http://127.0.0.1:8001)."),
+        click.option("--containerd-state", "containerd_state", metavar="DIR",
+                     help="Node mode: containerd's state directory (/run/containerd), to report the runtime's own "
+                          "64 MiB /dev/shm of the pods that mount no memory emptyDir there."),
     )):
         command = option(command)
     return command
@@ -535,7 +538,8 @@ def source_options(command):
 @click.option("--once", is_flag=True, help="Take one pass, print it (Prometheus text format) and exit.")
 @click.option("--json", "as_json", is_flag=True, help="With --once: print the pass as one JSON object.")
 @click.pass_context
-def exporter(ctx, port, address, interval, host, kubelet_root, node_name, api_server, once, as_json) -> int:
+def exporter(ctx, port, address, interval, host, kubelet_root, node_name, api_server, containerd_state, once,
+             as_json) -> int:
     """Serve live /dev/shm and memory metrics of every running container for Prometheus (/metrics, /healthz).
 
     Per container of the Docker or Podman engine (or, with --kubelet-root, per
@@ -549,7 +553,8 @@ def exporter(ctx, port, address, interval, host, kubelet_root, node_name, api_se
     from shmguard.exporter.command import run_exporter
 
     return run_exporter(port=port, address=address, interval=interval, host=host, kubelet_root=kubelet_root,
-                        node_name=node_name, api_server=api_server, once=once, as_json=as_json)
+                        node_name=node_name, api_server=api_server, once=once, as_json=as_json,
+                        containerd_state=containerd_state)
 
 
 @exporter.group("render")
@@ -570,13 +575,18 @@ def exporter_render() -> None:
               help="Also write the Grafana dashboard here (it is in a ConfigMap of the output too).")
 @click.option("--runbook-base", "runbook_base", metavar="URL",
               help="Where your team serves shmguard's docs/runbooks.md: each alert's runbook_url is URL#<alert>.")
-def exporter_render_k8s(namespace, name, image, kubelet_root, interval, port, dashboard_path, runbook_base) -> int:
+@click.option("--containerd-state", "containerd_state", metavar="DIR",
+              help="containerd's state directory on the nodes [default: /run/containerd], for the runtime's own "
+                   "/dev/shm of pods that mount no emptyDir there; '' leaves it out (CRI-O).")
+def exporter_render_k8s(namespace, name, image, kubelet_root, interval, port, dashboard_path, runbook_base,
+                        containerd_state) -> int:
     """Print the DaemonSet (node mode), its ServiceAccount and ClusterRole (get/list pods), Service, ServiceMonitor,
     PrometheusRule with the alerts, and a ConfigMap with the Grafana dashboard."""
     from shmguard.exporter.command import render_k8s
 
     click.echo(render_k8s(namespace=namespace, name=name, image=image, kubelet_root=kubelet_root, interval=interval,
-                          port=port, dashboard_path=dashboard_path, runbook_base=runbook_base), nl=False)
+                          port=port, dashboard_path=dashboard_path, runbook_base=runbook_base,
+                          containerd_state=containerd_state), nl=False)
     return 0
 
 
@@ -595,7 +605,7 @@ def exporter_render_rules(runbook_base) -> int:
 @source_options
 @click.option("--interval", default="1s", show_default=True, metavar="DURATION", help="Time between frames.")
 @click.option("--once", is_flag=True, help="Print one frame as plain text and exit.")
-def top(host, kubelet_root, node_name, api_server, interval, once) -> int:
+def top(host, kubelet_root, node_name, api_server, containerd_state, interval, once) -> int:
     """Show every container's /dev/shm live: size, use, peak and what its job needs, as bars, the ones heading for
     a Bus error (or an OOM kill) first. The exporter's readers, without Prometheus. Ctrl-C leaves (exit 0)."""
     from shmguard.exporter.command import make_source
@@ -603,7 +613,8 @@ def top(host, kubelet_root, node_name, api_server, interval, once) -> int:
     from shmguard.exporter.top import run_top
 
     seconds = parse_interval(interval)
-    source = make_source(host=host, kubelet_root=kubelet_root, node_name=node_name, api_server=api_server)
+    source = make_source(host=host, kubelet_root=kubelet_root, node_name=node_name, api_server=api_server,
+                         containerd_state=containerd_state)
     return run_top(source, interval=seconds, once=once)
 
 

@@ -26,7 +26,7 @@ class Setting(Record):
 
 
 def settings() -> list[Setting]:
-    from shmguard.exporter.render import RESOURCES, SCRAPE_INTERVAL, TOLERATE_ALL
+    from shmguard.exporter.render import CONTAINERD_STATE, RESOURCES, SCRAPE_INTERVAL, TOLERATE_ALL
     from shmguard.exporter.rules import RUNBOOKS
     from shmguard.job import ENV_VARS
     from shmguard.webhook import FAILURE_POLICIES, MODES
@@ -74,6 +74,10 @@ def settings() -> list[Setting]:
         Setting("exporter.kubeletRoot", "/var/lib/kubelet", {"type": "string"},
                 "The kubelet's root directory on the nodes (its `--root-dir`), mounted read-only: the node access "
                 "the exporter needs."),
+        Setting("exporter.containerdState", CONTAINERD_STATE, {"type": "string", "pattern": "^(/.*)?$"},
+                "containerd's state directory on the nodes, mounted read-only: the runtime's own /dev/shm (64 MiB) of "
+                "the pods that mount no memory emptyDir there is found from their containers' mounts; \"\" leaves it "
+                "out (CRI-O nodes)."),
         Setting("exporter.interval", "5s", {"type": "string", "pattern": DURATION}, "A pass every interval."),
         Setting("exporter.port", 9808, {"type": "integer", "minimum": 1, "maximum": 65535}, "Its metrics port."),
         Setting("exporter.resources", RESOURCES, {"type": "object"}, "Its container's requests and limits."),

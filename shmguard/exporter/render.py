@@ -4,8 +4,9 @@
   names the kubelet's volumes by listing the node's pods (spec.nodeName field selector).
 - DaemonSet: `shmguard exporter --kubelet-root` on every node (tolerating every taint: GPU nodes
   are tainted), the kubelet root mounted read-only from the host with HostToContainer propagation
-  (the memory emptyDirs mounted after the exporter started must show up in it), and the cgroup
-  hierarchy read-only for each pod's memory. Least privilege that works: uid 0 only because the
+  (the memory emptyDirs mounted after the exporter started must show up in it), the cgroup
+  hierarchy read-only for each pod's memory, and containerd's state directory read-only (the
+  same propagation) for the runtime's own /dev/shm of the pods that mount no emptyDir there. Least privilege that works: uid 0 only because the
   kubelet's pod folders are root's and 0750, but every capability dropped, no privilege
   escalation, a read-only root filesystem, the runtime's seccomp profile, no host network or PID.
 - Service (headless) and ServiceMonitor (honorLabels: the namespace/pod/container labels are the
@@ -36,6 +37,8 @@ NAMESPACE = Value("namespace", ".Release.Namespace")
 NAME = Value("exporter.name", 'include "shmguard.exporterName" .')
 IMAGE = Value("image", 'include "shmguard.image" .')
 KUBELET_ROOT = Value("exporter.kubeletRoot")
+CONTAINERD = Value("exporter.containerdState")  # "" leaves the runtime's own /dev/shm unreported
+CONTAINERD_STATE = "/run/containerd"
 PORT = Value("exporter.port")
 
 
@@ -54,7 +57,8 @@ def exporter_documents() -> list:
         "image": IMAGE,
         "imagePullPolicy": Value("image.pullPolicy"),
         "command": ["shmguard", "exporter", "--kubelet-root", KUBELET_ROOT, "--interval", Value("exporter.interval"),
-                    "--port", Fmt("{0}", PORT)],
+                    "--port", Fmt("{0}", PORT), When(Truthy(CONTAINERD), "--containerd-state"),
+                    When(Truthy(CONTAINERD), CONTAINERD)],
         "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
                 {"name": "SHMGUARD_CGROUP_ROOT", "value": CGROUP_MOUNT}],
         "ports": [{"name": "metrics", "containerPort": PORT, "protocol": "TCP"}],
@@ -69,6 +73,8 @@ def exporter_documents() -> list:
         "volumeMounts": [
             {"name": "kubelet", "mountPath": KUBELET_ROOT, "readOnly": True, "mountPropagation": "HostToContainer"},
             {"name": "cgroup", "mountPath": CGROUP_MOUNT, "readOnly": True},
+            When(Truthy(CONTAINERD), {"name": "containerd", "mountPath": CONTAINERD, "readOnly": True,
+                                      "mountPropagation": "HostToContainer"}),
         ],
     }
     nodes = Value("exporter.nodeSelector")
@@ -91,6 +97,8 @@ def exporter_documents() -> list:
                     "volumes": [
                         {"name": "kubelet", "hostPath": {"path": KUBELET_ROOT, "type": "Directory"}},
                         {"name": "cgroup", "hostPath": {"path": CGROUP_ROOT, "type": "Directory"}},
+                        When(Truthy(CONTAINERD), {"name": "containerd",
+                                                  "hostPath": {"path": CONTAINERD, "type": "Directory"}}),
                     ],
                 },
             },
@@ -124,12 +132,13 @@ def exporter_documents() -> list:
 
 def render(*, namespace: str = "shmguard", name: str = "shmguard-exporter", image: str = "shmguard-webhook:latest",
            kubelet_root: str = "/var/lib/kubelet", interval: str = "5s", port: int = 9808,
-           runbook_base: str = RUNBOOKS) -> list[dict]:
+           runbook_base: str = RUNBOOKS, containerd_state: str = CONTAINERD_STATE) -> list[dict]:
     """The documents, in apply order."""
     check_target(name, namespace, image)
     return documents(exporter_documents(), {
         "namespace": namespace, "exporter.name": name, "image": image, "image.pullPolicy": "IfNotPresent",
-        "exporter.kubeletRoot": kubelet_root, "exporter.interval": interval, "exporter.port": port,
+        "exporter.kubeletRoot": kubelet_root, "exporter.containerdState": containerd_state,
+        "exporter.interval": interval, "exporter.port": port,
         "exporter.resources": RESOURCES, "exporter.tolerations": TOLERATE_ALL, "exporter.nodeSelector": {},
         "exporter.serviceMonitor.enabled": True, "exporter.serviceMonitor.interval": SCRAPE_INTERVAL,
         "exporter.prometheusRule.enabled": True, "exporter.prometheusRule.runbookBase": runbook_base,
