@@ -207,15 +207,18 @@ def render_slurm_command(job, launcher, name, nodes, time_limit, partition, memo
               help="/validate: deny a Pod whose /dev/shm cannot hold its job, or allow it with warnings.")
 @click.option("--default", "defaults", multiple=True, metavar="NAME=VALUE",
               help="A job default the webhook gives every Pod (its `webhook serve --default`), e.g. prefetch_factor=4.")
+@click.option("--host-network", "host_network", is_flag=True,
+              help="Run on the node's network (a control plane that cannot reach the pod network): one per node.")
 def render_webhook_command(namespace, name, image, replicas, certs_dir, failure_policy, timeout_seconds, mode,
-                           defaults) -> int:
+                           defaults, host_network) -> int:
     """Print the manifests that run the admission webhook: ServiceAccount, Deployment, PodDisruptionBudget, Service,
     Mutating- and ValidatingWebhookConfiguration (and cert-manager's Issuer and Certificate without --certs-dir)."""
     from shmguard.commands.webhook import render
     from shmguard.manifests.yamlio import dump
 
     docs = render(namespace=namespace, name=name, image=image, replicas=replicas, certs_dir=certs_dir,
-                  failure_policy=failure_policy, timeout_seconds=timeout_seconds, mode=mode, defaults=defaults)
+                  failure_policy=failure_policy, timeout_seconds=timeout_seconds, mode=mode, defaults=defaults,
+                  host_network=host_network)
     click.echo(dump(docs), nl=False)
     return 0
 
@@ -578,15 +581,19 @@ def exporter_render() -> None:
 @click.option("--containerd-state", "containerd_state", metavar="DIR",
               help="containerd's state directory on the nodes [default: /run/containerd], for the runtime's own "
                    "/dev/shm of pods that mount no emptyDir there; '' leaves it out (CRI-O).")
+@click.option("--host-network", "host_network", is_flag=True, help="Run on the node's network.")
+@click.option("--api-server", "api_server", metavar="URL",
+              help="The Kubernetes API to list the node's pods from (default: the in-cluster one).")
 def exporter_render_k8s(namespace, name, image, kubelet_root, interval, port, dashboard_path, runbook_base,
-                        containerd_state) -> int:
+                        containerd_state, host_network, api_server) -> int:
     """Print the DaemonSet (node mode), its ServiceAccount and ClusterRole (get/list pods), Service, ServiceMonitor,
     PrometheusRule with the alerts, and a ConfigMap with the Grafana dashboard."""
     from shmguard.exporter.command import render_k8s
 
     click.echo(render_k8s(namespace=namespace, name=name, image=image, kubelet_root=kubelet_root, interval=interval,
                           port=port, dashboard_path=dashboard_path, runbook_base=runbook_base,
-                          containerd_state=containerd_state), nl=False)
+                          containerd_state=containerd_state, host_network=host_network, api_server=api_server),
+               nl=False)
     return 0
 
 

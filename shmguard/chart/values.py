@@ -54,6 +54,9 @@ def settings() -> list[Setting]:
                 "The apiserver's timeout for each call."),
         Setting("webhook.mode", "deny", {"enum": list(MODES)},
                 "/validate: deny a Pod whose /dev/shm cannot hold its job, or allow it with warnings."),
+        Setting("webhook.hostNetwork", False, {"type": "boolean"},
+                "Run on the node's network (when the control plane cannot reach the pod network); its port 8443 is "
+                "then the node's: one replica per node."),
         Setting("webhook.namespaceSelector", OPT_IN, selector,
                 "Which namespaces' Pods are sent to the webhook (opt-in by label)."),
         Setting("webhook.objectSelector", OPT_IN, selector, "Which Pods are sent to the webhook (opt-in by label)."),
@@ -78,6 +81,11 @@ def settings() -> list[Setting]:
                 "containerd's state directory on the nodes, mounted read-only: the runtime's own /dev/shm (64 MiB) of "
                 "the pods that mount no memory emptyDir there is found from their containers' mounts; \"\" leaves it "
                 "out (CRI-O nodes)."),
+        Setting("exporter.hostNetwork", False, {"type": "boolean"},
+                "Run on the node's network (its metrics port is then the node's)."),
+        Setting("exporter.apiServer", "", {"type": "string", "pattern": "^(https?://.+)?$"},
+                "The Kubernetes API it lists the node's pods from; empty: the in-cluster one (its Service), with the "
+                "service account's token either way."),
         Setting("exporter.interval", "5s", {"type": "string", "pattern": DURATION}, "A pass every interval."),
         Setting("exporter.port", 9808, {"type": "integer", "minimum": 1, "maximum": 65535}, "Its metrics port."),
         Setting("exporter.resources", RESOURCES, {"type": "object"}, "Its container's requests and limits."),

@@ -51,7 +51,7 @@ def make_source(*, host: str | None, kubelet_root: str | None, node_name: str | 
 
 def render_k8s(*, namespace: str, name: str, image: str, kubelet_root: str, interval: str, port: int,
                dashboard_path: str | None, runbook_base: str | None = None,
-               containerd_state: str | None = None) -> str:
+               containerd_state: str | None = None, host_network: bool = False, api_server: str | None = None) -> str:
     """The manifests as YAML; the dashboard written atomically to dashboard_path when given."""
     import json
 
@@ -73,8 +73,11 @@ def render_k8s(*, namespace: str, name: str, image: str, kubelet_root: str, inte
     state = CONTAINERD_STATE if containerd_state is None else containerd_state
     if state and not state.startswith("/"):
         raise UsageError(f"--containerd-state must be an absolute path (or empty: none), not {state!r}")
+    if api_server and not api_server.startswith(("https://", "http://")):
+        raise UsageError(f"--api-server must be an http(s) URL, not {api_server!r}")
     return dump(render(namespace=namespace, name=name, image=image, kubelet_root=kubelet_root, interval=interval,
-                       port=port, runbook_base=runbook_base or RUNBOOKS, containerd_state=state))
+                       port=port, runbook_base=runbook_base or RUNBOOKS, containerd_state=state,
+                       host_network=host_network, api_server=api_server or ""))
 
 
 def render_rules(runbook_base: str | None = None) -> str:

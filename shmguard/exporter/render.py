@@ -39,6 +39,8 @@ IMAGE = Value("image", 'include "shmguard.image" .')
 KUBELET_ROOT = Value("exporter.kubeletRoot")
 CONTAINERD = Value("exporter.containerdState")  # "" leaves the runtime's own /dev/shm unreported
 CONTAINERD_STATE = "/run/containerd"
+HOST_NETWORK = Value("exporter.hostNetwork")  # the node's network: no CNI, or a scrape from outside the pod network
+API_SERVER = Value("exporter.apiServer")  # "" : the in-cluster API (the Service's ClusterIP); else this URL
 PORT = Value("exporter.port")
 
 
@@ -58,7 +60,8 @@ def exporter_documents() -> list:
         "imagePullPolicy": Value("image.pullPolicy"),
         "command": ["shmguard", "exporter", "--kubelet-root", KUBELET_ROOT, "--interval", Value("exporter.interval"),
                     "--port", Fmt("{0}", PORT), When(Truthy(CONTAINERD), "--containerd-state"),
-                    When(Truthy(CONTAINERD), CONTAINERD)],
+                    When(Truthy(CONTAINERD), CONTAINERD), When(Truthy(API_SERVER), "--api-server"),
+                    When(Truthy(API_SERVER), API_SERVER)],
         "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
                 {"name": "SHMGUARD_CGROUP_ROOT", "value": CGROUP_MOUNT}],
         "ports": [{"name": "metrics", "containerPort": PORT, "protocol": "TCP"}],
@@ -88,6 +91,8 @@ def exporter_documents() -> list:
                 "spec": {
                     "serviceAccountName": NAME,
                     "automountServiceAccountToken": True,
+                    "hostNetwork": When(Truthy(HOST_NETWORK), True),
+                    "dnsPolicy": When(Truthy(HOST_NETWORK), "ClusterFirstWithHostNet"),
                     "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
                     "priorityClassName": "system-node-critical",
                     "nodeSelector": When(Truthy(nodes), nodes),
@@ -132,12 +137,14 @@ def exporter_documents() -> list:
 
 def render(*, namespace: str = "shmguard", name: str = "shmguard-exporter", image: str = "shmguard-webhook:latest",
            kubelet_root: str = "/var/lib/kubelet", interval: str = "5s", port: int = 9808,
-           runbook_base: str = RUNBOOKS, containerd_state: str = CONTAINERD_STATE) -> list[dict]:
+           runbook_base: str = RUNBOOKS, containerd_state: str = CONTAINERD_STATE, host_network: bool = False,
+           api_server: str = "") -> list[dict]:
     """The documents, in apply order."""
     check_target(name, namespace, image)
     return documents(exporter_documents(), {
         "namespace": namespace, "exporter.name": name, "image": image, "image.pullPolicy": "IfNotPresent",
         "exporter.kubeletRoot": kubelet_root, "exporter.containerdState": containerd_state,
+        "exporter.hostNetwork": host_network, "exporter.apiServer": api_server,
         "exporter.interval": interval, "exporter.port": port,
         "exporter.resources": RESOURCES, "exporter.tolerations": TOLERATE_ALL, "exporter.nodeSelector": {},
         "exporter.serviceMonitor.enabled": True, "exporter.serviceMonitor.interval": SCRAPE_INTERVAL,

@@ -21,7 +21,7 @@ the Secret across upgrades).
 
 from __future__ import annotations
 
-from shmguard.chart.tree import B64, Choose, Equals, Fmt, Not, Pairs, Value, When, documents
+from shmguard.chart.tree import B64, Choose, Equals, Fmt, Not, Pairs, Truthy, Value, When, documents
 from shmguard.webhook.certs import CA_DAYS, SERVICE_NAMES, SERVING_DAYS
 from shmguard.webhook.server import MAX_BODY, buffer_budget
 
@@ -40,6 +40,9 @@ TLS_CRT = Value("webhook.certs.tlsCrt", "$tlsCrt")  # the serving pair Helm made
 TLS_KEY = Value("webhook.certs.tlsKey", "$tlsKey")
 CERT_MANAGER = Equals(Value("webhook.certs.mode"), "cert-manager")
 GENERATE = Equals(Value("webhook.certs.mode"), "generate")
+# The node's network (a control plane that cannot reach the pod network: no CNI, some managed clusters' custom CNIs);
+# the port is the node's then, one replica per node.
+HOST_NETWORK = Value("webhook.hostNetwork")
 
 # Helm's half of `certs: generate`: a CA and a serving certificate made at install by Helm's own genCA and
 # genSignedCert (RSA), for the names the apiserver calls (SERVICE_NAMES), and kept: an upgrade finds them in the
@@ -109,6 +112,8 @@ def webhook_documents() -> list:
                  "spec": {
                      "serviceAccountName": NAME,
                      "automountServiceAccountToken": False,
+                     "hostNetwork": When(Truthy(HOST_NETWORK), True),
+                     "dnsPolicy": When(Truthy(HOST_NETWORK), "ClusterFirstWithHostNet"),
                      "securityContext": pod_security,
                      "terminationGracePeriodSeconds": 30,
                      "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
@@ -174,12 +179,12 @@ def render_webhook(*, namespace: str = "shmguard", name: str = "shmguard-webhook
                    replicas: int = 2, ca_bundle: bytes | None = None, failure_policy: str = "Ignore",
                    timeout_seconds: int = 5, mode: str = "deny", image_pull_policy: str = "IfNotPresent",
                    job_defaults: dict | None = None, namespace_selector: dict | None = None,
-                   object_selector: dict | None = None) -> list[dict]:
+                   object_selector: dict | None = None, host_network: bool = False) -> list[dict]:
     """The documents, in apply order. ca_bundle (PEM of the CA) given: certs from `webhook certs`; None: cert-manager."""
     return documents(webhook_documents(), {
         "namespace": namespace, "webhook.name": name, "image": image, "image.pullPolicy": image_pull_policy,
         "webhook.replicas": replicas, "webhook.failurePolicy": failure_policy, "webhook.timeoutSeconds": timeout_seconds,
-        "webhook.mode": mode, "webhook.jobDefaults": dict(job_defaults or {}),
+        "webhook.mode": mode, "webhook.jobDefaults": dict(job_defaults or {}), "webhook.hostNetwork": host_network,
         "webhook.namespaceSelector": namespace_selector or OPT_IN, "webhook.objectSelector": object_selector or OPT_IN,
         "webhook.certs.mode": "cert-manager" if ca_bundle is None else "provided",
         "webhook.certs.caBundle": None if ca_bundle is None else ca_bundle.decode("ascii", "replace")})

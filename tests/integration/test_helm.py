@@ -84,19 +84,22 @@ def test_the_chart_renders_what_the_commands_render(helm, tmp_path):
     values.write_text(yaml.safe_dump({
         "image": {"repository": "registry.example/shmguard", "tag": "1.2"},
         "webhook": {"name": "hook", "replicas": 3, "failurePolicy": "Fail", "timeoutSeconds": 10, "mode": "warn",
+                    "hostNetwork": True,
                     "jobDefaults": {"prefetch_factor": 4, "sample_shape": "3,224,224"},
                     "certs": {"mode": "provided", "caBundle": (certs / "ca.crt").read_text()}},
         "exporter": {"name": "exp", "kubeletRoot": "/var/lib/k0s/kubelet", "interval": "2s", "port": 9100,
+                     "hostNetwork": True, "apiServer": "https://127.0.0.1:6443", "containerdState": "",
                      "prometheusRule": {"runbookBase": "https://docs.example/runbooks/"}}}))
     chart = keyed(template(helm, "-f", str(values), *ALL_PARTS, release="other", namespace="ml"))
     image = "registry.example/shmguard:1.2"
     assert chart == keyed(
         shmguard("render", "webhook", "--namespace", "ml", "--name", "hook", "--image", image, "--replicas", "3",
                  "--certs-dir", str(certs), "--failure-policy", "Fail", "--timeout-seconds", "10", "--mode", "warn",
-                 "--default", "prefetch_factor=4", "--default", "sample_shape=3,224,224")
+                 "--default", "prefetch_factor=4", "--default", "sample_shape=3,224,224", "--host-network")
         + shmguard("exporter", "render", "k8s", "--namespace", "ml", "--name", "exp", "--image", image,
                    "--kubelet-root", "/var/lib/k0s/kubelet", "--interval", "2s", "--port", "9100",
-                   "--runbook-base", "https://docs.example/runbooks/"))
+                   "--runbook-base", "https://docs.example/runbooks/", "--host-network", "--api-server",
+                   "https://127.0.0.1:6443", "--containerd-state", ""))
 
 
 def test_the_switches(helm):
