@@ -284,7 +284,7 @@ class KubeletSource:
             if reading is not None:
                 rows.append(Row(target, reading))
         if self.containerd_state is not None:
-            rows.extend(self.runtime_rows(root))
+            rows.extend(self.runtime_rows(root, mountinfo))
         for gone in set(self.cgroups) - on_disk - set(self.pods):
             del self.cgroups[gone]
         errors = (self.api_error,) if self.api_error else ()
@@ -320,12 +320,16 @@ class KubeletSource:
             del self.sandboxes[gone]
         return any(not self.sandboxes.get(task, False) for task in tasks - known)
 
-    def runtime_rows(self, root: Root) -> list[Row]:
+    def runtime_rows(self, root: Root, mountinfo: str) -> list[Row]:
         """The runtime's own /dev/shm (containerd's 64 MiB sandbox shm) of each listed pod whose running containers
-        mount no memory emptyDir there, found from the containers' mounts; one row per shm the containers share."""
+        mount no memory emptyDir there, found from the containers' mounts; one row per shm the containers share.
+        Only a source that is a tmpfs in this exporter's mounts is read (a DaemonSet without mount propagation
+        would see the empty folder under it, and statvfs would answer for the node's disk)."""
         from shmguard.exporter.podnames import runtime_target
 
         assert self.containerd_state is not None
+        tmpfs, _bad = parse_mountinfo(mountinfo, lambda point, fstype: fstype == "tmpfs" and "/sandboxes/" in point)
+        mounted = {mount.mount_point for mount in tmpfs}
         volumes_dir = posixpath.join(self.kubelet_root, "pods") + "/"
         seen: set[str] = set()
         rows = []
@@ -338,6 +342,7 @@ class KubeletSource:
                 source = self.shm_sources[container_id]
                 if source and not self.root.realpath(source).startswith(volumes_dir):  # a volume is reported above
                     shared.setdefault(source, []).append(name)
+            shared = {source: names for source, names in shared.items() if self.root.realpath(source) in mounted}
             for source, names in shared.items():
                 reading = self.read_shm(root, source, uid)
                 if reading is not None:

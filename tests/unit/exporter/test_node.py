@@ -278,3 +278,16 @@ def test_a_new_container_makes_the_node_list_its_pods_again(tmp_path):
     clock.now += 10
     source.sample()
     assert pods.calls == 2
+
+
+def test_a_sandbox_shm_this_exporter_cannot_see_mounted_is_not_read(tmp_path):
+    """Without mount propagation the DaemonSet sees the empty folder under the shm: statvfs would answer for the
+    node's disk. Only a tmpfs in the exporter's own mounts is read."""
+    pods = Pods()
+    pods.answer = [*pods.answer, unsized_pod()]
+    root, _ = node(tmp_path)
+    spec_file(tmp_path, CONTAINER, {"mounts": [{"destination": "/dev/shm", "source": SANDBOX_SHM}]})
+    root.volumes[SANDBOX_SHM] = (200 * GIB, 100 * GIB)  # statvfs answers (the disk), but no mount is listed
+    source = KubeletSource(KUBELET, NODE, pods, root=root, cgroup_root="/sys/fs/cgroup", clock=Clock(),
+                           containerd_state=STATE)
+    assert "train-unsized" not in by_pod(source.sample())
