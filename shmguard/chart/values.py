@@ -57,6 +57,8 @@ def settings() -> list[Setting]:
         Setting("webhook.hostNetwork", False, {"type": "boolean"},
                 "Run on the node's network (when the control plane cannot reach the pod network); its port 8443 is "
                 "then the node's: one replica per node."),
+        Setting("webhook.port", 8443, {"type": "integer", "minimum": 1, "maximum": 65535},
+                "The port it serves on (the node's with hostNetwork); its Service's port stays 443."),
         Setting("webhook.namespaceSelector", OPT_IN, selector,
                 "Which namespaces' Pods are sent to the webhook (opt-in by label)."),
         Setting("webhook.objectSelector", OPT_IN, selector, "Which Pods are sent to the webhook (opt-in by label)."),

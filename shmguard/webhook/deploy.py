@@ -28,7 +28,7 @@ from shmguard.webhook.server import MAX_BODY, buffer_budget
 OPT_IN_LABEL = "shmguard.io/webhook"
 OPT_IN_VALUE = "enabled"
 OPT_IN = {"matchLabels": {OPT_IN_LABEL: OPT_IN_VALUE}}
-PORT = 8443
+PORT = 8443  # the container's (the node's, with hostNetwork)
 MEMORY_LIMIT_MI = 256  # the container's memory limit; the server's body budget is a share of it (buffer_budget)
 CERTS = ("cert-manager", "provided", "generate")  # who makes the certificates: cert-manager, the user, Helm
 
@@ -43,6 +43,7 @@ GENERATE = Equals(Value("webhook.certs.mode"), "generate")
 # The node's network (a control plane that cannot reach the pod network: no CNI, some managed clusters' custom CNIs);
 # the port is the node's then, one replica per node.
 HOST_NETWORK = Value("webhook.hostNetwork")
+SERVE_PORT = Value("webhook.port")
 
 # Helm's half of `certs: generate`: a CA and a serving certificate made at install by Helm's own genCA and
 # genSignedCert (RSA), for the names the apiserver calls (SERVICE_NAMES), and kept: an upgrade finds them in the
@@ -123,13 +124,13 @@ def webhook_documents() -> list:
                          "name": "webhook",
                          "image": IMAGE,
                          "imagePullPolicy": Value("image.pullPolicy"),
-                         "command": ["shmguard", "webhook", "serve", "--port", str(PORT), "--tls-cert", "/tls/tls.crt",
+                         "command": ["shmguard", "webhook", "serve", "--port", Fmt("{0}", SERVE_PORT), "--tls-cert", "/tls/tls.crt",
                                      "--tls-key", "/tls/tls.key", "--mode", Value("webhook.mode"), "--on-error",
                                      Choose(Equals(Value("webhook.failurePolicy"), "Ignore"), "allow", "deny"),
                                      "--drain-seconds", "5", "--max-buffer",
                                      f"{buffer_budget(MEMORY_LIMIT_MI * 2**20, 1, MAX_BODY) // 2**20}Mi",
                                      Pairs(Value("webhook.jobDefaults"), "--default")],
-                         "ports": [{"name": "https", "containerPort": PORT, "protocol": "TCP"}],
+                         "ports": [{"name": "https", "containerPort": SERVE_PORT, "protocol": "TCP"}],
                          "readinessProbe": probe("/readyz", 5),
                          "livenessProbe": probe("/healthz", 10),
                          "resources": {"requests": {"cpu": "100m", "memory": "64Mi"},
@@ -179,12 +180,13 @@ def render_webhook(*, namespace: str = "shmguard", name: str = "shmguard-webhook
                    replicas: int = 2, ca_bundle: bytes | None = None, failure_policy: str = "Ignore",
                    timeout_seconds: int = 5, mode: str = "deny", image_pull_policy: str = "IfNotPresent",
                    job_defaults: dict | None = None, namespace_selector: dict | None = None,
-                   object_selector: dict | None = None, host_network: bool = False) -> list[dict]:
+                   object_selector: dict | None = None, host_network: bool = False, port: int = PORT) -> list[dict]:
     """The documents, in apply order. ca_bundle (PEM of the CA) given: certs from `webhook certs`; None: cert-manager."""
     return documents(webhook_documents(), {
         "namespace": namespace, "webhook.name": name, "image": image, "image.pullPolicy": image_pull_policy,
         "webhook.replicas": replicas, "webhook.failurePolicy": failure_policy, "webhook.timeoutSeconds": timeout_seconds,
         "webhook.mode": mode, "webhook.jobDefaults": dict(job_defaults or {}), "webhook.hostNetwork": host_network,
+        "webhook.port": port,
         "webhook.namespaceSelector": namespace_selector or OPT_IN, "webhook.objectSelector": object_selector or OPT_IN,
         "webhook.certs.mode": "cert-manager" if ca_bundle is None else "provided",
         "webhook.certs.caBundle": None if ca_bundle is None else ca_bundle.decode("ascii", "replace")})

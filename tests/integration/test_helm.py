@@ -84,7 +84,7 @@ def test_the_chart_renders_what_the_commands_render(helm, tmp_path):
     values.write_text(yaml.safe_dump({
         "image": {"repository": "registry.example/shmguard", "tag": "1.2"},
         "webhook": {"name": "hook", "replicas": 3, "failurePolicy": "Fail", "timeoutSeconds": 10, "mode": "warn",
-                    "hostNetwork": True,
+                    "hostNetwork": True, "port": 9443,
                     "jobDefaults": {"prefetch_factor": 4, "sample_shape": "3,224,224"},
                     "certs": {"mode": "provided", "caBundle": (certs / "ca.crt").read_text()}},
         "exporter": {"name": "exp", "kubeletRoot": "/var/lib/k0s/kubelet", "interval": "2s", "port": 9100,
@@ -95,7 +95,8 @@ def test_the_chart_renders_what_the_commands_render(helm, tmp_path):
     assert chart == keyed(
         shmguard("render", "webhook", "--namespace", "ml", "--name", "hook", "--image", image, "--replicas", "3",
                  "--certs-dir", str(certs), "--failure-policy", "Fail", "--timeout-seconds", "10", "--mode", "warn",
-                 "--default", "prefetch_factor=4", "--default", "sample_shape=3,224,224", "--host-network")
+                 "--default", "prefetch_factor=4", "--default", "sample_shape=3,224,224", "--host-network",
+                 "--port", "9443")
         + shmguard("exporter", "render", "k8s", "--namespace", "ml", "--name", "exp", "--image", image,
                    "--kubelet-root", "/var/lib/k0s/kubelet", "--interval", "2s", "--port", "9100",
                    "--runbook-base", "https://docs.example/runbooks/", "--host-network", "--api-server",
