@@ -80,7 +80,21 @@ def cgroup_value(folder: Path, name: str) -> int:
     return int((folder / name).read_text().split()[0])
 
 
-def test_node_mode_reads_the_real_kubelet_and_the_pods_cgroup(kube):
+@pytest.fixture(params=["/", "own"])
+def node(request, kube):
+    """The cluster with its kubelet's cgroupRoot `/` (as started), or restarted under a folder of its own (issue 37:
+    node mode reported no memory when the kubelet's cgroupRoot was not /)."""
+    if request.param == "/":
+        yield kube
+        return
+    from tests.integration.kube_cluster import kubelet_cgroup_root
+
+    with kubelet_cgroup_root(kube, "own") as cluster:
+        yield cluster
+
+
+def test_node_mode_reads_the_real_kubelet_and_the_pods_cgroup(node):
+    kube = node
     image = kube.import_image(WEBHOOK_IMAGE)
     with kube.namespace("sgx") as namespace, api_proxy(kube) as api:
         kube.apply(pod("sized", image, kube.node, ["sleep", "600"], "400Mi", "1Gi"), "-n", namespace)
@@ -97,6 +111,7 @@ def test_node_mode_reads_the_real_kubelet_and_the_pods_cgroup(kube):
         assert shown["shm_used"] >= 30 * MIB and shown["shm_required"] == shm_bytes(JOB)
         folder = kube.memory_cgroup(sized["metadata"]["uid"])
         assert folder is not None, "the pod's memory cgroup"
+        assert str(folder).startswith(f"/sys/fs/cgroup/memory{kube.cgroup_root.rstrip('/')}/kubepods/")
         assert shown["memory_limit"] == cgroup_value(folder, "memory.limit_in_bytes") == 1024 * MIB
         assert 30 * MIB <= shown["memory_shmem"] <= shown["memory_usage"]
         runtime = targets["unsized"]
