@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from tests.support.ci import unavailable
-from tests.support.containers import DEMO_IMAGE, SESSION, TEST_LABEL, RunResult
+from tests.support.containers import BASE_IMAGE, DEMO_IMAGE, SESSION, TEST_LABEL, RunResult
 from tests.support.podman import missing, podman_service
 
 
@@ -108,3 +108,15 @@ def kube_demo_image(kube: Any, demo_image: str) -> str:
     """The demo image (torch and shmguard) in the cluster's containerd, imported once; Pods use it with
     `imagePullPolicy: Never`."""
     return kube.import_image(demo_image)
+
+
+# The base image (Debian with python3), for containers that need no torch.
+@pytest.fixture
+def base_image(docker_client) -> str:
+    import docker
+
+    try:
+        docker_client.images.get(BASE_IMAGE)
+    except docker.errors.ImageNotFound:
+        unavailable(f"image {BASE_IMAGE} is missing: build it with docker/build.sh")
+    return BASE_IMAGE

@@ -10,6 +10,7 @@ from typing import Any
 from shmguard.record import Record
 
 DEMO_IMAGE = os.environ.get("SHMGUARD_DEMO_IMAGE", "shmguard-demo:latest")
+BASE_IMAGE = os.environ.get("SHMGUARD_BASE_IMAGE", "shmguard-base:bookworm")  # Debian with python3, no torch
 TEST_LABEL = "org.shmguard.test"
 SESSION = uuid.uuid4().hex[:12]
 

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
+import jsonschema
+import kubernetes_validate
+
 from tests.support.paths import DATA
 
 CRDS = DATA / "crds"  # made from the upstream CRDs by tests/data/crds/extract.py
@@ -17,3 +22,27 @@ def strict(schema):
     if isinstance(schema, list):
         return [strict(v) for v in schema]
     return schema
+
+
+CRD_SCHEMAS = {"ServiceMonitor": "servicemonitor", "PrometheusRule": "prometheusrule"}
+
+
+def python_patterns(schema):
+    """The CRD's Go (RE2) patterns as Python reads them: an inline flag after `^` (`^(?i)...`) moved in front."""
+    if isinstance(schema, dict):
+        return {k: (v.replace("^(?i)", "(?i)^", 1) if k == "pattern" and isinstance(v, str) else python_patterns(v))
+                for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [python_patterns(v) for v in schema]
+    return schema
+
+
+def validate(doc: dict) -> None:
+    if doc["kind"] in CRD_SCHEMAS:
+        schema = json.loads((CRDS / f"{CRD_SCHEMAS[doc['kind']]}.schema.json").read_text())
+        assert schema["x-source"].startswith("https://github.com/prometheus-operator/prometheus-operator/")
+        assert schema["x-version"].split()[0] == doc["apiVersion"]
+        jsonschema.validate({k: v for k, v in doc.items() if k not in ("apiVersion", "kind", "metadata")},
+                            strict(python_patterns(schema)))
+    else:
+        kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)

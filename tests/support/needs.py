@@ -71,6 +71,15 @@ def _cluster() -> str | None:
     return missing()
 
 
+def _helm() -> str | None:
+    from tests.support.helm import VERSIONS, helm_binary
+
+    for major in VERSIONS:
+        if helm_binary(major) is None:
+            return f"no helm {major}: run scripts/fetch-helm.sh (scripts/setup.sh does)"
+    return None
+
+
 def _root() -> str | None:
     return None if os.geteuid() == 0 else "it needs root"
 
@@ -86,8 +95,10 @@ NEEDS: dict[str, tuple[str, Callable[[], str | None]]] = {
     "needs_root": ("root (mounts, a throwaway engine, remounting a container's tmpfs)", _root),
     "needs_cluster": ("the single-node Kubernetes of tests/support/kube_cluster.py (scripts/kubernetes/build.sh)",
                       _cluster),
+    "needs_helm": ("Helm 3 and Helm 4 (scripts/fetch-helm.sh)", _helm),
     "needs_kubectl": ("kubectl", _tools("kubectl", hint="the machine image carries kubectl")),
     "needs_kpt": ("kpt", _tools("kpt", hint="scripts/setup.sh installs kpt")),
+    "needs_tmux": ("tmux (a real terminal for `shmguard top`)", _tools("tmux", hint="scripts/setup.sh installs tmux")),
 }
 
 
