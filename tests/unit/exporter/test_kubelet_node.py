@@ -262,7 +262,7 @@ def test_a_sandbox_shm_this_exporter_cannot_see_mounted_is_not_read(tmp_path):
     pods.answer = [*pods.answer, unsized_pod()]
     root, _ = node(tmp_path)
     spec_file(tmp_path, CONTAINER, {"mounts": [{"destination": "/dev/shm", "source": SANDBOX_SHM}]})
-    root.volumes[SANDBOX_SHM] = (200 * GIB, 100 * GIB)  # statvfs answers (the disk), but no mount is listed
+    root.sizes[SANDBOX_SHM] = (200 * GIB, 100 * GIB)  # statvfs answers (the disk), but no mount is listed
     source = KubeletSource(KUBELET, NODE, pods, root=root, cgroup_root="/sys/fs/cgroup", clock=Clock(),
                            containerd_state=STATE)
     assert "train-unsized" not in by_pod(source.sample())
