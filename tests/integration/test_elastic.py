@@ -451,3 +451,49 @@ def test_a_bind_of_the_hosts_dev_leaves_the_hosts_dev_shm_alone(docker_client, s
     assert shm_blocks("/dev/shm") == before
     assert not report["elastic"]["on"] and "-v /dev:/dev" in report["elastic"]["reason"]
     assert gone(docker_client, name) and records(state) == [] and no_orphan_samplers()
+
+
+def elastic_sampler_of(parent: int) -> int | None:
+    """The elastic sampler process a shmguard run started."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().split(b"\0")
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == parent and b"--elastic" in cmdline and any(b"shm_sampler" in part for part in cmdline):
+            return int(pid)
+    return None
+
+
+def test_a_sampler_killed_mid_run_is_said_and_the_run_still_reports_a_peak(docker_client, state, name):
+    """Issue 43.7: kill -9 of the elastic sampler (or the OOM killer) was silent: no growth any more, the job met ENOSPC,
+    and --json still said elastic on with no peak. Now it is said on stderr, /dev/shm is watched from then on, and the
+    JSON's note says why it stopped growing."""
+    err_path = state["XDG_STATE_HOME"] + ".stderr"
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "shmguard", "run", *NO_JOB, "--shm-size", "64m", "--json",
+                                 "--name", name, BASE, "--", "python3", "-c", GROWER, str(16 * MIB), str(160 * MIB),
+                                 "0.3"], stdout=subprocess.PIPE, stderr=err, text=True, env=state)
+    try:
+        deadline = time.monotonic() + 120
+        while not GROWTH_LINE.findall(open(err_path).read()):  # it grows: the sampler is at work
+            assert proc.poll() is None and time.monotonic() < deadline, open(err_path).read()[-3000:]
+            time.sleep(0.05)
+        sampler = elastic_sampler_of(proc.pid)
+        assert sampler is not None
+        os.kill(sampler, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    stderr = open(err_path).read()
+    report = json.loads(out)
+    said = [line for line in stderr.splitlines() if "its sampler process was killed (SIGKILL)" in line]
+    assert len(said) == 1, stderr[-3000:]
+    assert report["elastic"]["note"] == said[0].removeprefix("shmguard: ")
+    assert report["peak_shm_bytes"] is not None and report["peak_shm_bytes"] >= 48 * MIB
+    assert proc.returncode == report["exit_code"] == 1 and "No space left on device" in stderr  # it stopped growing
+    assert gone(docker_client, name) and records(state) == [] and no_orphan_samplers()
