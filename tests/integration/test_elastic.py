@@ -83,8 +83,8 @@ def records(env) -> list[str]:
     return os.listdir(folder) if os.path.isdir(folder) else []
 
 
-def orphan_samplers() -> list[int]:
-    """Elastic sampler processes whose shmguard is gone (they must end with it)."""
+def elastic_samplers() -> list[tuple[int, int]]:
+    """(pid, parent pid) of every elastic sampler process on the host."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -94,9 +94,14 @@ def orphan_samplers() -> list[int]:
                 ppid = int(f.read().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
-        if b"shmguard.engine.shm_sampler" in cmdline and b"--elastic" in cmdline and ppid == 1:
-            found.append(int(pid))
+        if any(b"shmguard.engine.shm_sampler" in part for part in cmdline) and b"--elastic" in cmdline:
+            found.append((int(pid), ppid))
     return found
+
+
+def orphan_samplers() -> list[int]:
+    """Elastic sampler processes whose shmguard is gone (they must end with it)."""
+    return [pid for pid, ppid in elastic_samplers() if ppid == 1]
 
 
 def no_orphan_samplers(seconds: float = 10) -> bool:
@@ -455,17 +460,7 @@ def test_a_bind_of_the_hosts_dev_leaves_the_hosts_dev_shm_alone(docker_client, s
 
 def elastic_sampler_of(parent: int) -> int | None:
     """The elastic sampler process a shmguard run started."""
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmdline = f.read().split(b"\0")
-            with open(f"/proc/{pid}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == parent and b"--elastic" in cmdline and any(b"shm_sampler" in part for part in cmdline):
-            return int(pid)
-    return None
+    return next((pid for pid, ppid in elastic_samplers() if ppid == parent), None)
 
 
 def test_a_sampler_killed_mid_run_is_said_and_the_run_still_reports_a_peak(docker_client, state, name):
