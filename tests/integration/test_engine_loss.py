@@ -235,7 +235,7 @@ def elastic_leftovers(tmp_path) -> list[str]:
             ppid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
-        if b"shm_sampler\0--elastic" in cmdline and ppid == 1:
+        if b"shmguard.engine.shm_sampler" in cmdline and b"\0--elastic\0" in cmdline and ppid == 1:
             left.append(f"sampler {pid}")
     return left
 
