@@ -230,23 +230,6 @@ class ElasticSampler:
 
 # --- run's glue ---------------------------------------------------------------------------------------
 
-def shm_target(options) -> str | None:
-    """A user's volume, bind or tmpfs at /dev/shm or above it (/dev), as given, which makes /dev/shm not the
-    container's own tmpfs. Paths are compared as the engine cleans them (`/dev//shm/` is /dev/shm); the container's
-    mountinfo decides once it runs (container_shm)."""
-    from shmguard.engine.flags import clean_path, covers_shm, parse_mount
-
-    for volume in options.volumes:
-        parts = volume.split(":")
-        if len(parts) > 1 and parts[1].startswith("/") and covers_shm(clean_path(parts[1])):
-            return f"-v {volume}"
-    for mount in options.mounts:
-        spec = parse_mount(mount) if isinstance(mount, str) else mount
-        if covers_shm(spec.target):
-            return f"--mount {spec.text()}"
-    return None
-
-
 def remote_engine(docker_host: str | None) -> str | None:
     """The engine's address when it is not a socket on this host (tcp://, ssh://), else None."""
     if not docker_host or docker_host.startswith(("unix://", "/")):
@@ -276,6 +259,7 @@ def privileged(status_text: str | None = None) -> bool:
 def run_status(options, environ=None) -> Any:
     """Whether elastic /dev/shm is on for this run (elastic_policy.status, from the options and this host)."""
     from shmguard.engine.elastic_policy import status
+    from shmguard.engine.plan import shm_target
 
     environ = os.environ if environ is None else environ
     return status(options.elastic, detach=options.detach, ipc_host=options.ipc_host, shm_target=shm_target(options),

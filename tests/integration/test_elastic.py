@@ -492,3 +492,43 @@ def test_a_sampler_killed_mid_run_is_said_and_the_run_still_reports_a_peak(docke
     assert report["peak_shm_bytes"] is not None and report["peak_shm_bytes"] >= 48 * MIB
     assert proc.returncode == report["exit_code"] == 1 and "No space left on device" in stderr  # it stopped growing
     assert gone(docker_client, name) and records(state) == [] and no_orphan_samplers()
+
+
+# --- what is really at /dev/shm is what run reports (issue 43.8) -------------------------------------------------
+
+@pytest.fixture
+def volume(docker_client):
+    made = docker_client.volumes.create(f"shmguard-test-{uuid.uuid4().hex[:10]}", labels={TEST_LABEL: SESSION})
+    yield made.name
+    made.remove(force=True)
+
+
+def test_a_named_volume_at_dev_shm_is_reported_as_what_it_is(docker_client, state, name, volume):
+    """Issue 43.8: with a named volume at /dev/shm, run printed 'peak /dev/shm 37.6 GiB of 64.0 MiB (60209%)': the
+    disk's whole use against the size it had planned, which the engine never mounted."""
+    proc = shmguard("run", *NO_JOB, "--shm-size", "64m", "--json", "--name", name, "-v", f"{volume}:/dev/shm", BASE,
+                    "--", "python3", "-c", GROWER, str(4 * MIB), str(8 * MIB), "0.05", env=state)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["shm_mount"]["kind"] == "user" and not report["shm_mount"]["tmpfs"]
+    assert f"/var/lib/docker/volumes/{volume}/_data of the host" in report["shm_mount"]["what"]
+    assert report["peak_shm_bytes"] is None and report["shm_size_bytes"] != 64 * MIB
+    text = shmguard("run", *NO_JOB, "--shm-size", "64m", "-v", f"{volume}:/dev/shm", BASE, "--", "python3", "-c",
+                    GROWER, str(4 * MIB), str(8 * MIB), "0.05", env=state)
+    assert text.returncode == 0, text.stderr[-3000:]
+    assert "peak /dev/shm not measured: it is not a tmpfs" in text.stderr
+    assert "of 64.0 MiB" not in text.stderr, text.stderr
+    assert gone(docker_client, name) and no_orphan_samplers()
+
+
+def test_a_users_tmpfs_at_dev_shm_is_sized_and_watched_as_itself(docker_client, state, name, small_host_tmpfs):
+    proc = shmguard("run", *NO_JOB, "--json", "--name", name, "-v", f"{small_host_tmpfs}:/dev/shm", BASE, "--",
+                    "python3", "-c", GROWER, str(4 * MIB), str(12 * MIB), "0.05", env=state)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["shm_mount"] == {"kind": "user", "what": f"{small_host_tmpfs} of the host (tmpfs shm)", "tmpfs": True}
+    assert report["shm_size_bytes"] == 16 * MIB and 12 * MIB <= report["peak_shm_bytes"] <= 16 * MIB
+    text = shmguard("run", *NO_JOB, "-v", f"{small_host_tmpfs}:/dev/shm", BASE, "--", "sh", "-c",
+                    "head -c 5000000 /dev/zero > /dev/shm/x; sleep 1", env=state)
+    assert re.search(r"peak /dev/shm [\d.]+ MiB of 16\.0 MiB \(\d+%\)", text.stderr), text.stderr
+    assert gone(docker_client, name) and no_orphan_samplers()
