@@ -165,6 +165,10 @@ def make_plan(job, options: RunOptions, host_memory: int | None = None, environ=
     if options.ipc_host:
         warnings.append("--ipc host: the host's /dev/shm is used and its pages may be charged outside the container's "
                         "memory limit; --shm-size does not apply")
+    if host_memory is not None and shm > host_memory and options.shm_size is not None:  # the user's size, not the job's
+        raise UsageError(f"--shm-size {format_size(shm)} is more than the {format_size(host_memory)} of memory the Docker "
+                         f"host has in all: leave it out (shmguard sizes /dev/shm for the job: "
+                         f"{docker_size(sizing.shm_size(job))}) or give less")
     if host_memory is not None and shm > host_memory:
         raise RunError(f"the job needs {format_size(shm)} of /dev/shm but the Docker host has {format_size(host_memory)} "
                        f"of memory in all; lower --batch-size, --workers or --prefetch-factor")
