@@ -292,21 +292,24 @@ def raise_memory_of(container) -> Callable[[int], str | None]:
 def prepare(plan, container, say: Callable[[str], None]) -> ElasticSampler:
     """The elastic sampler for a created container, spawned before its start (`begin` tells it to watch)."""
     from shmguard import model
-    from shmguard.engine import growths
+    from shmguard.engine import client, growths
 
     job = plan.job
     policy = Policy(batch_bytes=model.batch_segment_bytes(job) if job.workers else 0,
                     memory_pinned=plan.options.memory is not None)
 
+    engine = client.address()
+
     def record(items: list) -> None:
+        started = (container.attrs.get("State") or {}).get("StartedAt")  # this run's (begin reloaded it)
         try:
-            growths.save(container.id, container.name, items)
+            growths.save(container.id, container.name, items, engine, started if isinstance(started, str) else None)
         except (OSError, ValueError):
             pass  # explain will not know of it; the run itself is not affected
 
-    try:  # the records of containers removed since a --keep run
-        if os.listdir(growths.record_dir()):
-            growths.prune([c["Id"] for c in container.client.api.containers(all=True, quiet=True)])
+    try:  # the records of this engine's containers removed since a --keep run
+        if os.listdir(os.path.join(growths.record_dir(), growths.engine_folder(engine))):
+            growths.prune([c["Id"] for c in container.client.api.containers(all=True, quiet=True)], engine)
     except Exception:
         pass
     return ElasticSampler(policy, say, raise_memory_of(container), record).spawn()

@@ -259,6 +259,13 @@ def host_shm_path(engine_info: dict, container) -> str | None:
     return path if os.path.isdir(path) else None
 
 
+def engine_address() -> str:
+    """The engine's address (DOCKER_HOST, else the local socket): what `connect` reaches, and the growth records' key."""
+    from shmguard.engine import client
+
+    return client.address()
+
+
 def connect():
     from shmguard.engine import client
 
@@ -519,7 +526,7 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
                                                          shm_unbounded=users is not None and users.shm.kind == container_shm.HOST)
         removed = opts.remove and remove_uninterrupted(container)
         if removed:
-            growths.remove(container.id)
+            growths.remove(container.id, engine_address())
         return RunResult(exit_code, container.id, container.name, judged.shm_bytes, peak, diagnosis,
                          removed=removed, interrupted=interrupted, engine_note=note, peak_lower_bound=lower_bound,
                          shm_final=grown.final, shm_growths=grown.growths, shm_next=grown.next_start,
@@ -534,7 +541,7 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
                 sampler.stop()
         if opts.remove and not opts.detach:
             if not removed and remove_uninterrupted(container):  # an error skipped the removal above, or it failed
-                growths.remove(container.id)
+                growths.remove(container.id, engine_address())
 
 
 def output_maskers(plan: RunPlan):

@@ -79,8 +79,9 @@ def shmguard(*args, env, timeout=900):
 
 
 def records(env) -> list[str]:
+    """The growth records on the host (one folder per engine)."""
     folder = os.path.join(env["XDG_STATE_HOME"], "shmguard", "elastic")
-    return os.listdir(folder) if os.path.isdir(folder) else []
+    return sorted(name for _, _, names in os.walk(folder) for name in names if name.endswith(".json"))
 
 
 def elastic_samplers() -> list[tuple[int, int]]:
@@ -338,6 +339,21 @@ def test_ctrl_c_during_growth_stops_the_job_and_leaves_nothing(docker_client, st
 
 # --- explain ----------------------------------------------------------------------------------------------
 
+def test_explain_of_a_kept_container_started_again_judges_it_at_its_created_size(docker_client, state, name):
+    """Issue 43.9: `docker start` after --keep mounts a fresh /dev/shm at the created size; explain used the earlier
+    run's last growth. It now judges the container at 64 MiB and notes the earlier growths."""
+    proc = shmguard("run", *NO_JOB, "--shm-size", "64m", "--keep", "--name", name, BASE, "--", "python3", "-c",
+                    GROWER, str(32 * MIB), str(96 * MIB), "0.05", "1", env=state)
+    assert proc.returncode == 1 and GROWTH_LINE.findall(proc.stderr), proc.stderr[-3000:]
+    container = docker_client.containers.get(name)
+    container.start()  # the writer runs again in a fresh 64 MiB /dev/shm: it dies at once (No space left on device)
+    container.wait(timeout=120)
+    data = json.loads(shmguard("explain", "--json", name, env=state).stdout)
+    entry = data["diagnoses"][0]
+    assert entry["shm_size_bytes"] == 64 * MIB and entry["shm_growths"] == [], entry
+    assert "grew under an earlier `shmguard run` of it" in json.dumps(entry), entry
+
+
 def test_explain_names_the_growths_of_a_kept_container(docker_client, state, name):
     proc = shmguard("run", *NO_JOB, "--shm-size", "64m", "--keep", "--name", name, BASE, "--", "python3", "-c",
                     GROWER, str(32 * MIB), str(160 * MIB), "0.05", "1", env=state)
@@ -372,6 +388,32 @@ def test_the_demo_job_grows_under_podman(podman, state):
     finally:
         client.close()
     assert records(state) == [] and no_orphan_samplers()
+
+
+def test_an_elastic_run_against_docker_keeps_the_records_of_containers_kept_under_podman(podman, docker_client, state):
+    """Issue 44.6: the growth records of every engine shared one folder: an elastic run against Docker pruned the record
+    of a container kept under Podman (Docker does not list it), and explain then judged it at its created size."""
+    import docker
+
+    env = {**state, **podman}
+    name = f"shmguard-elastic-kept-{uuid.uuid4().hex[:10]}"
+    proc = shmguard("run", *NO_JOB, "--shm-size", "64m", "--keep", "--name", name, DEMO_IMAGE, "--", "python", "-c",
+                    GROWER, str(32 * MIB), str(96 * MIB), "0.05", "1", env=env)
+    client = docker.DockerClient(base_url=podman["DOCKER_HOST"])
+    try:
+        assert proc.returncode == 1 and GROWTH_LINE.findall(proc.stderr), proc.stderr[-3000:]
+        assert len(records(state)) == 1
+        other = shmguard("run", *NO_JOB, "--shm-size", "64m", BASE, "--", "true", env=state)  # against Docker
+        assert other.returncode == 0, other.stderr[-3000:]
+        assert len(records(state)) == 1  # Podman's record kept
+        data = json.loads(shmguard("explain", "--json", name, env=env).stdout)
+        assert data["diagnoses"][0]["shm_growths"], data
+    finally:
+        try:
+            client.containers.get(name).remove(force=True)
+        except docker.errors.NotFound:
+            pass
+        client.close()
 
 
 def test_podman_cannot_raise_a_limit_so_the_growth_stops_at_the_ceiling_and_says_why(podman):

@@ -228,7 +228,7 @@ GROWTH = re.compile(r"^shmguard: /dev/shm [\d.]+ MiB -> [\d.]+ MiB at ", re.MULT
 
 def elastic_leftovers(tmp_path) -> list[str]:
     """Growth records left on the host, and elastic samplers whose shmguard is gone."""
-    left = [str(p) for p in (tmp_path / "shmguard" / "elastic").glob("*")] if (tmp_path / "shmguard").exists() else []
+    left = [str(p) for p in (tmp_path / "shmguard" / "elastic").rglob("*.json")] if (tmp_path / "shmguard").exists() else []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmdline = open(f"/proc/{pid}/cmdline", "rb").read()

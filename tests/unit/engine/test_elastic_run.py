@@ -131,6 +131,26 @@ def test_explain_names_the_growths_and_judges_the_size_it_ended_with(as_json):
     assert container_evidence(attrs, logs, {}).shm_size == 64 * MIB  # no record: what the engine says
 
 
+def test_explain_of_a_restarted_container_judges_it_at_its_created_size(tmp_path, monkeypatch):
+    """Issue 43.9: explain of a container started again after --keep used the earlier run's last growth, though the
+    remount was gone and the container was back at 64 MiB. The record names its run (the engine's StartedAt)."""
+    from shmguard.commands.explain import recorded_growths
+    from shmguard.engine import growths
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    growths.save("c" * 64, "train", list(GROWTHS), "unix:///var/run/docker.sock", "2027-01-15T08:00:00.1Z")
+    attrs = {"Id": "c" * 64, "Name": "/train", "State": {"Status": "exited", "ExitCode": 1,
+                                                        "StartedAt": "2027-01-15T09:30:00.5Z"},
+             "HostConfig": {"ShmSize": 64 * MIB}, "Config": {"Env": []}}
+    evidence = container_evidence(attrs, "", {}, *recorded_growths(attrs, None))
+    assert evidence.shm_size == 64 * MIB and evidence.growths == ()
+    assert "its /dev/shm grew under an earlier `shmguard run` of it (to 131.0 MiB); restarted since, it is back at " \
+           "the size it was created with" in evidence.notes
+    same_run = {**attrs, "State": {**attrs["State"], "StartedAt": "2027-01-15T08:00:00.1Z"}}
+    assert container_evidence(same_run, "", {}, *recorded_growths(same_run, None)).shm_size == 131 * MIB
+
+
 def test_a_run_held_at_the_ceiling_advises_what_the_job_wanted_not_its_peak():
     from shmguard.engine.elastic import ElasticSampler
 
