@@ -407,18 +407,38 @@ def start(container, plan: RunPlan) -> None:
     try:
         container.start()
     except docker.errors.APIError as exc:
-        hint = ""
-        if "rlimit" in str(exc) and plan.nofile:
-            hint = (f" (the open-file limit {plan.nofile} the job needs is above the engine's own; raise dockerd's "
-                    f"LimitNOFILE, or use --sharing-strategy file_system)")
-        text = str(exc.explanation or exc)
-        if "could not select device driver" in text:
-            raise RunError(f"--gpus: the Docker engine cannot give this container GPUs ({text}): the host has no GPU, "
-                           f"or no NVIDIA Container Toolkit registered with the engine") from None
-        # As `docker run`: 127 when the command is not found, 126 when it cannot be invoked.
-        code = 127 if ("executable file not found" in text or "no such file or directory" in text) else (
-            126 if "permission denied" in text else EXIT_RUN_FAILED)
-        raise RunError(f"the container did not start: {text}{hint}", exit_code=code) from None
+        raise did_not_start(exc, plan) from None
+
+
+def attach(container, plan: RunPlan):
+    """Attach to the created container before its start, as `docker run` does: (the output stream, the stdin socket
+    or None). Podman prepares the container at attach (its user, its working directory…) and refuses there with a 409
+    what Docker refuses at start: the same one line, the same exit code (issue 44.7)."""
+    import docker
+
+    opts = plan.options
+    try:
+        if opts.interactive and not opts.detach:  # -i: stdin, stdout and stderr on one socket (interactive.py)
+            return attach_stream(container, opts.tty)
+        return container.attach(stdout=True, stderr=True, stream=True, logs=False, demux=True), None
+    except docker.errors.APIError as exc:
+        raise did_not_start(exc, plan) from None
+
+
+def did_not_start(exc, plan: RunPlan) -> RunError:
+    """The engine's refusal to start (or to prepare) a container, as `docker run` says it, with its exit code."""
+    hint = ""
+    if "rlimit" in str(exc) and plan.nofile:
+        hint = (f" (the open-file limit {plan.nofile} the job needs is above the engine's own; raise dockerd's "
+                f"LimitNOFILE, or use --sharing-strategy file_system)")
+    text = str(exc.explanation or exc)
+    if "could not select device driver" in text:
+        return RunError(f"--gpus: the Docker engine cannot give this container GPUs ({text}): the host has no GPU, "
+                        f"or no NVIDIA Container Toolkit registered with the engine")
+    # As `docker run`: 127 when the command is not found, 126 when it cannot be invoked.
+    code = 127 if ("executable file not found" in text or "no such file or directory" in text) else (
+        126 if "permission denied" in text else EXIT_RUN_FAILED)
+    return RunError(f"the container did not start: {text}{hint}", exit_code=code)
 
 
 def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
@@ -464,11 +484,7 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
         hold.release()
         # Attached before the start, as `docker run` does: all the output comes live, and no log replay is asked
         # for (an engine whose log driver cannot be read, `none`, answers a replay with an error in the stream).
-        stdin_socket = None
-        if opts.interactive and not opts.detach:  # -i: stdin, stdout and stderr on one socket (interactive.py)
-            stream, stdin_socket = attach_stream(container, opts.tty)
-        else:
-            stream = container.attach(stdout=True, stderr=True, stream=True, logs=False, demux=True)
+        stream, stdin_socket = attach(container, plan)
         if plan.elastic is not None and plan.elastic.on and not opts.detach:
             elastic_sampler = elastic.prepare(plan, container, say)  # its process is up before the job starts
         try:  # from the start on: an interrupt at any point (even before start() returns) stops the container
