@@ -252,10 +252,10 @@ def judge(template: PodTemplate, accelerators: pod.Accelerators, loaders=(), job
     if accelerators.count and (template.workload == NOTEBOOK or any(notebook(template.containers[i]) for i in chosen)):
         return True, f"a notebook server with {accelerators.count} {accelerators.resource} runs DataLoaders"
     meta = dict_of(template.obj.get("metadata"))
-    for name in (meta.get("name"), meta.get("generateName"), template.role,
-                 *(template.container_name(i) for i in range(len(template.containers)))):
-        if named_training(name):
-            return True, f"named {name}"
+    for candidate in (meta.get("name"), meta.get("generateName"), template.role,
+                      *(template.container_name(i) for i in range(len(template.containers)))):
+        if named_training(candidate):
+            return True, f"named {candidate}"
     if accelerators.count and template.workload == BATCH:
         return True, f"a batch workload with {accelerators.count} {accelerators.resource}"
     if job_given:

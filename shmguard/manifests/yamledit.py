@@ -271,9 +271,10 @@ class _DocumentEditor:
         if self._style is None:
             found = _find_style(self.text, self.root) if self.root is not None else (None,) * 5
             fallback = self.file_style()
-            self._style = _Style(*(mine if mine is not None else theirs
-                                   for mine, theirs in zip(found, (fallback.step, fallback.sequence, fallback.item,
-                                                                  fallback.key_quote, fallback.value_quote))))
+            theirs: tuple[Any, ...] = (fallback.step, fallback.sequence, fallback.item, fallback.key_quote,
+                                       fallback.value_quote)
+            values: list[Any] = [m if m is not None else t for m, t in zip(found, theirs)]
+            self._style = _Style(*values)
         return self._style
 
     def scalar(self, value: Any, style: str = "") -> str:
@@ -719,6 +720,7 @@ def edit_text(text: str, documents: list[Document], before: list, after: list) -
 def _edit_document(text: str, document: Document, ops: list[Op], newline: str, file_style, as_json: bool,
                    strict: bool) -> list[tuple[int, int, str]]:
     """The text edits of one document's operations, sorted; _Unsafe when one cannot be placed safely."""
+    assert document.node is not None  # an empty document is re-dumped before this
     editor = _DocumentEditor(text, document, newline, file_style, as_json)
     ops, editor.shared = _share_anchored(document.node, ops, strict)
     for op in ops:
