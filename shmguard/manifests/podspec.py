@@ -338,8 +338,8 @@ class Sizer:
         """The template as the kubelet will see it (shmguard.pod); PodError for bad values."""
         t = self.t
         wanted = ann.setting(ann.CONTAINER, *self.layers) or self.options.container
-        if wanted is None and t.primary_container in [t.container_name(i) for i in range(len(t.containers))]:
-            wanted = t.primary_container  # the wrapper names the trainer (Katib's primaryContainerName)
+        if wanted is None and t.primary_container in [pod.name_of(c, "") for c in t.containers]:
+            wanted = t.primary_container  # the wrapper names the trainer (Katib's primaryContainerName), by its own name
         return pod.read(without_placeholders(t.containers), without_placeholders(t.init_containers),
                         without_placeholders(self.volumes()), wanted,
                         without_placeholders(t.pod_resources if pod_resources is None else pod_resources),
@@ -764,9 +764,80 @@ def patch_documents(docs: list, defaults=None, options: PatchOptions | None = No
         for path in trainjobs:
             summary.results.append(size_trainjob(index, at_path(doc, path) if path else doc, defaults, options,
                                                  prefix=path, top=doc if path else None))
+        for path in argo_manifests(doc):
+            summary.results.extend(size_manifest_string(index, doc, path, defaults, options))
         for template in found:
             summary.results.append(size_pod_template(template, defaults, options))
     return summary
+
+
+ARGO_EXPRESSION = re.compile(r"\{\{.*?\}\}")
+
+
+def argo_manifests(doc: dict) -> list[str]:
+    """The paths of the object manifests an Argo workflow's `resource` templates create (strings in the workflow:
+    a TFJob, a PyTorchJob, a Job its step submits)."""
+    from shmguard.manifests.templates import ARGO_KINDS
+
+    if group_of(doc) != "argoproj.io" or doc.get("kind") not in ARGO_KINDS:
+        return []
+    spec = dict_of(doc.get("spec"))
+    base = "spec"
+    if doc.get("kind") == "CronWorkflow":
+        spec, base = dict_of(spec.get("workflowSpec")), "spec.workflowSpec"
+    out = []
+    for i, template in enumerate(list_of(spec.get("templates"))):
+        resource = dict_of(dict_of(template).get("resource"))
+        if isinstance(resource.get("manifest"), str) and resource.get("action", "create") in ("create", "apply", "replace"):
+            out.append(f"{base}.templates[{i}].resource.manifest")
+    return out
+
+
+def size_manifest_string(index: int, doc: dict, path: str, defaults, options: PatchOptions) -> list[TemplateResult]:
+    """Size the pod templates of a manifest an Argo step creates, in its string: the string is patched as a file of
+    its own (minimal-diff, its comments kept), with Argo's `{{...}}` expressions held aside while it is read."""
+    from shmguard.manifests.yamledit import patch_text
+
+    text = at_path(doc, path)
+    name = f"{label_of(doc)} {path.removeprefix('spec.').removesuffix('.resource.manifest')} resource"
+    expressions: list[str] = []
+
+    def hold(match) -> str:
+        expressions.append(match.group(0))
+        return f"shmguard-argo-expression-{len(expressions) - 1}"
+
+    masked = ARGO_EXPRESSION.sub(hold, text)
+    if "shmguard-argo-expression-" in ARGO_EXPRESSION.sub("", text):
+        return []
+    results: list[TemplateResult] = []
+
+    def mutate(docs: list) -> list[str]:
+        inner = patch_documents(docs, defaults, options)
+        results.extend(inner.results)
+        return list(inner.changes)
+
+    try:
+        patched = patch_text(masked, name, mutate)
+    except ManifestError as exc:
+        return [TemplateResult(name, index + 1, path, SKIPPED, f"the manifest it creates is not YAML shmguard reads "
+                                                               f"({str(exc).removeprefix(name + ': ')})")]
+    for result in results:
+        result.document = index + 1
+        result.name = f"{name}: {result.name}"
+        result.path = f"{path}: {result.path}"
+        for change in result.changes:
+            change.path = f"{path}: {change.path}"
+    if patched.fallbacks:  # it could not be edited in place: the string is left as it is, and said
+        for result in results:
+            if result.status == CHANGED:
+                result.status, result.reason, result.changes = SKIPPED, f"{patched.fallbacks[0]}: left as it is", []
+        return results
+    restored = patched.text
+    for number, expression in enumerate(expressions):
+        restored = restored.replace(f"shmguard-argo-expression-{number}", expression, 1)
+    parent = at_path(doc, path.rsplit(".", 1)[0])
+    parent["manifest"] = restored
+    return results
 
 
 def size_trainjob(index: int, doc: dict, defaults=None, options: PatchOptions | None = None, prefix: str = "",

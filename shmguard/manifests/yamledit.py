@@ -211,6 +211,26 @@ def render_block(value: Any, indent: int, style: _Style) -> list[str]:
     return lines
 
 
+def _literal_block(span: str, value: Any, newline: str) -> str | None:
+    """A new value for a literal block scalar (`|`, `|-`), written as one with the same header and indentation
+    (an Argo resource template's manifest stays a readable block), or None when it cannot be (another header, a
+    value that does not end as the header says, a first line that starts with a space)."""
+    if not isinstance(value, str) or "\n" not in span:
+        return None
+    header, _, body = span.partition("\n")
+    header = header.rstrip()
+    if header not in ("|", "|-") or not value or value[0] in " \t" or (header == "|") != value.endswith("\n"):
+        return None
+    if value.endswith("\n\n") or any(not ch.isprintable() for ch in value.replace("\n", "").replace("\t", "")):
+        return None
+    first = next((line for line in body.splitlines() if line.strip()), None)
+    if first is None:
+        return None
+    pad = first[: len(first) - len(first.lstrip(" "))]
+    lines = [pad + line if line else "" for line in value.removesuffix("\n").split("\n")]
+    return header + newline + newline.join(lines)
+
+
 def _inline(value: Any, quote: str = "") -> str:
     if isinstance(value, dict):
         return "{}"
@@ -362,7 +382,8 @@ class _DocumentEditor:
             # A block scalar's span runs to the start of the next line, blank lines included: keep those.
             span = self.text[node.start:node.end]
             end = node.start + len(span.rstrip())
-            self.edits.append((node.start, end, render_scalar(value)))
+            literal = _literal_block(span, value, self.newline) if node.style == "|" else None
+            self.edits.append((node.start, end, literal if literal is not None else render_scalar(value)))
             return
         empty = node.start == node.end
         lead = " " if empty and self.text[node.start - 1:node.start] not in (" ", "\t") else ""

@@ -103,6 +103,29 @@ def test_katib_primary_container_name_chooses_the_trainer():
     assert r.containers == ["trainer"]
 
 
+def test_katib_primary_container_name_that_names_no_container_is_no_error():
+    """Katib's Argo example says primaryContainerName: main, Argo's name for an unnamed container; a script step
+    has no container named so: it is judged as any other, not an error that stops the whole file."""
+    _patched, summary = patch("""\
+        apiVersion: kubeflow.org/v1beta1
+        kind: Experiment
+        metadata: {name: e}
+        spec:
+          trialTemplate:
+            primaryContainerName: main
+            trialSpec:
+              apiVersion: argoproj.io/v1alpha1
+              kind: Workflow
+              spec:
+                templates:
+                - name: gen
+                  script: {image: python:3.12, command: [python], source: "print(3)"}
+                - name: train
+                  container: {name: model-training, image: example.com/mnist:1, command: [python3, mnist.py]}
+        """)
+    assert not summary.errors and [r.status for r in summary.results] == ["changed", "changed"]
+
+
 @pytest.mark.parametrize("text", [
     """\
     apiVersion: workload.codeflare.dev/v1beta2
@@ -469,3 +492,20 @@ def test_added_keys_are_quoted_as_the_files_keys_are(quote):
 def test_a_file_with_plain_keys_gets_plain_keys():
     patched, _summary = patch(ONE_POD)
     assert "- name: dshm" in patched.text and '"name"' not in patched.text
+
+
+def test_a_training_job_an_argo_step_creates_is_sized_inside_its_string():
+    """Argo's own example: a `resource` step creates a TFJob from a `|` string holding `{{workflow.name}}`. The
+    TFJob's Worker is sized in the string, edited as a file of its own: the string stays a block, its comments and
+    the expression stay, only the lines added are new; a second run changes nothing."""
+    corpus = Path(__file__).parents[2] / "data" / "manifests" / "argo-workflows-k8s-resource-log-selector.yaml"
+    text = corpus.read_text()
+    patched, summary = patch(text)
+    (r,) = summary.results
+    assert r.status == "changed" and r.path.startswith("spec.templates[0].resource.manifest: spec.tfReplicaSpecs.Worker")
+    added = [line for line in patched.text.splitlines() if line not in text.splitlines()]
+    assert len(added) == 8 and not [line for line in text.splitlines() if line not in patched.text.splitlines()]
+    manifest = yaml.safe_load(patched.text)["spec"]["templates"][0]["resource"]["manifest"]
+    assert "{{workflow.name}}" in manifest and "/dev/shm" in manifest
+    again, summary = patch(patched.text)
+    assert again.text == patched.text and not summary.changed
