@@ -509,3 +509,21 @@ def test_a_training_job_an_argo_step_creates_is_sized_inside_its_string():
     assert "{{workflow.name}}" in manifest and "/dev/shm" in manifest
     again, summary = patch(patched.text)
     assert again.text == patched.text and not summary.changed
+
+
+def test_the_krm_function_reads_wrappers_and_names_evidence():
+    """fn shares patch's core: a Katib trial is sized, a database left alone with its evidence, and its
+    functionConfig's job is the job given (a template with no evidence either way is sized)."""
+    from shmguard.manifests.krm import run
+
+    experiment = yaml.safe_load((DEV / "katib-experiment-pytorchjob-mnist.yaml").read_text())
+    database = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "db"},
+                "spec": {"template": {"spec": {"containers": [{"name": "db", "image": "postgres:16"}]}}}}
+    out, code = run({"kind": "ResourceList", "items": [experiment, database, yaml.safe_load(ONE_POD)],
+                     "functionConfig": {"kind": "ConfigMap", "data": {"workers": "4", "batch-size": "64",
+                                                                      "sample-shape": "3,224,224"}}})
+    messages = [r["message"] for r in out["results"]]
+    assert code == 0 and len(messages) == 4
+    assert "trialSpec PyTorchJob Master" in messages[0] and "volumes[dshm]: added" in messages[0]
+    assert "db is a database (image postgres:16)" in messages[2]
+    assert "Pod/p" in messages[3] and "volumes[dshm]: added" in messages[3]
