@@ -310,6 +310,10 @@ class Sizer:
             return self.leave(NO_JOB)
         self.result.job = job
         self.result.containers = [self.name_in(c) for c, _p in loaders]
+        unneeded = template_placeholders(t.containers)
+        if unneeded:
+            self.note(f"placeholders the size does not need, left as they are: {', '.join(unneeded[:6])}"
+                      + (f" and {len(unneeded) - 6} more" if len(unneeded) > 6 else ""))
         if t.told_only:
             needs = {"shm": k8s_quantity(sizing.pod_shm_size(job, len(loaders))),
                      "memory": k8s_quantity(self.memory_needed(job, None))}
@@ -700,6 +704,24 @@ def processes_placeholder(container) -> str | None:
                     and placeholder(value)):
                 return f"{name}: {value}"
     return None
+
+
+def template_placeholders(containers: list) -> list[str]:
+    """The placeholders a template tool fills in later in what the size does not read: the image, the env's values,
+    a command that no shell runs (a shell's own $VAR is not one), said so that its reader knows patch did not
+    need them."""
+    from shmguard.manifests.templates import PLACEHOLDER
+
+    texts: list[str] = []
+    for container in containers:
+        if not isinstance(container, dict):
+            continue
+        texts.append(str(container.get("image") or ""))
+        texts += [str(e.get("value")) for e in list_of(container.get("env")) if isinstance(e, dict) and e.get("value")]
+        line = [str(w) for key in ("command", "args") for w in list_of(container.get(key))]
+        if line and line[0].rsplit("/", 1)[-1] not in scope.SHELLS:
+            texts += line
+    return list(dict.fromkeys(m.group(0) for text in texts for m in PLACEHOLDER.finditer(text)))
 
 
 def without_placeholders(value):

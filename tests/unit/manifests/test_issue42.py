@@ -452,6 +452,8 @@ def test_a_placeholder_the_size_does_not_need_is_left_alone_and_said(tmp_path, c
     (r,) = report["files"][0]["templates"]
     assert code == 0 and r["status"] == "changed" and r["procs_per_node"] == 8
     assert any("is a placeholder (${MEMORY}): left as it is" in n for n in r["notes"])
+    assert any(n.startswith("placeholders the size does not need, left as they are: ${IMAGE_URI}, $NUM_NODES")
+               for n in r["notes"])
     assert out.count("${MEMORY}") == 2 and "${IMAGE_URI}" in out and "/dev/shm" in out
 
 
