@@ -16,8 +16,9 @@ import yaml
 from shmguard.cli import main
 from shmguard.manifests import podspec
 from shmguard.manifests.yamledit import patch_text
+from tests.support.paths import DATA
 
-DEV = Path(__file__).parents[2] / "data" / "manifests-42" / "dev"
+DEV = DATA / "manifests-42" / "dev"
 JOB = {"workers": "4", "batch_size": "64", "sample_shape": "3,224,224"}
 CLI_JOB = ["--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224"]
 GIVEN = podspec.PatchOptions(job_given=True)  # the job on the command line, as `shmguard patch --workers ...`
