@@ -530,3 +530,34 @@ def test_the_krm_function_reads_wrappers_and_names_evidence():
     assert "trialSpec PyTorchJob Master" in messages[0] and "volumes[dshm]: added" in messages[0]
     assert "db is a database (image postgres:16)" in messages[2]
     assert "Pod/p" in messages[3] and "volumes[dshm]: added" in messages[3]
+
+
+def test_an_mpi_launcher_without_accelerators_is_left_alone_naming_it():
+    """Volcano's MindSpore example: the mpimaster task starts mpiexec and asks for no GPU (its workers run the
+    training): left alone, saying so, while the workers with GPUs are sized; an MPI launcher with GPUs trains too."""
+    corpus = Path(__file__).parents[2] / "data" / "manifests" / "volcano-job-mindspore-gpu.yaml"
+    _patched, summary = patch(corpus.read_text())
+    master, worker = summary.results
+    assert master.status == "skipped" and "starts mpiexec, with no accelerators" in master.reason
+    assert worker.status == "changed"
+    container = "              name: mpimaster\n"
+    _patched, summary = patch(corpus.read_text().replace(
+        container, container + "              resources: {limits: {nvidia.com/gpu: 2}}\n", 1))
+    assert summary.results[0].status == "changed"
+
+
+@pytest.mark.parametrize("api", ["machinelearning.seldon.io/v1 SeldonDeployment", "serving.kubeflow.org/v1beta1 InferenceService"])
+def test_seldon_and_kfserving_are_serving_kinds(api):
+    version, kind = api.split()
+    _patched, summary = patch(f"""\
+        apiVersion: {version}
+        kind: {kind}
+        metadata: {{name: s}}
+        spec:
+          predictors:
+          - componentSpecs:
+            - spec:
+                containers: [{{name: classifier, image: example.com/model:1}}]
+        """)
+    assert [r.status for r in summary.results] in ([], ["skipped"])
+    assert all("a serving kind" in r.reason for r in summary.results)
