@@ -8,13 +8,21 @@ import copy
 import http.client
 import io
 import json
+import os
+import signal
 import ssl
+import subprocess
+import sys
 import threading
+import time
+from pathlib import Path
 
 import jsonpatch
+import requests
 
 from shmguard.webhook.review import Config
 from shmguard.webhook.server import JsonLog, WebhookServer
+from tests.support.paths import CHECKOUT
 from tests.support.paths import DATA as ALL_DATA
 
 DATA = ALL_DATA / "webhook"
@@ -80,3 +88,58 @@ class Server:
         self.server.stopping = True
         self.server.shutdown()
         self.server.server_close()
+
+
+# `shmguard webhook serve` as its own process, from this tree.
+def webhook_process(*args: str, env_extra: dict | None = None, **kwargs) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(CHECKOUT), **(env_extra or {})}
+    return subprocess.Popen([sys.executable, "-m", "shmguard", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+class Running:
+    """A `shmguard webhook serve` process on 127.0.0.1, on a port it picked (read from its first log line)."""
+
+    def __init__(self, certs: Path, *args: str, env_extra: dict | None = None) -> None:
+        self.certs = certs
+        self.proc = webhook_process("webhook", "serve", "--host", "127.0.0.1", "--port", "0", "--tls-cert", str(certs / "tls.crt"),
+                             "--tls-key", str(certs / "tls.key"), *args, env_extra=env_extra)
+        first = json.loads(self.proc.stderr.readline())
+        assert first["event"] == "listening", first
+        self.url = f"https://localhost:{first['port']}"
+        # The log is read as it comes: a full pipe would block the server's next log line, and its review.
+        self.log_lines = [first]
+        self.reader = threading.Thread(target=lambda: self.log_lines.extend(self.proc.stderr), daemon=True)
+        self.reader.start()
+        self.session = requests.Session()
+        self.session.trust_env = False  # REQUESTS_CA_BUNDLE would override verify, a proxy would intercept
+        self.session.verify = str(certs / "ca.crt")
+
+    def post(self, path: str, body, **kwargs) -> requests.Response:
+        data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+        headers = kwargs.pop("headers", {"Content-Type": "application/json"})
+        return self.session.post(self.url + path, data=data, headers=headers, timeout=30, **kwargs)
+
+    def wait_for_event(self, event: str, timeout: float = 30.0) -> None:
+        """Until the server has logged `event` (ready flags change before their log line is written)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            lines = [line for line in list(self.log_lines)[1:] if line.startswith("{")]
+            if any(json.loads(line).get("event") == event for line in lines):
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"the server did not log {event!r} within {timeout:.0f} s")
+
+    def stop(self) -> tuple[int, list[dict]]:
+        self.session.close()
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()  # a server that does not stop fails the test, and is not left behind
+            self.proc.wait()
+            raise
+        self.reader.join(30)
+        return self.proc.returncode, [line if isinstance(line, dict) else json.loads(line)
+                                      for line in self.log_lines if isinstance(line, dict) or line.startswith("{")]

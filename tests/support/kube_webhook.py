@@ -1,4 +1,4 @@
-"""The shmguard webhook registered with the tests' API server (tests/integration/kube_cluster.py): small Pods, the
+"""The shmguard webhook registered with the tests' API server (tests/support/kube_cluster.py): small Pods, the
 configurations `shmguard render webhook` writes called at a URL, and what to compare a stored Pod with."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import yaml
 
 from shmguard.units import parse_quantity
 from shmguard.webhook.deploy import OPT_IN_LABEL, OPT_IN_VALUE, render_webhook
-from tests.integration.kube_cluster import KubeCluster, pause_image
-from tests.integration.test_webhook import Running
+from tests.support.kube_cluster import KubeCluster, pause_image
+from tests.support.webhook import Running
 
 ROOT = Path(__file__).resolve().parents[2]
 OPT_IN = {OPT_IN_LABEL: OPT_IN_VALUE}
