@@ -561,3 +561,49 @@ def test_seldon_and_kfserving_are_serving_kinds(api):
         """)
     assert [r.status for r in summary.results] in ([], ["skipped"])
     assert all("a serving kind" in r.reason for r in summary.results)
+
+
+def test_an_alias_whose_use_changes_differently_is_written_out_there_not_the_whole_document():
+    """Two replicated jobs share `resources: &r`, but the second one's annotation asks for a bigger job: the anchor
+    gets the first one's limit, the second `*r` is written out in full with its own; comments and the rest stay
+    (the old code re-wrote the whole document)."""
+    text = """\
+        apiVersion: jobset.x-k8s.io/v1alpha2
+        kind: JobSet
+        metadata: {name: js}
+        spec:
+          replicatedJobs:
+          - name: small  # the small one
+            template:
+              spec:
+                template:
+                  spec:
+                    containers:
+                    - name: trainer
+                      image: example.com/t:1
+                      command: [torchrun, train.py]
+                      resources: &r
+                        limits: {memory: 256Mi}
+          - name: big
+            template:
+              spec:
+                template:
+                  metadata:
+                    annotations: {shmguard.io/workers: "16"}
+                  spec:
+                    containers:
+                    - name: trainer
+                      image: example.com/t:1
+                      command: [torchrun, train.py]
+                      resources: *r
+        """
+    patched, summary = patch(text)
+    small, big = summary.results
+    assert not patched.fallbacks and small.status == big.status == "changed"
+    assert "&r" in patched.text and "# the small one" in patched.text and "resources: *r" not in patched.text
+    jobs = yaml.safe_load(patched.text)["spec"]["replicatedJobs"]
+    limits = [j["template"]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"] for j in jobs]
+    asked = [next(c.after for c in r.changes if c.path.endswith("limits.memory")) for r in (small, big)]
+    assert limits == asked and limits[0] != limits[1]
+    again, summary = patch(patched.text)
+    assert again.text == patched.text
