@@ -11,9 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shmguard import main
+from shmguard.declared import container_job
 from shmguard.errors import UsageError
 from shmguard.job import ENV_VARS
-from shmguard.manifests.annotations import KEYS, resolve_job
+from shmguard.manifests.annotations import KEYS
 
 SETTINGS = settings(max_examples=150, derandomize=True, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
@@ -57,7 +58,7 @@ def test_health_job_variables_never_crash(monkeypatch, capsys, env):
 @given(st.dictionaries(st.sampled_from(sorted(KEYS.values())), values, max_size=6))
 def test_annotations_give_a_job_none_or_a_usage_error(annotations):
     try:
-        job = resolve_job({}, None, annotations)
+        job = container_job({}, (annotations,)).job
     except UsageError as exc:
         assert str(exc) and "\n" not in str(exc)
         return
