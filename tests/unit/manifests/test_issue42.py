@@ -529,3 +529,80 @@ def test_the_krm_function_reads_wrappers_and_names_evidence():
     assert "trialSpec PyTorchJob Master" in messages[0] and "volumes[dshm]: added" in messages[0]
     assert "db is a database (image postgres:16)" in messages[2]
     assert "Pod/p" in messages[3] and "volumes[dshm]: added" in messages[3]
+
+
+def test_an_mpi_launcher_without_accelerators_is_left_alone_naming_it():
+    """Volcano's MindSpore example: the mpimaster task starts mpiexec and asks for no GPU (its workers run the
+    training): left alone, saying so, while the workers with GPUs are sized; an MPI launcher with GPUs trains too."""
+    corpus = Path(__file__).parents[2] / "data" / "manifests" / "volcano-job-mindspore-gpu.yaml"
+    _patched, summary = patch(corpus.read_text())
+    master, worker = summary.results
+    assert master.status == "skipped" and "starts mpiexec, with no accelerators" in master.reason
+    assert worker.status == "changed"
+    container = "              name: mpimaster\n"
+    _patched, summary = patch(corpus.read_text().replace(
+        container, container + "              resources: {limits: {nvidia.com/gpu: 2}}\n", 1))
+    assert summary.results[0].status == "changed"
+
+
+@pytest.mark.parametrize("api", ["machinelearning.seldon.io/v1 SeldonDeployment", "serving.kubeflow.org/v1beta1 InferenceService"])
+def test_seldon_and_kfserving_are_serving_kinds(api):
+    version, kind = api.split()
+    _patched, summary = patch(f"""\
+        apiVersion: {version}
+        kind: {kind}
+        metadata: {{name: s}}
+        spec:
+          predictors:
+          - componentSpecs:
+            - spec:
+                containers: [{{name: classifier, image: example.com/model:1}}]
+        """)
+    assert [r.status for r in summary.results] in ([], ["skipped"])
+    assert all("a serving kind" in r.reason for r in summary.results)
+
+
+def test_an_alias_whose_use_changes_differently_is_written_out_there_not_the_whole_document():
+    """Two replicated jobs share `resources: &r`, but the second one's annotation asks for a bigger job: the anchor
+    gets the first one's limit, the second `*r` is written out in full with its own; comments and the rest stay
+    (the old code re-wrote the whole document)."""
+    text = """\
+        apiVersion: jobset.x-k8s.io/v1alpha2
+        kind: JobSet
+        metadata: {name: js}
+        spec:
+          replicatedJobs:
+          - name: small  # the small one
+            template:
+              spec:
+                template:
+                  spec:
+                    containers:
+                    - name: trainer
+                      image: example.com/t:1
+                      command: [torchrun, train.py]
+                      resources: &r
+                        limits: {memory: 256Mi}
+          - name: big
+            template:
+              spec:
+                template:
+                  metadata:
+                    annotations: {shmguard.io/workers: "16"}
+                  spec:
+                    containers:
+                    - name: trainer
+                      image: example.com/t:1
+                      command: [torchrun, train.py]
+                      resources: *r
+        """
+    patched, summary = patch(text)
+    small, big = summary.results
+    assert not patched.fallbacks and small.status == big.status == "changed"
+    assert "&r" in patched.text and "# the small one" in patched.text and "resources: *r" not in patched.text
+    jobs = yaml.safe_load(patched.text)["spec"]["replicatedJobs"]
+    limits = [j["template"]["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"] for j in jobs]
+    asked = [next(c.after for c in r.changes if c.path.endswith("limits.memory")) for r in (small, big)]
+    assert limits == asked and limits[0] != limits[1]
+    again, summary = patch(patched.text)
+    assert again.text == patched.text
