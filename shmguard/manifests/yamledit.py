@@ -163,13 +163,15 @@ def is_json(text: str) -> bool:
         return False  # YAML flow (unquoted keys, trailing commas), not JSON
 
 
-def render_flow(value: Any) -> str:
-    """A value in flow style ({a: b, c: [d]}), for insertion into a flow collection."""
+def render_flow(value: Any, key_quote: str = "", value_quote: str = "") -> str:
+    """A value in flow style ({a: b, c: [d]}), for insertion into a flow collection; keys and string values quoted
+    as given (the document's own quoting, _Style)."""
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{render_scalar(k)}: {render_flow(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{render_scalar(k, key_quote)}: {render_flow(v, key_quote, value_quote)}"
+                               for k, v in value.items()) + "}"
     if isinstance(value, list):
-        return "[" + ", ".join(render_flow(v) for v in value) + "]"
-    return render_scalar(value)
+        return "[" + ", ".join(render_flow(v, key_quote, value_quote) for v in value) + "]"
+    return render_scalar(value, value_quote if isinstance(value, str) else "")
 
 
 class _Style(Record):
@@ -301,7 +303,10 @@ class _DocumentEditor:
         return _json(value) if self.json else render_scalar(value, style)
 
     def flow(self, value: Any) -> str:
-        return _json(value) if self.json else render_flow(value)
+        if self.json:
+            return _json(value)
+        style = self.style()
+        return render_flow(value, style.key_quote, style.value_quote)
 
     # -- finding nodes ----------------------------------------------------------------------------------
     def find(self, path: tuple, replacing: bool = False) -> tuple[Node, Node | None, Node | None, bool]:
@@ -428,7 +433,7 @@ class _DocumentEditor:
         if not isinstance(key, str):
             raise _Unsafe(f"the patch added a key that is not a string to {_path_text(path)}")
         if flow:
-            entry = f"{self.scalar(key)}: {self.flow(value)}"
+            entry = f"{_json(key) if self.json else render_scalar(key, self.style().key_quote)}: {self.flow(value)}"
             self._flow_insert(node, entry, "{", path)
             return
         indent = self.column(node.value[0][0].start)

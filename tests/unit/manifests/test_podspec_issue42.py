@@ -607,3 +607,17 @@ def test_an_alias_whose_use_changes_differently_is_written_out_there_not_the_who
     assert limits == asked and limits[0] != limits[1]
     again, summary = patch(patched.text)
     assert again.text == patched.text
+
+
+def test_keys_added_into_a_flow_mapping_are_quoted_as_the_documents_keys_are():
+    text = """\
+        "apiVersion": "batch/v1"
+        "kind": "Job"
+        "metadata": {"name": "train"}
+        "spec":
+          "template":
+            "spec":
+              "containers": [{"name": "trainer", "image": "example.com/t:1", "command": ["torchrun", "train.py"]}]
+        """
+    patched, _summary = patch(text)
+    assert '"volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]' in patched.text, patched.text
