@@ -44,6 +44,10 @@ GENERATE = Equals(Value("webhook.certs.mode"), "generate")
 # the port is the node's then, one replica per node.
 HOST_NETWORK = Value("webhook.hostNetwork")
 SERVE_PORT = Value("webhook.port")
+# policy/v1 PodDisruptionBudgets came with Kubernetes 1.21: the chart asks the cluster (a real 1.20 refused the
+# install: no matches for kind "PodDisruptionBudget" in version "policy/v1"); `render webhook` writes policy/v1.
+PDB_API = Value("pdbApiVersion", 'ternary "policy/v1" "policy/v1beta1" '
+                                 '(.Capabilities.APIVersions.Has "policy/v1")')
 
 # Helm's half of `certs: generate`: a CA and a serving certificate made at install by Helm's own genCA and
 # genSignedCert (RSA), for the names the apiserver calls (SERVICE_NAMES), and kept: an upgrade finds them in the
@@ -142,7 +146,7 @@ def webhook_documents() -> list:
                  },
              },
          }},
-        {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta,
+        {"apiVersion": PDB_API, "kind": "PodDisruptionBudget", "metadata": meta,
          "spec": {"minAvailable": 1, "selector": {"matchLabels": labels}}},
         {"apiVersion": "v1", "kind": "Service", "metadata": meta,
          "spec": {"selector": labels, "ports": [{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}]}},
@@ -186,7 +190,7 @@ def render_webhook(*, namespace: str = "shmguard", name: str = "shmguard-webhook
         "namespace": namespace, "webhook.name": name, "image": image, "image.pullPolicy": image_pull_policy,
         "webhook.replicas": replicas, "webhook.failurePolicy": failure_policy, "webhook.timeoutSeconds": timeout_seconds,
         "webhook.mode": mode, "webhook.jobDefaults": dict(job_defaults or {}), "webhook.hostNetwork": host_network,
-        "webhook.port": port,
+        "webhook.port": port, "pdbApiVersion": "policy/v1",
         "webhook.namespaceSelector": namespace_selector or OPT_IN, "webhook.objectSelector": object_selector or OPT_IN,
         "webhook.certs.mode": "cert-manager" if ca_bundle is None else "provided",
         "webhook.certs.caBundle": None if ca_bundle is None else ca_bundle.decode("ascii", "replace")})

@@ -269,7 +269,11 @@ def _remove_cgroup_tree(top: Path) -> bool:
     """rmdir a cgroup tree bottom-up (rmdir only: a cgroup with a live task is never touched); True when gone."""
     if not top.is_dir():
         return True
-    for directory in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+    try:
+        found = [p for p in top.rglob("*") if p.is_dir()]
+    except FileNotFoundError:  # runc or the kubelet removing a container's cgroup while we walk: walk again
+        return False
+    for directory in sorted(found, key=lambda p: -len(p.parts)):
         with contextlib.suppress(OSError):
             directory.rmdir()
     with contextlib.suppress(OSError):
