@@ -1,6 +1,6 @@
 """The Docker engine dies under `shmguard run` (SIGKILL, as a crash or the OOM killer would).
 
-These run on a throwaway engine of their own (tests/integration/throwaway_engine.py), never on
+These run on a throwaway engine of their own (tests/support/throwaway_engine.py), never on
 the machine's. What a real dockerd does here, and what `run` must do about it:
 - restarted with live-restore: the container kept running; `run` follows it again, and its
   output arrives whole and once, exit code passed through;
@@ -24,8 +24,10 @@ import uuid
 
 import pytest
 
-from tests.integration.conftest import unavailable
-from tests.integration.throwaway_engine import EngineError, ThrowawayEngine
+from tests.support.ci import unavailable
+from tests.support.throwaway_engine import EngineError, ThrowawayEngine
+
+pytestmark = [pytest.mark.integration, pytest.mark.needs_docker, pytest.mark.needs_root]
 
 IMAGE = "shmguard-base:bookworm"
 LINES = 30
@@ -228,14 +230,14 @@ GROWTH = re.compile(r"^shmguard: /dev/shm [\d.]+ MiB -> [\d.]+ MiB at ", re.MULT
 
 def elastic_leftovers(tmp_path) -> list[str]:
     """Growth records left on the host, and elastic samplers whose shmguard is gone."""
-    left = [str(p) for p in (tmp_path / "shmguard" / "elastic").glob("*")] if (tmp_path / "shmguard").exists() else []
+    left = [str(p) for p in (tmp_path / "shmguard" / "elastic").rglob("*.json")] if (tmp_path / "shmguard").exists() else []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
             ppid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
-        if b"shm_sampler\0--elastic" in cmdline and ppid == 1:
+        if b"shmguard.engine.shm_sampler" in cmdline and b"\0--elastic\0" in cmdline and ppid == 1:
             left.append(f"sampler {pid}")
     return left
 

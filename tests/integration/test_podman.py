@@ -1,6 +1,6 @@
 """shmguard against Podman's Docker-compatible API (#19 item 2): the failure and the fix, for real.
 
-Podman 4.3.1 from Debian, through `podman system service` (tests/integration/podman_engine.py).
+Podman 4.3.1 from Debian, through `podman system service` (tests/support/podman.py).
 Differences from Docker that users meet, and that these tests pin down: the default
 /dev/shm is 65,536,000 bytes (62.5 MiB), not 64 MiB; `--shm-size` is applied the same way.
 """
@@ -13,23 +13,12 @@ import sys
 
 import pytest
 
-from tests.integration.conftest import DEMO_IMAGE, SESSION, TEST_LABEL, unavailable
-from tests.integration.podman_engine import missing, podman_service
-from tests.integration.shm_death import form
-from tests.integration.test_bus_error import JOB
+from tests.support.containers import DEMO_IMAGE, SESSION, TEST_LABEL
+from tests.support.death import JOB, form
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.needs_podman]
 MIB = 2**20
 PODMAN_DEFAULT_SHM = 65_536_000
-
-
-@pytest.fixture(scope="module")
-def podman(tmp_path_factory, demo_image):
-    reason = missing()
-    if reason:
-        unavailable(reason)
-    with podman_service(tmp_path_factory.mktemp("podman"), images=(DEMO_IMAGE,)) as env:
-        yield env
 
 
 @pytest.fixture(scope="module")
@@ -122,3 +111,17 @@ def test_explain_through_podmans_docker_api(podman, client):
         assert shmguard(podman, "explain", container.id).returncode == 1  # DOCKER_HOST is honoured too
     finally:
         container.remove(force=True)
+
+
+def test_podmans_refusal_at_attach_is_the_container_not_starting(podman, client):
+    """Issue 44.7: Podman prepares a container at attach and refuses there (409 'preparing container … for attach',
+    here for a user the image does not have); run said 'internal error: APIError … please report it' (exit 70). It is
+    Docker's refusal at start: one line, 'the container did not start', exit 125; and nothing is left behind."""
+    name = f"shmguard-podman-attach-{SESSION}"
+    proc = shmguard(podman, "run", "--workers", "1", "--batch-size", "1", "--sample-bytes", "1k", "--no-healthcheck",
+                    "--user", "nosuchuser", "--name", name, DEMO_IMAGE, "--", "true")
+    assert proc.returncode == 125, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("shmguard: error:")]
+    assert len(errors) == 1 and errors[0].startswith("shmguard: error: the container did not start: ")
+    assert "nosuchuser" in errors[0] and "internal error" not in proc.stderr and "Traceback" not in proc.stderr
+    assert not client.containers.list(all=True, filters={"name": name})
