@@ -211,8 +211,11 @@ def render_slurm_command(job, launcher, name, nodes, time_limit, partition, memo
               help="Run on the node's network (a control plane that cannot reach the pod network): one per node.")
 @click.option("--port", type=click.IntRange(min=1, max=65535), default=8443, show_default=True,
               help="The port it serves on (the node's with --host-network); the Service's stays 443.")
+@click.option("--url", default="", metavar="https://HOST:PORT",
+              help="A base URL the apiserver calls instead of the Service (an apiserver that cannot reach Services); "
+                   "make the certificates with --san HOST.")
 def render_webhook_command(namespace, name, image, replicas, certs_dir, failure_policy, timeout_seconds, mode,
-                           defaults, host_network, port) -> int:
+                           defaults, host_network, port, url) -> int:
     """Print the manifests that run the admission webhook: ServiceAccount, Deployment, PodDisruptionBudget, Service,
     Mutating- and ValidatingWebhookConfiguration (and cert-manager's Issuer and Certificate without --certs-dir)."""
     from shmguard.commands.webhook import render
@@ -220,7 +223,7 @@ def render_webhook_command(namespace, name, image, replicas, certs_dir, failure_
 
     docs = render(namespace=namespace, name=name, image=image, replicas=replicas, certs_dir=certs_dir,
                   failure_policy=failure_policy, timeout_seconds=timeout_seconds, mode=mode, defaults=defaults,
-                  host_network=host_network, port=port)
+                  host_network=host_network, port=port, url=url)
     click.echo(dump(docs), nl=False)
     return 0
 
