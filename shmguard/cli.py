@@ -447,8 +447,9 @@ def measure_command(dataset, batch_size, collate_fn, samples, seed, sharing_stra
     """
     import json
 
-    from shmguard.commands.measure import measure, report_json, report_text
+    from shmguard.commands.measure import report_json, report_text
     from shmguard.job import parse_count
+    from shmguard.measuring import measure
     from shmguard.progress import Reporter, wanted
 
     reading = Reporter("shmguard measure", wanted(show_progress, as_json), every=0.5)

@@ -137,7 +137,7 @@ class JobOptions(Record):
             raise UsageError("--dataset needs --batch-size: the batches are built with it")
         if self.batch_segments is not None:
             raise UsageError("give the batch once: --dataset (measured) or --batch-segments")
-        from shmguard.commands.measure import measure
+        from shmguard.measuring import measure
 
         measured = measure(str(self.dataset), parse_count("batch_size", self.batch_size, 1), collate_spec=self.collate_fn,
                            sharing_strategy=self.sharing_strategy or "file_descriptor")
