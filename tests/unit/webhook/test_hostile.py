@@ -12,8 +12,9 @@ import json
 
 import pytest
 
+from shmguard.webhook.certs import EncryptedKey
 from shmguard.webhook.review import Config
-from shmguard.webhook.server import EncryptedKey, JsonLog, WebhookServer
+from shmguard.webhook.server import JsonLog, WebhookServer
 from tests.unit.webhook import hostile
 from tests.unit.webhook.test_server import Server, certs, server  # noqa: F401  (fixtures)
 
