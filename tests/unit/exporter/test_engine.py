@@ -298,7 +298,7 @@ def test_a_reused_pid_is_not_the_container(host, engine):
     assert [row.target.key for row in src.sample().rows] == [cid(1)]
     engine.down = True
     host.write("/proc/101/cgroup", "4:memory:/user.slice\n1:cpu:/user.slice\n")  # another process, same pid
-    host.root.shm[101] = (23 * 1024 * MIB, 20 * 1024 * MIB)
+    host.root.sizes["/proc/101/root/dev/shm"] = (23 * 1024 * MIB, 20 * 1024 * MIB)
     sample = src.sample()
     assert sample.rows == () and not sample.source_up
 
