@@ -14,20 +14,18 @@ import click
 
 
 def job_options(command):
-    """Declare the options that describe the DataLoader job (shmguard.options; each also reads a SHMGUARD_*
-    variable) and hand the command one JobOptions record, `job`, in their place."""
-    from shmguard.job import ENV_VARS
-    from shmguard.options import COLLATE_HELP, DATASET_HELP, JOB_OPTIONS, PIN_MEMORY_HELP, JobOptions
+    """Declare the options that describe the DataLoader job (a row each of shmguard.job.OPTIONS; each also reads
+    its SHMGUARD_* variable) and hand the command one JobOptions record, `job`, in their place."""
+    from shmguard.job import OPTIONS
+    from shmguard.options import COLLATE_HELP, DATASET_HELP, JobOptions
 
     @functools.wraps(command)
     def with_job(*args, **values):
         return command(*args, job=JobOptions.take(values), **values)
 
-    for flag, name, help_text in reversed(JOB_OPTIONS):
-        with_job = click.option(flag, name, envvar=ENV_VARS[name], show_envvar=True, metavar="VALUE",
-                                help=help_text)(with_job)
-    with_job = click.option("--pin-memory/--no-pin-memory", "pin_memory", default=None, envvar=ENV_VARS["pin_memory"],
-                            show_envvar=True, help=PIN_MEMORY_HELP)(with_job)
+    for option in reversed(OPTIONS):
+        declarations, settings = option.click_declaration()
+        with_job = click.option(*declarations, **settings)(with_job)
     with_job = click.option("--dataset", metavar="MODULE:CALLABLE", help=DATASET_HELP)(with_job)
     return click.option("--collate-fn", "collate_fn", metavar="MODULE:CALLABLE", help=COLLATE_HELP)(with_job)
 

@@ -476,6 +476,7 @@ def command():
     import click
 
     from shmguard.commands.declare import job_options, note
+    from shmguard.fixes import SPELLED_FOR
 
     @click.command("explain")
     @job_options
@@ -487,7 +488,7 @@ def command():
     @click.option("--memory-limit", "memory_limit", metavar="SIZE", help="A log on stdin: the container's memory limit.")
     @click.option("--exit-code", "exit_code", type=int, help="A log on stdin: the container's exit code.")
     @click.option("--oom-killed", "oom_killed", is_flag=True, help="A log on stdin: the container was OOM-killed.")
-    @click.option("--platform", type=click.Choice(["docker", "kubernetes", "slurm", "ray"]),
+    @click.option("--platform", type=click.Choice(SPELLED_FOR),
                   help="A log on stdin: spell the fix for this platform (default: what the log shows, else Docker's "
                        "and Kubernetes').")
     @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")

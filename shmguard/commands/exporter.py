@@ -96,7 +96,8 @@ def command():
     @click.group("exporter", invoke_without_command=True)
     @click.option("--port", type=click.IntRange(min=0, max=65535), default=9808, show_default=True,
                   help="Port of /metrics and /healthz (0: any free one, printed on stderr).")
-    @click.option("--address", default="0.0.0.0", show_default=True, help="Address to listen on.")
+    @click.option("--address", default="::", show_default=True,
+                  help="Address to listen on (:: is every IPv6 and IPv4 address; 0.0.0.0 where the host has no IPv6).")
     @click.option("--interval", default="1s", show_default=True, metavar="DURATION",
                   help="Time between passes over the containers (100ms to 1h): the resolution of the peak.")
     @source_options

@@ -284,20 +284,24 @@ def command():
                        "database, a proxy: see the README's Kubernetes section for how a template is judged).")
     @click.argument("files", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
     def cli_patch(job, in_place, check, follow_symlinks, as_json, files, **selection) -> int:
-        """Add or fix the /dev/shm emptyDir, its mount and the memory limits in every pod template of FILES (or stdin).
+        """    Add or fix the /dev/shm emptyDir, its mount and the memory limits in every pod template of FILES (or stdin).
 
         Finds the pod templates of Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet,
         Job, CronJob, the Kubeflow jobs (PyTorchJob, TFJob, MPIJob, XGBoostJob, PaddleJob,
-        JAXJob), Trainer runtimes, KubeRay, JobSet, Volcano, LeaderWorkerSet, Argo, KServe,
-        Knative and `kind: List`, and of any other object by shape. By default the
-        training templates are sized (a training kind, accelerators in a batch workload,
-        a DataLoader command, SHMGUARD_* env, shmguard.io/* annotations), the rest left
-        alone with the reason (--all-templates sizes them); shmguard.io/skip: "true"
-        leaves one alone. shmguard.io/*
+        JAXJob), Trainer runtimes, KubeRay, JobSet, Volcano (and its JobTemplate, CronJob),
+        LeaderWorkerSet, Argo (and the objects its resource steps create), Tekton, KServe,
+        Knative, Kubeflow Notebook and `kind: List`; inside Katib Experiments and Trials and
+        AppWrappers (read by the wrapped object's kind); compiled Kubeflow Pipelines steps
+        (their need told); and of any other object by shape. By default a template is
+        sized unless affirmative evidence says it does not train (a command that only
+        sleeps or fetches, a database, proxy, operator, hub, exporter or serving image, a
+        serving kind), which the "left alone" line names; with the job options given, a
+        template with no evidence either way is sized (--all-templates sizes every one);
+        shmguard.io/skip: "true" leaves one alone. shmguard.io/*
         annotations on an object or template override the job options. Never lowers a
         limit or a request, never shrinks a /dev/shm. Only the lines that must change are
         changed: comments, order, quoting and layout stay. Patching twice changes nothing.
-        """
+    """
         return patch_command(job, files, in_place=in_place, check=check, follow_symlinks=follow_symlinks, as_json=as_json,
                              **selection)
 

@@ -67,6 +67,8 @@ def command():
 
     from shmguard.commands.declare import job_options, note, strip_dashes
     from shmguard.commands.webhook import render_command as render_webhook_command
+    from shmguard.manifests.render import KINDS as RENDER_KINDS
+    from shmguard.slurm import LAUNCHERS, SRUN
 
     def target_options(command):
         command = click.option("--image", required=True, help="Container image.")(command)
@@ -84,8 +86,7 @@ def command():
     @job_options
     @target_options
     @click.option("--namespace", help="Namespace of the workload.")
-    @click.option("--kind", type=click.Choice(["pod", "job", "deployment", "pytorchjob", "raycluster", "rayjob", "jobset",
-                                               "trainjob"], case_sensitive=False), default="job", show_default=True,
+    @click.option("--kind", type=click.Choice(RENDER_KINDS, case_sensitive=False), default="job", show_default=True,
                   help="What to render (a PyTorchJob has a Master and --replicas Workers; a RayCluster/RayJob a head "
                        "and --replicas workers; a JobSet --replicas pods; a TrainJob --replicas nodes).")
     @click.option("--replicas", type=click.IntRange(min=0), default=1, show_default=True,
@@ -116,7 +117,7 @@ def command():
 
     @group.command("slurm", context_settings={"allow_interspersed_args": False})
     @job_options
-    @click.option("--launcher", type=click.Choice(["srun", "torchrun"]), default="srun", show_default=True,
+    @click.option("--launcher", type=click.Choice(LAUNCHERS), default=SRUN, show_default=True,
                   help="srun: one task per training process; torchrun: one task per node that starts them.")
     @click.option("--name", default="train", show_default=True, help="The job's name (--job-name).")
     @click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True, help="Nodes (--nodes).")

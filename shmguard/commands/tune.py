@@ -18,10 +18,10 @@ import warnings
 import zlib
 
 from shmguard import model, segments, sizing
-from shmguard.commands.measure import Measurement, UserCodeError, load_dataset, measure_dataset, user_traceback
 from shmguard.engine.peak import PeakSampler, ProcessPeakSampler
 from shmguard.errors import UsageError
 from shmguard.job import make_job
+from shmguard.measuring import Measurement, UserCodeError, load_dataset, measure_dataset, user_traceback
 from shmguard.probe import Root
 from shmguard.record import Record
 from shmguard.units import docker_size, format_size
@@ -299,9 +299,11 @@ def command():
     """The click command (shmguard.cli builds it when it runs: importing this module needs no click)."""
     import click
 
+    from shmguard.job import ENV_VARS
+
     @click.command("tune")
     @click.option("--dataset", required=True, metavar="MODULE:CALLABLE", help="A callable returning your Dataset.")
-    @click.option("--batch-size", required=True, envvar="SHMGUARD_BATCH_SIZE", metavar="B", help="Samples per batch.")
+    @click.option("--batch-size", required=True, envvar=ENV_VARS["batch_size"], metavar="B", help="Samples per batch.")
     @click.option("--collate-fn", "collate_fn", metavar="MODULE:CALLABLE", help="Your DataLoader's collate_fn.")
     @click.option("--workers", "workers", metavar="LIST", help="num_workers to try, e.g. 0,2,4,8 (default: 0, 1, 2, 4, … up to the CPUs).")
     @click.option("--prefetch-factors", metavar="LIST", help="prefetch factors to try (default: 2).")
