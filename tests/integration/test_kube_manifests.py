@@ -1,4 +1,4 @@
-"""Manifests against a real API server (Kubernetes v1.20.2, tests/integration/kube_cluster.py).
+"""Manifests against a real API server (Kubernetes v1.20.2, tests/support/kube_cluster.py).
 
 - The CRDs kept in tests/data/crds are installed (apiextensions.k8s.io/v1): which ones 1.20 takes, and what it
   drops from their schemas, is asserted (REFUSED_BY_1_20 and DROPPED_BY_1_20 say why).
@@ -24,9 +24,9 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
-from tests.integration.kube_cluster import KubeCluster
+from tests.support.kube_cluster import KubeCluster
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.needs_cluster]
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = ROOT / "tests" / "data" / "crds"

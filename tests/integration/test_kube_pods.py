@@ -1,4 +1,4 @@
-"""DataLoader Pods on a real kubelet (Kubernetes v1.20.2, tests/integration/kube_cluster.py), from the demo image.
+"""DataLoader Pods on a real kubelet (Kubernetes v1.20.2, tests/support/kube_cluster.py), from the demo image.
 
 The job: 4 workers x 64 x 3x224x224 float32, described by the container's SHMGUARD_* env. The Pod sent through the
 webhook (registered by url as `render webhook` writes it) gets its /dev/shm sized and its memory limit raised, and
@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from shmguard.units import parse_quantity
-from tests.integration.kube_cluster import KubeCluster
-from tests.integration.kube_webhook import (
+from tests.support.kube_cluster import KubeCluster
+from tests.support.kube_webhook import (
     JOB_ENV,
     OPT_IN,
     ROOT,
@@ -28,9 +28,9 @@ from tests.integration.kube_webhook import (
     until_mutated,
     url_of,
 )
-from tests.integration.test_webhook import Running
+from tests.support.webhook import Running
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.needs_cluster]
 
 STEPS = "6"  # batches the trainer consumes: enough for every worker's prefetched batches to be in /dev/shm at once
 

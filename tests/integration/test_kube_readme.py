@@ -1,5 +1,5 @@
 """The README's Kubernetes examples that print numbers, run as written against the tests' cluster (Kubernetes
-v1.20.2, tests/integration/kube_cluster.py), and the README's words checked against what the run printed.
+v1.20.2, tests/support/kube_cluster.py), and the README's words checked against what the run printed.
 
 The examples are found by their command wherever the documentation keeps them (README.md or docs/), so that a page
 moved keeps its test.
@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.kube_cluster import KubeCluster
-from tests.integration.kube_webhook import ROOT, hooked_namespace, registered, shm_of, url_of
 from tests.integration.test_kube_cluster import BASE_IMAGE
-from tests.integration.test_webhook import Running
+from tests.support.kube_cluster import KubeCluster
+from tests.support.kube_webhook import ROOT, hooked_namespace, registered, shm_of, url_of
+from tests.support.webhook import Running
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.needs_cluster]
 NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5}
 
 
@@ -53,7 +53,7 @@ def command_of(block: str, command_start: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def webhook_certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests.integration.kube_webhook import shmguard
+    from tests.support.kube_webhook import shmguard
 
     directory = tmp_path_factory.mktemp("kube-readme-certs")
     shmguard("webhook", "certs", str(directory), "--san", "127.0.0.1", "--san", "localhost")

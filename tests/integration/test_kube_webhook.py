@@ -1,4 +1,4 @@
-"""The admission webhook through a real API server (Kubernetes v1.20.2, tests/integration/kube_cluster.py).
+"""The admission webhook through a real API server (Kubernetes v1.20.2, tests/support/kube_cluster.py).
 
 `shmguard webhook serve` runs on the host and is registered by `url:` with the configurations `shmguard render
 webhook` writes (only the clientConfig changed from a Service to that URL, and a namespace label of the test's own
@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from shmguard.units import parse_quantity
-from tests.integration.kube_cluster import KubeCluster, free_port
-from tests.integration.kube_webhook import (
+from tests.support.kube_cluster import KubeCluster, free_port
+from tests.support.kube_webhook import (
     HOOKS_LABEL,
     JOB,
     JOB_ENV,
@@ -36,9 +36,9 @@ from tests.integration.kube_webhook import (
     until_mutated,
     url_of,
 )
-from tests.integration.test_webhook import Running
+from tests.support.webhook import Running
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.needs_cluster]
 
 @pytest.fixture(scope="module")
 def webhook_certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
