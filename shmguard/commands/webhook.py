@@ -133,8 +133,8 @@ def serve(options: ServeOptions) -> int:
     """Run the server until a stop signal (shmguard.webhook.server.serve); what stops it from starting is one line."""
     import ssl
 
+    from shmguard.webhook.certs import EncryptedKey
     from shmguard.webhook.review import Config
-    from shmguard.webhook.server import EncryptedKey
     from shmguard.webhook.server import serve as run
 
     try:
