@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.test_kube_cluster import BASE_IMAGE
+from tests.support.containers import BASE_IMAGE
 from tests.support.kube_cluster import KubeCluster
 from tests.support.kube_webhook import ROOT, hooked_namespace, registered, shm_of, url_of
 from tests.support.webhook import Running
