@@ -301,6 +301,14 @@ def kill_cgroup_tasks(cgroup_root: str) -> None:
                         os.kill(pid, signal.SIGKILL)
 
 
+def make_cgroup_root(cgroup_root: str) -> None:
+    """The folder of a cgroupRoot other than / in every hierarchy: the kubelet refuses to start without it
+    ("invalid configuration: cgroup-root [...] doesn't exist"); remove_cgroups removes it again."""
+    for top in cgroup_tops(cgroup_root):
+        if cgroup_root.strip("/"):
+            top.parent.mkdir(parents=True, exist_ok=True)
+
+
 def remove_cgroups(cgroup_root: str) -> list[Path]:
     """Remove the kubepods trees (and a cgroupRoot folder of our own, when empty); return what stayed."""
     kill_cgroup_tasks(cgroup_root)
@@ -601,6 +609,7 @@ def _running(cgroup_root: str) -> Iterator[KubeCluster]:
     path.chmod(0o755)
     if cgroup_root == "own":
         cgroup_root = "/" + path.name
+        make_cgroup_root(cgroup_root)
     node = node_name()
     pids: dict[str, int] = {}
     launch = _Launcher(path, pids)
@@ -735,6 +744,7 @@ def kubelet_cgroup_root(cluster: KubeCluster, cgroup_root: str = "own") -> Itera
             state_file = cluster.path / "state.json"  # what `down` cleans after a killed cluster
             state_file.write_text(json.dumps({**json.loads(state_file.read_text()), "cgroup_root": root}))
         finally:  # whatever failed, the session's other tests keep a kubelet (without one they wait for nothing)
+            make_cgroup_root(cluster.cgroup_root)
             _start_kubelet(cluster, _Launcher(cluster.path, cluster.pids))
 
     restart(wanted)
