@@ -21,6 +21,7 @@ import bisect
 import re
 import sys
 from collections.abc import Callable, Iterable
+from itertools import accumulate
 from typing import Any
 
 from shmguard.diagnosis import advice
@@ -242,9 +243,14 @@ class Reading(Record):
     marks: dict
 
 
+def normalized(logs: str) -> str:
+    """The log without its escape sequences, `\\r` (a progress bar's redraw) ending a line as `\\n` does."""
+    return strip_sequences(logs).replace("\r\n", "\n").replace("\r", "\n")
+
+
 def lines_of(logs: str) -> list[str]:
-    """The log's lines, escape sequences dropped; `\\r` ends a line as `\\n` does."""
-    return strip_sequences(logs).replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    """The log's lines, as the reader cuts them."""
+    return normalized(logs).split("\n")
 
 
 def body_of(line: str) -> str:
@@ -298,6 +304,7 @@ class Reader:
         self.rules = rules
         self.markers = markers
         self._probes: list[Probe] | None = None
+        self._by_needle: dict[str, list[int]] = {}
 
     @property
     def probes(self) -> list[Probe]:
@@ -307,20 +314,28 @@ class Reader:
                       for index, rule in enumerate(self.rules) for pattern in rule.patterns]
             probes += [Probe(name, pattern, needles_of(pattern)) for name, patterns in self.markers.items()
                        for pattern in patterns]
+            by_needle: dict[str, list[int]] = {}
+            for number, probe in enumerate(probes):
+                for needle in probe.needles:
+                    by_needle.setdefault(needle, []).append(number)
+            self._by_needle = by_needle
             self._probes = probes
         return self._probes
 
-    def read(self, logs: str) -> Reading:
-        lines = lines_of(logs)
-        text = "\n".join(lines)
-        starts = [0]
-        for line in lines[:-1]:
-            starts.append(starts[-1] + len(line) + 1)
+    def candidates(self, line: str) -> list[Probe]:
+        """The probes one of whose needles the line holds, in table order (each needle looked for once)."""
         probes = self.probes
-        blind = [p for p in probes if not p.needles]  # without needles: tried on every line
+        numbers = {n for needle, owners in self._by_needle.items() if needle in line for n in owners}
+        return [probes[n] for n in sorted(numbers)]
+
+    def read(self, logs: str) -> Reading:
+        text = normalized(logs)
+        lines = text.split("\n")
+        starts = [0]
+        starts += accumulate(len(line) + 1 for line in lines[:-1])
+        probes = self.probes
+        assert all(p.needles for p in probes), "a pattern without needles (pattern_faults and the tests say which)"
         hits = hit_lines(text, starts, minimal(n for p in probes for n in p.needles))
-        if blind:
-            hits = set(range(len(lines)))
         signals: list[Signal] = []
         marks: dict[str, list[str]] = {name: [] for name in self.markers}
         for index in sorted(hits):
@@ -328,7 +343,7 @@ class Reader:
             line = raw.strip()
             if not line:
                 continue
-            candidates = [p for p in probes if not p.needles or any(n in raw for n in p.needles)]
+            candidates = self.candidates(raw)
             signal = self.classify(line, index, lines, candidates)
             if signal is not None:
                 signals.append(signal)
@@ -340,7 +355,7 @@ class Reader:
     def classify(self, line: str, index: int, lines: list[str], probes: list[Probe]) -> Signal | None:
         """The signal a line is: the kind of the first rule whose pattern (and `where`) accepts it."""
         body = body_of(line)
-        for probe in sorted((p for p in probes if not isinstance(p.owner, str)), key=lambda p: p.owner):
+        for probe in (p for p in probes if not isinstance(p.owner, str)):
             rule = self.rules[probe.owner]
             texts = [body]
             if probe.wraps:
