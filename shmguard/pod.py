@@ -26,7 +26,7 @@ What it answers, each once:
 - **accelerators**: the devices a container asks for, NVIDIA's and the others'
   (AMD, Intel, Habana Gaudi, AWS Neuron, Huawei Ascend), each run by one training process.
 
-Sources: shared/KUBELET.md (the kubelet's rules, with the Kubernetes source lines).
+Sources: docs/design/kubelet.md (the kubelet's rules, with the Kubernetes source lines).
 """
 
 from __future__ import annotations

@@ -158,7 +158,7 @@ def nofile_shortfall(job, limit: int, where: str) -> str | None:
 # Under Slurm the job's memory cgroup holds Slurm's own processes too: the batch step's slurmstepd and
 # script, srun, and a slurmstepd per step (6 MiB resident each, measured with Slurm 22.05). When the job fills
 # its cgroup with /dev/shm the OOM killer may take a slurmstepd first, and the job then hangs RUNNING until
-# scancel (shared/SLURM.md). So --mem leaves this much room above the job's own need.
+# scancel (docs/design/slurm.md). So --mem leaves this much room above the job's own need.
 SLURM_HEADROOM = 64 * MIB
 
 

@@ -3,7 +3,7 @@
 Under Slurm, /dev/shm is either the node's (shared by every job, never cleaned) or, with job_container/tmpfs, a
 private tmpfs of half the node's RAM whatever --mem says. Either way its pages are charged to the job's memory
 cgroup: a job that fills it is OOM-killed (state OUT_OF_MEMORY, exit 0:125) and never sees ENOSPC
-(shared/SLURM.md). So there is no /dev/shm to size, only the job's memory: `--mem` holds the shm, the
+(docs/design/slurm.md). So there is no /dev/shm to size, only the job's memory: `--mem` holds the shm, the
 processes and Slurm's headroom (sizing.slurm_memory_needed). The numbers all come from shmguard.sizing, the
 same calls `run` and `render k8s` make.
 

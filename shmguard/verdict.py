@@ -7,7 +7,7 @@ read) is a WARN that says so. Finding ids are stable: scripts may key on them.
 Fixes are spelled for the platform the snapshot found (shmguard.fixes: Docker,
 Podman, Kubernetes, Slurm; both Docker's and Kubernetes' words when unknown), with
 every size from shmguard.sizing. Under Slurm the job's memory cgroup, not the size
-of /dev/shm, is the cap on shared memory (shared/SLURM.md): --mem is judged with
+of /dev/shm, is the cap on shared memory (docs/design/slurm.md): --mem is judged with
 Slurm's headroom, and without a cgroup limit against what the job asked for.
 """
 

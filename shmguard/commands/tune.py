@@ -99,11 +99,12 @@ def resource_sampler(root: Root, memory_file: str | None) -> PeakSampler:
 
 
 def shm_used(root: Root) -> int | None:
+    from shmguard.probe.tmpfs import read_tmpfs
+
     try:
-        st = root.statvfs("/dev/shm")
+        return read_tmpfs("/dev/shm", root).used
     except OSError:
         return None
-    return (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
 def shm_sampler(root: Root) -> ProcessPeakSampler:

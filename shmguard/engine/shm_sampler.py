@@ -7,7 +7,7 @@ process does nothing but statvfs PATH every INTERVAL seconds (0.2 ms by default;
 about 2% of a CPU) and keeps the peak. It stops when its stdin closes (so it
 never outlives its parent) and prints one JSON line: peak bytes (null if PATH was
 never readable) and samples taken. Standard library only, and (without --elastic)
-imports nothing of shmguard beyond the package, so it starts in a few milliseconds.
+imports nothing of shmguard beyond the tmpfs reader, so it starts in a few milliseconds.
 
 `python -m shmguard.engine.shm_sampler --elastic INTERVAL [--realtime]` samples a running
 container's /dev/shm and grows it as it fills (elastic /dev/shm, shmguard.engine.elastic).
@@ -26,13 +26,7 @@ import sys
 import threading
 import time
 
-
-def used_bytes(path: str) -> int | None:
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return None
-    return (st.f_blocks - st.f_bfree) * st.f_frsize
+from shmguard.probe.tmpfs import used_of  # "used" as every reader of a tmpfs counts it
 
 
 def sample(path: str, interval: float, done: threading.Event, hook=None) -> tuple[int | None, int]:
@@ -49,7 +43,7 @@ def sample(path: str, interval: float, done: threading.Event, hook=None) -> tupl
         except OSError:  # not there yet, or the container is gone: the peak so far stands
             st = None
         if st is not None:
-            used = (st.f_blocks - st.f_bfree) * st.f_frsize
+            used = used_of(st)
             if peak is None or used > peak:
                 peak = used
             samples += 1

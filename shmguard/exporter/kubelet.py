@@ -33,6 +33,7 @@ from shmguard.exporter.proc import PassRoot, read_memory
 from shmguard.probe import Root
 from shmguard.probe.cgroup import Level, parse_meminfo_total
 from shmguard.probe.mountinfo import parse_mountinfo
+from shmguard.probe.tmpfs import read_tmpfs
 from shmguard.record import Record
 
 EMPTY_DIR = "kubernetes.io~empty-dir"
@@ -41,7 +42,9 @@ RELIST = 60.0  # seconds between two pod lists at most
 RELIST_FLOOR = 5.0  # and at least, when an unknown pod uid shows up on disk
 API_TIMEOUT = 5.0
 CGROUP_ROOT = "/sys/fs/cgroup"
-QOS = ("", "burstable", "besteffort")  # kubepods/pod<uid> is a Guaranteed pod's
+QOS = ("burstable", "besteffort")  # a Guaranteed pod's cgroup is right under kubepods
+SEARCH_DEPTH = 4  # levels of the hierarchy searched for the kubelet's pods cgroup (its cgroupRoot is above it)
+SEARCH_DIRS = 5000  # folders looked at, at most: a host with thousands of service cgroups stops the search there
 
 
 class Volume(Record):
@@ -75,22 +78,59 @@ def memory_volumes(mountinfo: str, kubelet_root: str) -> list[Volume]:
     return sorted(found.values(), key=lambda v: (v.uid, v.name))
 
 
-def pod_cgroup(root: Root, cgroup_root: str, uid: str) -> list[Level]:
-    """The pod's own memory cgroup directory (cgroupfs or systemd driver, cgroup v1 or v2), or [] when none is found."""
+def hierarchy(root: Root, cgroup_root: str) -> tuple[str, str]:
+    """The memory hierarchy under cgroup_root and its version: the unified one (v2) or the memory controller's (v1)."""
     if root.exists(posixpath.join(cgroup_root, "cgroup.controllers")):
-        base, version = cgroup_root, "v2"
+        return cgroup_root, "v2"
+    return posixpath.join(cgroup_root, "memory"), "v1"
+
+
+def find_kubepods(root: Root, base: str) -> list[str]:
+    """The kubelet's pods cgroups in a hierarchy, wherever its cgroupRoot put them: `kubepods` (cgroupfs driver) or
+    `kubepods.slice` (systemd), at the top with the default cgroupRoot `/`, else under it (`/kube` gives
+    kube/kubepods, the systemd slice `kube.slice` gives kube.slice/kube-kubepods.slice). Breadth first, at most
+    SEARCH_DEPTH levels and SEARCH_DIRS folders: found once and kept (KubeletSource.locate)."""
+    found: list[str] = []
+    frontier, looked = [base], 0
+    for _depth in range(SEARCH_DEPTH):
+        deeper = []
+        for folder in frontier:
+            for name in root.subdirs(folder):
+                looked += 1
+                path = posixpath.join(folder, name)
+                if name == "kubepods" or name.endswith("kubepods.slice"):
+                    found.append(path)  # the pods are below: nothing else is
+                elif looked < SEARCH_DIRS:
+                    deeper.append(path)
+        if found or not deeper:
+            break
+        frontier = deeper
+    return found
+
+
+def pod_dir(root: Root, kubepods: str, uid: str) -> str | None:
+    """The pod's own cgroup under the kubelet's pods cgroup, by the names the kubelet gives it: pod<uid> under
+    kubepods[/<qos>] (cgroupfs), or <prefix>[-<qos>]-pod<uid with _>.slice under the QoS slice (systemd, where
+    the prefix is the pods slice's own name: kubepods, or kube-kubepods under the cgroupRoot kube.slice)."""
+    name = posixpath.basename(kubepods)
+    if name.endswith(".slice"):
+        prefix, slice_uid = name[: -len(".slice")], uid.replace("-", "_")
+        candidates = [posixpath.join(kubepods, f"{prefix}-pod{slice_uid}.slice")] + [
+            posixpath.join(kubepods, f"{prefix}-{qos}.slice", f"{prefix}-{qos}-pod{slice_uid}.slice") for qos in QOS]
     else:
-        base, version = posixpath.join(cgroup_root, "memory"), "v1"
-    slice_uid = uid.replace("-", "_")
-    for qos in QOS:
-        candidates = (
-            posixpath.join(base, "kubepods", qos, f"pod{uid}") if qos else posixpath.join(base, "kubepods", f"pod{uid}"),
-            posixpath.join(base, "kubepods.slice", f"kubepods-{qos}.slice", f"kubepods-{qos}-pod{slice_uid}.slice")
-            if qos else posixpath.join(base, "kubepods.slice", f"kubepods-pod{slice_uid}.slice"),
-        )
-        for path in candidates:
-            if root.isdir(path):
-                return [Level(path=path, version=version)]
+        candidates = [posixpath.join(kubepods, f"pod{uid}")] + [posixpath.join(kubepods, qos, f"pod{uid}")
+                                                                 for qos in QOS]
+    return next((path for path in candidates if root.isdir(path)), None)
+
+
+def pod_cgroup(root: Root, cgroup_root: str, uid: str, kubepods: list[str] | None = None) -> list[Level]:
+    """The pod's own memory cgroup directory (cgroupfs or systemd driver, cgroup v1 or v2, any kubelet cgroupRoot),
+    or [] when none is found. kubepods: the pods cgroups already found (find_kubepods), else searched now."""
+    base, version = hierarchy(root, cgroup_root)
+    for top in find_kubepods(root, base) if kubepods is None else kubepods:
+        path = pod_dir(root, top, uid)
+        if path is not None:
+            return [Level(path=path, version=version)]
     return []
 
 
@@ -143,11 +183,13 @@ class KubeletSource:
 
     def __init__(self, kubelet_root: str, node_name: str, list_pods, root: Root | None = None,
                  cgroup_root: str = CGROUP_ROOT, clock=time.monotonic) -> None:
-        """list_pods(node) -> the node's pods (KubeAPI.node_pods; recorded answers in tests)."""
-        self.kubelet_root = kubelet_root
+        """list_pods(node) -> the node's pods (KubeAPI.node_pods; recorded answers in tests). The kubelet root is
+        taken as the kernel writes its mounts: through its symlinks (/var/lib/kubelet -> /data/kubelet) and with no
+        `//`, `.` or trailing `/`, or no volume under it would ever match."""
+        self.root = root or Root()
+        self.kubelet_root = self.root.realpath(kubelet_root)
         self.node_name = node_name
         self.list_pods = list_pods
-        self.root = root or Root()
         self.cgroup_root = cgroup_root
         self.clock = clock
         self.pods: dict[str, dict] = {}  # uid -> the pod, from the last list
@@ -155,6 +197,8 @@ class KubeletSource:
         self.api_up = False
         self.api_error = ""
         self.cgroups: dict[str, list[Level]] = {}
+        self.kubepods: list[str] = []  # the kubelet's pods cgroups (find_kubepods), found once
+        self.searched_at: float | None = None
         self.host_memory: int | None = None
 
     def refresh_pods(self, on_disk: set[str]) -> None:
@@ -200,15 +244,26 @@ class KubeletSource:
     def read(self, root: Root, volume: Volume) -> Reading | None:
         """The volume's tmpfs and its pod's memory; None when the volume is gone (the pod was deleted mid-pass)."""
         try:
-            st = root.statvfs(volume.path)
+            usage = read_tmpfs(volume.path, root)
         except OSError:
             return None
         levels = self.cgroups.get(volume.uid)
         if levels is None:
-            levels = self.cgroups[volume.uid] = pod_cgroup(root, self.cgroup_root, volume.uid)
-        total = st.f_blocks * st.f_frsize
-        return read_memory(root, levels, self.host_memory).replace(
-            shm_size=total, shm_used=total - st.f_bfree * st.f_frsize)
+            levels = self.locate(root, volume.uid)
+            if levels:
+                self.cgroups[volume.uid] = levels
+        return read_memory(root, levels, self.host_memory).replace(shm_size=usage.size, shm_used=usage.used)
+
+    def locate(self, root: Root, uid: str) -> list[Level]:
+        """The pod's memory cgroup, under the kubelet's pods cgroups found before; they are searched for (again)
+        when none is known or the pod is not under them, at most every RELIST_FLOOR seconds."""
+        levels = pod_cgroup(root, self.cgroup_root, uid, self.kubepods)
+        now = self.clock()
+        if levels or (self.searched_at is not None and now - self.searched_at < RELIST_FLOOR):
+            return levels
+        self.searched_at = now
+        self.kubepods = find_kubepods(root, hierarchy(root, self.cgroup_root)[0])
+        return pod_cgroup(root, self.cgroup_root, uid, self.kubepods)
 
     def target(self, volume: Volume) -> Target | None:
         """The volume's names from its pod (shmguard.exporter.podnames); by uid alone when the pod is not known."""

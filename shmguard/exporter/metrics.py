@@ -130,7 +130,39 @@ def exposition(sample: Sample) -> bytes:
     times as long (6.2 ms of CPU against 0.55 ms at 100 containers, benchmarks/exporter_text.py) and,
     rendered on each 1 s scrape, put the exporter over 1% of a CPU (BENCHMARKS 13).
     Label values and help texts are escaped as the format says; a value that is not known is left
-    out, as prometheus_client leaves out a sample never added."""
+    out, as prometheus_client leaves out a sample never added.
+
+    A name read from the node as bytes (a volume folder's) may not be UTF-8: it arrives with those bytes
+    surrogate-escaped, and the text is then made again with such names written `\\xNN` (printable_sample), so
+    that one odd folder never takes every answer down."""
+    try:
+        return _exposition(sample).encode("utf-8")
+    except UnicodeEncodeError:
+        return _exposition(printable_sample(sample)).encode("utf-8")
+
+
+def printable(text: str) -> str:
+    """Text with the bytes that were not UTF-8 (surrogate-escaped when read) written `\\xNN`: a name Prometheus,
+    JSON readers and terminals all take, and two different byte names stay two different names."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return text
+
+
+def printable_sample(sample: Sample) -> Sample:
+    """The sample with every name and error printable (printable)."""
+    def clean(record):
+        fields = record.as_dict(shallow=True)
+        return record.replace(**{name: printable(value) for name, value in fields.items() if isinstance(value, str)},
+                              errors=tuple(printable(str(e)) for e in record.errors))
+
+    rows = tuple(Row(clean(row.target), clean(row.reading), row.peak) for row in sample.rows)
+    return sample.replace(rows=rows, errors=tuple(printable(str(e)) for e in sample.errors))
+
+
+def _exposition(sample: Sample) -> str:
     lines: list[str] = []
     identities = []
     lines.extend(_head("shmguard_container_info", INFO_HELP))
@@ -155,7 +187,7 @@ def exposition(sample: Sample) -> bytes:
         lines.extend(_head(name, help_text))
         lines.append(f"{name} {_number(value)}")
     lines.append("")
-    return "\n".join(lines).encode("utf-8")
+    return "\n".join(lines)
 
 
 # Labels in name order, as prometheus_client writes them (so a series' line reads as it did before).
@@ -203,7 +235,9 @@ READING_FIELDS = frozenset(("shm_size", "shm_used", "memory_limit", "memory_usag
 
 
 def as_json(sample: Sample) -> dict:
-    """`shmguard exporter --once --json`: the pass as one object (sizes in bytes; null: not readable)."""
+    """`shmguard exporter --once --json`: the pass as one object (sizes in bytes; null: not readable; names
+    printable)."""
+    sample = printable_sample(sample)
     return {
         "mode": sample.mode,
         "source_up": sample.source_up,

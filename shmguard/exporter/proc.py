@@ -1,7 +1,8 @@
 """A container's /dev/shm and memory cgroup, read from the host through /proc/<pid> and the cgroup mounts.
 
 /proc/<pid>/root/dev/shm is the container's own /dev/shm (the path resolves in the
-process's mount namespace), for Docker and Podman alike; statvfs gives its size and use.
+process's mount namespace), for Docker and Podman alike; statvfs gives its size and use (read as
+shmguard.probe.tmpfs reads every tmpfs).
 The memory cgroup is found as the probes find it (shmguard.probe.cgroup): the process's
 path from /proc/<pid>/cgroup, placed under the host's cgroup mounts, v1 or v2, and read
 with the same parsers (limit: the smallest along the path; usage less inactive file;
@@ -28,6 +29,7 @@ from shmguard.probe.cgroup import (
     parse_proc_cgroup,
 )
 from shmguard.probe.mountinfo import parse_mountinfo
+from shmguard.probe.tmpfs import read_tmpfs
 from shmguard.record import Record
 
 
@@ -66,10 +68,10 @@ def read_shm(root: Root, pid: int) -> tuple[int | None, int | None, str | None]:
     """The /dev/shm the process sees: its size and used bytes from statvfs, or the error."""
     path = f"/proc/{pid}/root/dev/shm"
     try:
-        st = root.statvfs(path)
+        usage = read_tmpfs(path, root)
     except OSError as exc:
         return None, None, f"cannot statvfs {path}: {exc.strerror or exc}"
-    return st.f_blocks * st.f_frsize, (st.f_blocks - st.f_bfree) * st.f_frsize, None
+    return usage.size, usage.used, None
 
 
 class PassRoot(Root):

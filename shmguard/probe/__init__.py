@@ -74,6 +74,40 @@ class Root:
         except OSError:
             return []
 
+    def subdirs(self, path: str) -> list[str]:
+        """The names of the folders in a folder (not following symlinks), sorted; [] when it cannot be read."""
+        try:
+            with os.scandir(self.join(path)) as entries:
+                return sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
+        except OSError:
+            return []
+
+    def realpath(self, path: str) -> str:
+        """The path with every symlink under the root followed and `.`, `..` and `//` gone, as the kernel writes
+        mount points (an absolute link target is taken under the root; a missing part is kept as written)."""
+        parts = [p for p in path.split("/") if p not in ("", ".")]
+        resolved: list[str] = []
+        links = 0
+        while parts:
+            part = parts.pop(0)
+            if part == "..":
+                if resolved:
+                    resolved.pop()
+                continue
+            resolved.append(part)
+            try:
+                target = os.readlink(self.join("/" + "/".join(resolved)))
+            except OSError:
+                continue  # not a link (or not there)
+            links += 1
+            if links > 40:
+                raise OSError(40, "Too many levels of symbolic links", path)
+            resolved.pop()
+            if target.startswith("/"):
+                resolved = []
+            parts = [p for p in target.split("/") if p not in ("", ".")] + parts
+        return "/" + "/".join(resolved)
+
     def statvfs(self, path: str) -> os.statvfs_result:
         return os.statvfs(self.join(path))
 

@@ -1,6 +1,7 @@
 """/dev/shm: its size and free space, whether it is a tmpfs, and segments left by dead processes.
 
-Size and free space come from statvfs. A /dev/shm that is not a tmpfs (a plain
+Size, use and free space come from statvfs, read as shmguard.probe.tmpfs says (the one
+definition of "used" every command shares). A /dev/shm that is not a tmpfs (a plain
 directory of the image, or a bind of the host's) is reported. Leftover segments:
 PyTorch's file_system strategy names them `torch_<pid>_...`; a segment whose
 creator pid no longer exists in this pid namespace is stale and holds memory
@@ -12,6 +13,10 @@ import os
 
 from shmguard.probe.mountinfo import Mount, mount_at
 from shmguard.record import Record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from shmguard.probe.tmpfs import Tmpfs
 
 SHM = "/dev/shm"
 DOCKER_DEFAULT_SHM = 64 * 1024 * 1024
@@ -30,9 +35,14 @@ class ShmInfo(Record):
     fstype: str | None = None
     segments: tuple = ()
     errors: tuple = ()
+    usage: "Tmpfs | None" = None  # what statvfs said (probe_shm); None for a /dev/shm described, not read
 
     @property
     def used(self) -> int | None:
+        """Bytes in use: statvfs's (shmguard.probe.tmpfs); for one described (a Pod's emptyDir before it runs,
+        a test's), total less free, which is the same on a tmpfs."""
+        if self.usage is not None:
+            return self.usage.used
         if self.total is None or self.free is None:
             return None
         return self.total - self.free
@@ -63,10 +73,11 @@ def segment_pid(name: str) -> int | None:
         return None
 
 
-def list_segments(root) -> list[Segment]:
+def list_segments(root, folder: str = SHM) -> list[Segment]:
+    """The regular files directly in folder (under root), with their size and whether their creator is gone."""
     segments = []
-    for name in root.listdir(SHM):
-        path = root.join(f"{SHM}/{name}")
+    for name in root.listdir(folder):
+        path = root.join(f"{folder.rstrip('/')}/{name}")
         try:
             st = os.lstat(path)
         except OSError:
@@ -85,12 +96,12 @@ def probe_shm(root, mounts: list[Mount]) -> ShmInfo:
     fstype = mount.fstype if mount else None
     if mounts and mount is None:
         errors.append(f"no filesystem is mounted at {SHM}")
+    from shmguard.probe.tmpfs import read_tmpfs  # here: `health` loads list_segments alone
+
     try:
-        st = root.statvfs(SHM)
+        usage = read_tmpfs(SHM, root)
     except OSError as exc:
         errors.append(f"cannot statvfs {SHM}: {exc.strerror}")
         return ShmInfo(fstype=fstype, errors=tuple(errors))
-    total = st.f_blocks * st.f_frsize
-    free = st.f_bavail * st.f_frsize
-    return ShmInfo(total=total, free=free, fstype=fstype,
-                   segments=tuple(list_segments(root)), errors=tuple(errors))
+    return ShmInfo(total=usage.size, free=usage.free, fstype=fstype,
+                   segments=tuple(list_segments(root)), errors=tuple(errors), usage=usage)

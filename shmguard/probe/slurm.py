@@ -1,6 +1,6 @@
 """Slurm: what the job was given, read from the SLURM_* variables slurmd puts in its environment.
 
-Under Slurm the numbers that matter are the job's, not the container's (shared/SLURM.md, Slurm 22.05):
+Under Slurm the numbers that matter are the job's, not the container's (docs/design/slurm.md, Slurm 22.05):
 
 - the ranks on this node: SLURM_NTASKS_PER_NODE (only when --ntasks-per-node is given), else this node's
   entry of SLURM_STEP_TASKS_PER_NODE (inside an srun step) or SLURM_TASKS_PER_NODE, lists like `2(x3),1`

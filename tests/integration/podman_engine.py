@@ -1,6 +1,6 @@
 """A Podman service for the tests: Podman's Docker-compatible API on a socket of the tests' own.
 
-What runs here is recorded in shared/PODMAN.md: Debian's podman 4.3.1 needs runc
+What runs here is recorded in docs/design/podman.md: Debian's podman 4.3.1 needs runc
 (crun refuses this machine's hybrid cgroups) and ulimits under the machine's hard
 limits, both set in a containers.conf of the tests' own (CONTAINERS_CONF; nothing
 in /etc changes). Images come from the Docker engine (`docker save | podman load`),

@@ -1,6 +1,6 @@
 """A one-node Slurm cluster for the tests: Debian's slurmctld, slurmd and munge, started and always stopped here.
 
-What runs is recorded in shared/SLURM.md (Slurm 22.05 on Debian 12, no systemd, hybrid cgroups): cgroup v1
+What runs is recorded in docs/design/slurm.md (Slurm 22.05 on Debian 12, no systemd, hybrid cgroups): cgroup v1
 plugins (`cgroup/v2` refuses hybrid hosts), the job's memory cgroup constrained (ConstrainRAMSpace=yes), cores
 constrained by cpuset. Everything lives in a private directory under /var/tmp (not /tmp: a job may get a
 private /tmp), the daemons listen on free ports and talk through a munged of their own on a private socket,

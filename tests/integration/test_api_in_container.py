@@ -24,6 +24,7 @@ from tests.integration.conftest import SESSION, TEST_LABEL
 MIB = 2**20
 IMAGE = 3 * 224 * 224 * 4
 README = Path(__file__).resolve().parents[2] / "README.md"
+API_GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "python-api.md"
 
 PRELUDE = r'''
 import gc, json, sys, warnings, torch, shmguard
@@ -231,9 +232,13 @@ def test_torchrun_ranks_are_counted_twice(docker_client, demo_image):
 
 
 def readme_example() -> str:
+    """The README's Python API example, which the guide (docs/guides/python-api.md) opens with too."""
     text = README.read_text(encoding="utf-8")
     section = text[text.index("## Python API"):]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    guide = re.search(r"```python\n(.*?)```", API_GUIDE.read_text(encoding="utf-8"), re.S).group(1)
+    assert guide == block, "the README's and the guide's examples differ"
+    return block
 
 
 def test_the_readme_example_runs_as_written(docker_client, demo_image):

@@ -278,5 +278,5 @@ def test_podman_through_its_docker_api(tmp_path, base_image):
                 break
             assert time.monotonic() < deadline, proc.stdout
             time.sleep(0.5)
-        assert target["shm_size"] == 65_536_000  # Podman's default /dev/shm (shared/PODMAN.md)
+        assert target["shm_size"] == 65_536_000  # Podman's default /dev/shm (docs/design/podman.md)
         assert target["memory_limit"] == 256 * MIB and target["memory_shmem"] >= 5 * MIB

@@ -58,7 +58,7 @@ def api():
     server.close()
 
 
-def once(kubelet: Path, api_url: str) -> dict:
+def once(kubelet: Path | str, api_url: str) -> dict:
     proc = subprocess.run([sys.executable, "-m", "shmguard", "exporter", "--once", "--json", "--kubelet-root",
                            str(kubelet), "--node-name", NODE, "--api-server", api_url], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO, timeout=120)
@@ -101,3 +101,26 @@ def test_node_mode_serves_the_unbounded_volume_for_its_alert(kubelet, api):
         assert any('pod="paddle-simple-gpu-worker-0"' in line and line.endswith(" 1") for line in lines), lines
         assert any('pod="train"' in line and line.endswith(" 0") for line in lines), lines
         assert "\nshmguard_kubernetes_api_up 1\n" in deadline_body
+
+
+def test_a_symlinked_kubelet_root_and_a_volume_named_with_bytes_that_are_not_utf8(kubelet, api, tmp_path):
+    """Issue 43.11 on real mounts: the kubelet root reached through a symlink (and written with `//` and a trailing
+    `/`) finds the volumes; a tmpfs folder named b"dshm\\xff" neither hides the others nor fails `--once`."""
+    odd = kubelet / "pods" / "odd-uid" / "volumes" / "kubernetes.io~empty-dir" / os.fsdecode(b"dshm\xff")
+    odd.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(odd)], check=True, capture_output=True)
+    try:
+        link = tmp_path / "link"
+        link.symlink_to(kubelet)
+        for written in (str(link), f"{tmp_path}//link/"):
+            data = once(written, api.url)  # as the user wrote it
+            ids = {t["id"] for t in data["targets"]}
+            assert {"paddle-simple-gpu-worker-0", "train"} <= {t["pod"] for t in data["targets"]}, written
+            assert "odd-uid/dshm\\xff" in ids
+        text = subprocess.run([sys.executable, "-m", "shmguard", "exporter", "--once", "--kubelet-root", str(link),
+                               "--node-name", NODE, "--api-server", api.url], capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO, timeout=120)
+        assert text.returncode == 0, text.stderr
+        assert 'volume="dshm\\\\xff"' in text.stdout
+    finally:
+        subprocess.run(["umount", str(odd)], capture_output=True, check=True)

@@ -1,6 +1,6 @@
 """`shmguard fn` as a container KRM function, end to end: `kubectl kustomize --enable-alpha-plugins` runs the
 image (docker/fn: the demo image with `shmguard fn` as its entrypoint) on the local engine as user nobody, and
-its output is what the exec form gives (/work/shared/KRM.md: kustomize skips exec functions silently, so the
+its output is what the exec form gives (docs/design/krm.md: kustomize skips exec functions silently, so the
 container form is the one to test through kustomize). kustomize starts those containers with `docker run --rm`:
 they carry no test label, and are gone when it returns."""
 

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.integration
 SOURCE = Path(__file__).resolve().parents[2]
 LOADER = SOURCE / "tests" / "data" / "slurm" / "loader_job.py"
 SHM = Path("/dev/shm")
-# The README's Epilog, its JSON kept where the tests read it (the Epilog runs as root: this interpreter will do).
+# The Epilog of docs/commands/clean.md, its JSON kept where the tests read it (the Epilog runs as root: this interpreter will do).
 EPILOG = f"""#!/bin/sh
 PYTHONPATH={SOURCE} {sys.executable} -m shmguard clean --uid "$SLURM_JOB_UID" --json \\
     > "@DIR@/jobs/epilog-$SLURM_JOB_ID.json" 2>&1 || true

@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from shmguard.probe import Root
+from shmguard.probe.tmpfs import tmpfs_statvfs
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 MIB = 2**20
@@ -27,8 +27,7 @@ class FakeRoot(Root):
     def statvfs(self, path):
         if path == "/dev/shm" and self.shm is not None:
             total, free = self.shm
-            return SimpleNamespace(f_blocks=total // 4096, f_bfree=free // 4096, f_bavail=free // 4096, f_frsize=4096,
-                                   f_flag=1 if self.readonly else 0)
+            return tmpfs_statvfs(total, free, read_only=self.readonly)
         raise FileNotFoundError(2, "No such file or directory")
 
 

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Capture what a real Slurm prints when a job's /dev/shm outgrows its --mem (issue 32 item 4), for
 # `shmguard explain`: a one-node Slurm (Debian's slurmctld, slurmd and munge, cgroup v1, as
-# shared/SLURM.md describes) started here on private ports and paths, one sbatch --mem=256M job that
+# docs/design/slurm.md describes) started here on private ports and paths, one sbatch --mem=256M job that
 # writes 400 MB into /dev/shm (slurm-shm-oom/job.sh), then the job's output and `scontrol show job`. Everything it starts is
 # stopped on exit, pass or fail.
 #

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from shmguard.probe import Root
+from shmguard.probe.tmpfs import tmpfs_statvfs
 
 MIB = 2**20
 V1_MOUNTINFO = ("35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n"
@@ -37,8 +37,7 @@ class HostRoot(Root):
                 self.on_statvfs(pid)
             if pid in self.shm and self.exists(f"/proc/{pid}"):
                 total, free = self.shm[pid]
-                return SimpleNamespace(f_blocks=total // 4096, f_bfree=free // 4096, f_bavail=free // 4096,
-                                       f_frsize=4096)
+                return tmpfs_statvfs(total, free)
         raise FileNotFoundError(2, "No such file or directory", path)
 
 

@@ -128,3 +128,61 @@ def test_node_mode_options(tmp_path, monkeypatch):
     with pytest.raises(UsageError, match="KUBERNETES_SERVICE_HOST"):
         source_for_node(str(tmp_path), "node-1")
     assert source_for_node(str(tmp_path), "node-1", api_server="http://127.0.0.1:8001").mode == "kubelet"
+
+
+# --- the pod's memory cgroup under any kubelet cgroupRoot (issue 37: node mode reported no memory when the
+# kubelet's cgroupRoot was not /) -------------------------------------------------------------------------------
+
+TREES = DATA / "cgroup-trees"
+
+
+def lay_out(base: Path, paths) -> None:
+    """A hierarchy with these folders, each with a memory file (folders are what the search walks, files it
+    skips), and the host's other cgroups beside them."""
+    for rel in [*paths, "system.slice/containerd.service", "system.slice/docker.service", "user.slice/user-0.slice",
+                "docker/" + "a" * 64]:
+        (base / rel).mkdir(parents=True, exist_ok=True)
+        (base / rel / "memory.stat").write_text("shmem 0\n")
+
+
+@pytest.mark.parametrize("version, path", [
+    ("v1", "memory/kube/kubepods/burstable/pod{uid}"),  # cgroupfs, cgroupRoot /kube
+    ("v1", "memory/machine/k8s/kubepods/pod{uid}"),  # cgroupfs, cgroupRoot /machine/k8s, a Guaranteed pod
+    ("v2", "kube.slice/kube-kubepods.slice/kube-kubepods-besteffort.slice/kube-kubepods-besteffort-pod{slice}.slice"),
+    ("v2", "kube.slice/kube-kubepods.slice/kube-kubepods-pod{slice}.slice"),  # systemd, cgroupRoot kube.slice
+])
+def test_the_pods_memory_cgroup_under_another_cgroup_root(tmp_path, version, path):
+    folder = tmp_path / path.format(uid=UID, slice=UID.replace("-", "_"))
+    base = tmp_path / "memory" if version == "v1" else tmp_path
+    lay_out(base, [folder.relative_to(base)])
+    if version == "v2":
+        (tmp_path / "cgroup.controllers").write_text("cpu memory\n")
+    (levels,) = pod_cgroup(Root("/"), str(tmp_path), UID)
+    assert (levels.path, levels.version) == (str(folder), version)
+    assert pod_cgroup(Root("/"), str(tmp_path), "another-uid") == []
+
+
+def recorded_tree(name: str) -> list[str]:
+    return [line for line in (TREES / name).read_text().splitlines() if line and not line.startswith("#")]
+
+
+def test_the_pods_memory_cgroup_in_a_recorded_systemd_tree(tmp_path):
+    lay_out(tmp_path / "memory", recorded_tree("pharos-centos-systemd.txt"))
+    uid = "9692aa0e-748e-11e8-8dfa-76d458035df6"
+    (levels,) = pod_cgroup(Root("/"), str(tmp_path), uid)
+    assert levels.path == str(tmp_path / "memory" / "kubepods.slice" / "kubepods-besteffort.slice" /
+                              "kubepods-besteffort-pod9692aa0e_748e_11e8_8dfa_76d458035df6.slice")
+
+
+def test_the_recorded_systemd_tree_under_a_cgroup_root_slice(tmp_path):
+    """The same tree as the kubelet makes it with cgroupRoot `kube.slice`: every slice name gets the parent's prefix
+    (systemd's nesting: kube.slice/kube-kubepods.slice/kube-kubepods-besteffort.slice/...)."""
+    def nested(path: str) -> str:
+        if not path.startswith("kubepods"):
+            return path
+        return "kube.slice/" + "/".join(part if part.endswith(".scope") else f"kube-{part}" for part in path.split("/"))
+
+    lay_out(tmp_path / "memory", [nested(p) for p in recorded_tree("pharos-centos-systemd.txt")])
+    (levels,) = pod_cgroup(Root("/"), str(tmp_path), "9692aa0e-748e-11e8-8dfa-76d458035df6")
+    assert levels.path.endswith("kube.slice/kube-kubepods.slice/kube-kubepods-besteffort.slice/"
+                                "kube-kubepods-besteffort-pod9692aa0e_748e_11e8_8dfa_76d458035df6.slice")

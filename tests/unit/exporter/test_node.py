@@ -3,13 +3,12 @@ pod reader; the API away and back; a pod deleted mid-pass; volumes not at /dev/s
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from shmguard.exporter.kubelet import KubeletSource
 from shmguard.exporter.metrics import flatten
 from shmguard.job import make_job
 from shmguard.model import shm_bytes
 from shmguard.probe import Root
+from shmguard.probe.tmpfs import tmpfs_statvfs
 from tests.unit.exporter.recorded import KUARD_UID, NODE, PADDLE_UID, TRAIN_UID, VLLM_UID, pod_list
 
 MIB = 2**20
@@ -35,14 +34,14 @@ class NodeRoot(Root):
         import os
 
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        with open(target, "w") as f:
+        with open(target, "w", errors="surrogateescape") as f:
             f.write("\n".join(lines) + "\n")
 
     def statvfs(self, path: str):
         if path not in self.volumes:
             raise FileNotFoundError(2, "No such file or directory", path)
         total, free = self.volumes[path]
-        return SimpleNamespace(f_blocks=total // 4096, f_bfree=free // 4096, f_bavail=free // 4096, f_frsize=4096)
+        return tmpfs_statvfs(total, free)
 
 
 class Pods:
@@ -135,3 +134,64 @@ def test_a_pod_deleted_mid_pass_is_not_reported(tmp_path):
 
     root.statvfs = gone
     assert "train" not in by_pod(source.sample())
+
+
+def memory_files(folder, limit: int, usage: int, shmem: int) -> None:
+    folder.mkdir(parents=True)
+    (folder / "memory.limit_in_bytes").write_text(f"{limit}\n")
+    (folder / "memory.usage_in_bytes").write_text(f"{usage}\n")
+    (folder / "memory.stat").write_text(f"total_inactive_file 0\ntotal_shmem {shmem}\n")
+
+
+def test_the_pods_memory_with_a_kubelet_cgroup_root_other_than_slash(tmp_path):
+    """Issue 37: a kubelet run with cgroupRoot /kube puts the pod at memory/kube/kubepods/burstable/pod<uid>; node
+    mode found the tmpfs and reported no memory."""
+    root = NodeRoot(str(tmp_path / "node"))
+    root.mount(volume_path(TRAIN_UID, "dshm"), 256 * MIB, 200 * MIB)
+    cgroups = tmp_path / "node" / "sys" / "fs" / "cgroup" / "memory"
+    memory_files(cgroups / "kube" / "kubepods" / "burstable" / f"pod{TRAIN_UID}", 2 * GIB, 900 * MIB, 56 * MIB)
+    memory_files(cgroups / "system.slice" / "kubelet.service", 0, 0, 0)
+    source = KubeletSource(KUBELET, NODE, Pods(), root=root, cgroup_root="/sys/fs/cgroup", clock=Clock())
+    train = by_pod(source.sample())["train"]
+    assert (train["memory_limit"], train["memory_usage"], train["memory_shmem"]) == (2 * GIB, 900 * MIB, 56 * MIB)
+
+
+def test_a_kubelet_root_through_a_symlink_or_written_another_way(tmp_path):
+    """Issue 43.11: /var/lib/kubelet -> /data/kubelet (the mounts are under /data/kubelet), or the root written
+    `/var/lib//kubelet/`, `/var/lib/./kubelet`: 0 targets and no error."""
+    import os
+
+    root = NodeRoot(str(tmp_path / "node"))
+    real = "/data/kubelet"
+    root.mount(f"{real}/pods/{TRAIN_UID}/volumes/kubernetes.io~empty-dir/dshm", 256 * MIB, 200 * MIB)
+    (tmp_path / "node" / "data" / "kubelet" / "pods").mkdir(parents=True)
+    (tmp_path / "node" / "var" / "lib").mkdir(parents=True)
+    os.symlink("/data/kubelet", tmp_path / "node" / "var" / "lib" / "kubelet")
+    for written in ("/var/lib/kubelet", "/var/lib//kubelet/", "/var/lib/./kubelet", "/data/kubelet/.",
+                    "/var/lib/../lib/kubelet"):
+        source = KubeletSource(written, NODE, Pods(), root=root, cgroup_root="/sys/fs/cgroup", clock=Clock())
+        assert set(by_pod(source.sample())) == {"train"}, written
+
+
+def test_a_volume_name_that_is_not_utf8_breaks_no_answer(tmp_path):
+    """Issue 43.11: a volume folder named with bytes that are not UTF-8 made every /metrics answer fail and
+    `--once` end in exit 70."""
+    import io
+    import json
+
+    from shmguard.exporter.metrics import exposition
+    from shmguard.exporter.server import once
+
+    root, source = node(tmp_path)
+    odd = "dshm\udcff\udcfe"  # the bytes b"dshm\xff\xfe", as the mountinfo reader decodes them
+    root.mount(volume_path("odd-uid", odd), 64 * MIB, 60 * MIB)
+    sample = source.sample()
+    text = exposition(sample).decode("utf-8")
+    assert 'volume="dshm\\\\xff\\\\xfe"' in text and 'pod="train"' in text
+    out, err = io.StringIO(), io.StringIO()
+    assert once(source, as_json_output=False, out=out, err=err) == 0
+    assert 'id="odd-uid/dshm\\\\xff\\\\xfe"' in out.getvalue()
+    out = io.StringIO()
+    assert once(source, as_json_output=True, out=out, err=err) == 0
+    targets = {t["id"]: t for t in json.loads(out.getvalue())["targets"]}
+    assert targets["odd-uid/dshm\\xff\\xfe"]["volume"] == "dshm\\xff\\xfe"

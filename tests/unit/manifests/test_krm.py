@@ -1,6 +1,6 @@
 """`shmguard fn`, the KRM function: its stdin/stdout contract (ResourceList in, ResourceList out, results per
 template with a severity), tested as kustomize's exec form and kpt call it: a process with the list on stdin.
-(kubectl kustomize skips exec functions silently, /work/shared/KRM.md; the container form is an integration test.)"""
+(kubectl kustomize skips exec functions silently, docs/design/krm.md; the container form is an integration test.)"""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""The pipeline contracts the README documents, run as the tools run them: a process with manifests on stdin.
+"""The pipeline contracts docs/guides/kubernetes.md documents, run as the tools run them: a process with manifests on stdin.
 
 - Helm's post-renderer: rendered manifests on stdin, every one of them on stdout, nothing else there;
   a non-zero exit (and nothing on stdout) when the input is bad.
-- kustomize's exec function / kpt --exec: the `shmguard-fn` script of the README, a ResourceList in and out.
+- kustomize's exec function / kpt --exec: the `shmguard-fn` script of docs/guides/kubernetes.md, a ResourceList in and out.
 - `patch`'s selectors and --json at the command line.
 """
 
@@ -46,7 +46,7 @@ def test_helm_post_renderer_contract():
     assert bad.returncode == 2 and bad.stdout == "" and "spec.template should be a mapping" in bad.stderr
 
 
-def test_the_exec_function_script_of_the_readme(tmp_path):
+def test_the_exec_function_script_of_the_docs(tmp_path):
     script = tmp_path / "shmguard-fn"
     script.write_text(f"#!/bin/sh\nexec {sys.executable} -m shmguard fn\n")
     script.chmod(script.stat().st_mode | stat.S_IXUSR)

@@ -1,4 +1,4 @@
-"""The Slurm probe: the SLURM_* variables of a job, as slurmd 22.05 sets them (shared/SLURM.md)."""
+"""The Slurm probe: the SLURM_* variables of a job, as slurmd 22.05 sets them (docs/design/slurm.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from shmguard.probe.slurm import entry_for_node, parse_gpu_list, parse_tasks_per_node, probe_slurm
 
 MIB = 2**20
-# What `srun -n2 -c1 --mem=512M --gres=gpu:2` gives a task (shared/SLURM.md, "Environment a job gets"), and the
+# What `srun -n2 -c1 --mem=512M --gres=gpu:2` gives a task (docs/design/slurm.md, "The environment a job gets"), and the
 # batch script of `sbatch -n2 --mem=512M` as seen here (no SLURM_STEP_ID, no SLURM_STEP_TASKS_PER_NODE).
 SRUN_TASK = {
     "SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_STEPID": "0", "SLURM_CPUS_PER_TASK": "1",
