@@ -28,6 +28,7 @@ from shmguard.diagnosis.records import (
     CRASH_BUS,
     CRASH_ENOSPC,
     CRASH_TIMEOUT,
+    LIKELY,
     NOT_SHARED_MEMORY,
     SHARED_MEMORY,
     UNDETERMINED,
@@ -133,6 +134,18 @@ RULES: tuple[Rule, ...] = (
          summary="multiprocessing could not create a semaphore (SemLock: a small file in /dev/shm) for a Lock, "
                  "Queue or Event: /dev/shm was full (No space left on device).",
          fix=shm_advice, case=PUBLIC + "cpython-93253-semlock-docker.log"),
+    # ENOMEM or EBUSY on a file in /dev/shm (issue 41 item 1): a tmpfs at its size refuses to grow a file so
+    # too; a memory limit can also be the cause, hence likely, not shown. Not a mapping that fails (`unable to
+    # mmap … Cannot allocate memory`): that is the count of mappings or the address space, which comes with
+    # `Too many open files` (public/pointcept-61-mmap-and-open-files.log).
+    Rule("shm-enospc", LIKELY, kind="shm-nomem", crash=CRASH_ENOSPC,
+         patterns=compile_all(r"^(?![^\n]{0,300}\bmmap\b)[^\n]{0,300}(?:Cannot allocate memory|\[Errno 12\]|"
+                              r"Device or resource busy|\[Errno 16\])[^\n]{0,300}/dev/shm/",
+                              r"^(?![^\n]{0,300}\bmmap\b)[^\n]{0,300}/dev/shm/[^\n]{0,300}(?:Cannot allocate memory|"
+                              r"Device or resource busy)"),
+         summary="A file in /dev/shm could not be created or grown (Cannot allocate memory, or busy): a /dev/shm at "
+                 "its size refuses more pages so, and so does a memory limit that cannot hold them.",
+         fix=shm_advice, case=RULE_TESTS + "test_enomem_on_a_file_in_dev_shm_is_likely_shared_memory"),
     # pandarallel's own message (pandarallel/core.py): its memory file system is /dev/shm.
     Rule("shm-enospc", SHARED_MEMORY, kind="pandarallel-shm",
          patterns=compile_all(r"you use Memory File System and you don't have enough available space in `?/?dev/shm"),

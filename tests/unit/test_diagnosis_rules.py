@@ -126,6 +126,15 @@ def test_a_pool_that_could_not_grow_is_sized_from_the_log():
     assert "SIZE" not in found.fix and min(fix_sizes(found.fix)) > 67108864
 
 
+def test_enomem_on_a_file_in_dev_shm_is_likely_shared_memory():
+    found = diagnose(Evidence(logs="OSError: [Errno 12] Cannot allocate memory: '/dev/shm/sem.mp-x1y2'"))
+    assert (found.verdict, found.cause) == ("likely-shared-memory", "shm-enospc")
+    assert "--shm-size" in found.fix
+    for other in ("OSError: [Errno 12] Cannot allocate memory",
+                  "unable to mmap 8 bytes from file </dev/shm/torch_1_2>: Cannot allocate memory (12)"):
+        assert diagnose(Evidence(logs=other)).verdict not in BLAMES_SHM, other
+
+
 def test_a_pool_refused_for_another_reason_is_not_its_size():
     found = diagnose(Evidence(logs=TRITON.replace("No space left on device", "File exists")))
     assert (found.verdict, found.cause) == (NOT_SHARED_MEMORY, "shm-file") and not fix_sizes(found.fix)
