@@ -42,8 +42,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from shmguard import model  # noqa: E402
-from shmguard.engine.elastic import ElasticSampler, memory_levels  # noqa: E402
+from shmguard.engine.elastic import ElasticSampler  # noqa: E402
 from shmguard.engine.elastic_policy import THRESHOLD, Policy  # noqa: E402
+from shmguard.engine.grower import memory_levels  # noqa: E402
 from shmguard.job import make_job  # noqa: E402
 from tests.integration.cpu_burners import burners  # noqa: E402
 

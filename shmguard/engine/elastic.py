@@ -1,27 +1,13 @@
-"""Elastic /dev/shm, the mechanism: grow a running container's /dev/shm from the host.
+"""Elastic /dev/shm, run's side: start the sampler that grows the container's /dev/shm, and hear what it did.
 
-A container's /dev/shm (without --ipc host or a volume there) is a tmpfs of its own, and
-its size is an option of that tmpfs's superblock. From the host, as root, `fspick` on
-/proc/PID/root/dev/shm then `fsconfig(size=N)` and `fsconfig(RECONFIGURE)` (Linux 5.2+)
-change it at once, with the files in it kept and the mount's own flags (nosuid, nodev,
-noexec) untouched, without entering the container's mount namespace and without the
-engine. Where those calls are missing, `nsenter --mount=… mount -o remount,size=N
-/dev/shm` does the same (util-linux keeps the flags). Verified on Docker 20.10 and 28
-(runc) and on Podman 4.3 (rootful).
-
-The container's process is reached through a descriptor of its /proc/PID directory, opened
-once and checked to be in the container's cgroup: if the process ends and its number is
-reused, lookups through that descriptor fail instead of reaching another process's (or the
-host's) /dev/shm.
-
-Three parts:
-- `remount`: the calls above;
-- `Grower`: the hook of the sampler process (shmguard.engine.shm_sampler), called with each
-  sample; asks the policy (shmguard.engine.elastic_policy) what to do, remounts, reads the
-  container's memory from its cgroup, and reports each event as a JSON line on stdout;
-- `ElasticSampler`: run's side: starts that sampler, prints each growth on stderr as it
-  happens, raises the memory limit through the engine when the hook asks, and keeps the
-  growths (and the host record that `explain` reads: shmguard.engine.growths).
+Three processes take part, one module each:
+- the sampler process's hook, `Grower` (shmguard.engine.grower), which asks the policy
+  (shmguard.engine.elastic_policy) what to do with each reading;
+- the remount itself (shmguard.engine.remount);
+- here, `run`'s side: `ElasticSampler` starts that sampler, prints each growth on stderr as
+  it happens, raises the memory limit through the engine when the hook asks, and keeps the
+  growths (and the host record that `explain` reads: shmguard.engine.growths); and the glue
+  (whether it can work for a run, pointing it at the started container, the outcome).
 """
 
 from __future__ import annotations
@@ -29,333 +15,13 @@ from __future__ import annotations
 import errno
 import json
 import os
-import sys
 import threading
-import time
 from typing import Any, Callable
 
-from shmguard.engine.elastic_policy import Decision, Memory, Policy, decide, short_at_start
-from shmguard.probe.cgroup import parse_memory_stat
+from shmguard.engine.elastic_policy import Policy
+from shmguard.engine.grower import MemoryFiles, memory_levels
+from shmguard.engine.remount import gone
 from shmguard.record import Record
-
-# fspick(2) and fsconfig(2): the same numbers on every architecture since Linux 5.1 (the unified syscall table).
-SYS_FSCONFIG = 431
-SYS_FSPICK = 433
-FSPICK_CLOEXEC = 1
-FSCONFIG_SET_STRING = 1
-FSCONFIG_CMD_RECONFIGURE = 7
-SHM_IN_ROOT = "root/dev/shm"  # relative to the container process's /proc/PID
-
-RAISE_POLL = 0.005  # seconds between looks at the cgroup while the engine raises the memory limit
-RAISE_TIMEOUT = 30.0  # seconds after which an unanswered raise counts as refused
-CAPPED_QUIET = 0.5  # seconds between re-evaluations once /dev/shm cannot grow (the limit may be raised by hand)
-# The container's memory is read at most this often (about 0.1 ms a read: the cgroup's files and /proc/meminfo), ahead
-# of need, so that a growth does not wait for it. The processes' memory moves little in that time, next to the reserve.
-MEMORY_FRESH = 0.05
-# How often to read: never later than a quarter of the time the fastest fill could take to reach the threshold,
-# between the sampler's own interval (0.2 ms, next to it) and a millisecond (far from it). FILL_RATE is a little above
-# the fastest fill measured here, about 3 GiB/s of posix_fallocate from 2 to 8 writers; a peak missed between two
-# readings a millisecond apart is then at most about 4 MiB. Far from the threshold the sampler costs a quarter of the
-# CPU, and preempts the job a fifth as often (BENCHMARKS.md, "Elastic /dev/shm").
-FILL_RATE = 4 * 2**30  # bytes per second
-SLOW_INTERVAL = 0.001
-
-
-def next_wait(used: int, size: int, threshold: float) -> float | None:
-    """Seconds until the next reading, or None for the sampler's own (shortest) interval."""
-    wait = (size * threshold - used) / (4 * FILL_RATE)
-    return min(wait, SLOW_INTERVAL) if wait > 0.0002 else None
-
-
-# --- the remount ---------------------------------------------------------------------------------
-
-_libc: Any = None
-
-
-def load_libc() -> Any:
-    """The C library, loaded once (about a millisecond: done before the first growth, not during it)."""
-    import ctypes
-
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-        _libc.syscall.restype = ctypes.c_long
-    return _libc
-
-
-def _syscall(number: int, *args: Any) -> int:
-    import ctypes
-
-    load_libc()
-    result = _libc.syscall(ctypes.c_long(number), *args)
-    if result < 0:
-        code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code))
-    return int(result)
-
-
-def reconfigure(dir_fd: int, path: str, size: int) -> None:
-    """Set the size of the tmpfs whose root is at `path` (relative to dir_fd): fspick + fsconfig. OSError on failure
-    (ENOSYS: a kernel before 5.2)."""
-    import ctypes
-
-    fd = _syscall(SYS_FSPICK, ctypes.c_int(dir_fd), ctypes.c_char_p(os.fsencode(path)), ctypes.c_uint(FSPICK_CLOEXEC))
-    try:
-        _syscall(SYS_FSCONFIG, ctypes.c_int(fd), ctypes.c_uint(FSCONFIG_SET_STRING), ctypes.c_char_p(b"size"),
-                 ctypes.c_char_p(str(size).encode()), ctypes.c_int(0))
-        _syscall(SYS_FSCONFIG, ctypes.c_int(fd), ctypes.c_uint(FSCONFIG_CMD_RECONFIGURE), None, None, ctypes.c_int(0))
-    finally:
-        os.close(fd)
-
-
-def nsenter_remount(proc_fd: int, size: int) -> None:
-    """`mount -o remount,size=N /dev/shm` in the container's mount namespace (for kernels without fspick)."""
-    import subprocess
-
-    proc = subprocess.run(["nsenter", f"--mount=/proc/self/fd/{proc_fd}/ns/mnt", "mount", "-o", f"remount,size={size}",
-                           "/dev/shm"], pass_fds=(proc_fd,), capture_output=True, text=True, timeout=30)
-    if proc.returncode != 0:
-        raise OSError(errno.EPERM, (proc.stderr.strip() or f"nsenter exited {proc.returncode}")[-300:])
-
-
-def remount(proc_fd: int, size: int) -> None:
-    """Grow the /dev/shm of the process whose /proc directory is open as proc_fd to `size` bytes."""
-    try:
-        reconfigure(proc_fd, SHM_IN_ROOT, size)
-    except OSError as exc:
-        if exc.errno != errno.ENOSYS:
-            raise
-        nsenter_remount(proc_fd, size)
-
-
-def gone(exc: OSError) -> bool:
-    """Is this what a remount meets when the container's process has ended (the job is over, nothing to grow)?"""
-    return exc.errno in (errno.ENOENT, errno.ESRCH, errno.ENOTDIR, errno.EINVAL)
-
-
-def open_process(pid: int, container_id: str) -> int:
-    """A descriptor of /proc/PID, once it is checked to be the container's (its id is in the process's cgroup path).
-    OSError: ENOENT when the process is gone, ENXIO when it is not the container's."""
-    fd = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        with open(os.open("cgroup", os.O_RDONLY | os.O_CLOEXEC, dir_fd=fd)) as f:
-            cgroups = f.read()
-    except OSError:
-        os.close(fd)
-        raise
-    if container_id not in cgroups:
-        os.close(fd)
-        raise OSError(errno.ENXIO, f"process {pid} is not in container {container_id[:12]}'s cgroup")
-    return fd
-
-
-# --- the container's memory, from its cgroup -------------------------------------------------------
-
-class MemoryFiles(Record):
-    """Where the container's memory is read: its memory cgroup's directories, own first (probe.cgroup's walk)."""
-
-    levels: tuple[tuple[str, str], ...]  # (directory, "v1" | "v2")
-
-
-def own_memory(usage: int, stat: dict[str, int], version: str) -> int:
-    """The processes' own memory: the cgroup's usage less its tmpfs pages (/dev/shm's among them) and the file
-    cache the kernel reclaims first."""
-    prefix = "" if version == "v2" else "total_"
-    return max(0, usage - stat.get(f"{prefix}shmem", 0) - stat.get(f"{prefix}inactive_file", 0))
-
-
-def parse_meminfo(text: str) -> tuple[int | None, int | None]:
-    """(MemTotal, MemAvailable) in bytes."""
-    found: dict[str, int] = {}
-    for line in text.splitlines():
-        key, _, rest = line.partition(":")
-        if key in ("MemTotal", "MemAvailable"):
-            try:
-                found[key] = int(rest.split()[0]) * 1024
-            except (IndexError, ValueError):
-                continue
-    return found.get("MemTotal"), found.get("MemAvailable")
-
-
-def memory_levels(pid: int, root=None) -> MemoryFiles:
-    """The memory cgroup directories of a container's process, from the host (probe.cgroup's rules)."""
-    from shmguard.probe import Root
-    from shmguard.probe.cgroup import controller_dirs, parse_proc_cgroup
-    from shmguard.probe.mountinfo import read_mountinfo
-
-    root = root or Root("/")
-    entries = parse_proc_cgroup(root.read(f"/proc/{pid}/cgroup"))
-    mounts, _ = read_mountinfo(root)
-    levels, _ = controller_dirs(root, mounts, entries, "memory")
-    return MemoryFiles(levels=tuple((level.path, level.version) for level in levels))
-
-
-def memory_reader(files: MemoryFiles, root=None) -> Callable[[], Memory]:
-    """A reader of the container's Memory (limit, own, the host's MemAvailable) from its cgroup and /proc/meminfo."""
-    from shmguard.probe import Root
-    from shmguard.probe.cgroup import Level, memory_limit
-
-    root = root or Root("/")
-    levels = [Level(path=path, version=version) for path, version in files.levels]
-
-    def read() -> Memory:
-        total, available = parse_meminfo(root.read_or_none("/proc/meminfo") or "")
-        found = memory_limit(root, levels, total) if levels else None
-        limit = found.value if found is not None else None
-        own = 0
-        if levels:
-            own_dir, version = files.levels[0]
-            usage_text = root.read_or_none(f"{own_dir}/{'memory.current' if version == 'v2' else 'memory.usage_in_bytes'}")
-            stat = parse_memory_stat(root.read_or_none(f"{own_dir}/memory.stat") or "")
-            try:
-                own = own_memory(int((usage_text or "0").strip()), stat, version)
-            except ValueError:
-                own = 0
-        own_limit = found is None or found.source is None or found.source.startswith(files.levels[0][0] + "/")
-        return Memory(limit=int(limit) if limit is not None else None, own=own, available=available, host_total=total,
-                      own_limit=own_limit)
-
-    return read
-
-
-# --- the hook in the sampler process --------------------------------------------------------------
-
-class Grower:
-    """Called by the sampler with each reading of the container's /dev/shm; grows it by the policy.
-
-    Not a Record: it is the state of one sampler process (the crossing in progress, a memory raise waited
-    for, whether the ceiling was said) and does I/O through the callables it is given (tests give fakes).
-    Events go to `emit` as dicts: grew, raise, capped, stopped.
-    """
-
-    def __init__(self, proc_fd: int, policy: Policy, read_memory: Callable[[], Memory], started_at: float,
-                 emit: Callable[[dict], None], resize: Callable[[int, int], None] = remount,
-                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
-        self.proc_fd = proc_fd
-        self.policy = policy
-        self.read_memory = read_memory
-        self.started_at = started_at
-        self.emit = emit
-        self.resize = resize
-        self.clock = clock
-        self.wall = wall
-        self.threshold = policy.threshold
-        self.crossed_at: float | None = None  # when the use first stood past the threshold of this size
-        self.limit_before: int | None | bool = False  # the limit at the previous growth, or the first read (False: none)
-        self.quiet_until = 0.0
-        self.pending_limit: int | None = None
-        self.pending_since = 0.0
-        self.raise_failed: str | None = None  # set by the sampler's stdin reader when the engine refused
-        self.capped_said = False
-        self.stopped = False
-        self.size = 0  # the last size seen
-        self.memory: Memory | None = None
-        self.memory_at = float("-inf")
-        self.first = True
-        self.last_reading: float | None = None
-        self.gap_max = 0.0  # the longest time between two readings near the threshold (how late a crossing is seen)
-        self.last_fast = True
-        load_libc()
-
-    def __call__(self, used: int, size: int) -> float | None:
-        """Handle a reading; returns the time to the next one while the use is far enough below the threshold
-        (next_wait), else None: the sampler's own interval."""
-        self.size = size
-        if self.stopped:
-            return None
-        slow = None if self.first else next_wait(used, size, self.threshold)
-        now = self.clock()
-        if self.last_reading is not None and self.last_fast and now - self.last_reading > self.gap_max:
-            self.gap_max = now - self.last_reading
-        self.last_reading, self.last_fast = now, slow is None
-        if now - self.memory_at > MEMORY_FRESH:
-            self.memory, self.memory_at = self.read_memory(), now
-            if self.limit_before is False:
-                self.limit_before = self.memory.limit
-        at_start = self.first and short_at_start(used, size, self.policy)  # too small for the batches: grow now
-        self.first = False
-        if used < size * self.threshold and not at_start:
-            self.crossed_at = None
-            return slow
-        if self.crossed_at is None:
-            self.crossed_at = now
-        if now < self.quiet_until:
-            return None
-        if self.pending_limit is not None:  # the engine is raising the limit: see it as soon as it is done
-            self.memory, self.memory_at = self.read_memory(), now
-        memory = self.memory
-        assert memory is not None
-        decision = self.decide(used, size, memory, now)
-        if decision.grow_to is not None and decision.grow_to > size:
-            try:
-                self.resize(self.proc_fd, decision.grow_to)
-            except OSError as exc:
-                self.stopped = True
-                self.emit({"event": "stopped", "gone": gone(exc), "reason": exc.strerror or str(exc)})
-                return None
-            done, wall = self.clock(), self.wall()
-            self.emit({"event": "grew", "at": wall, "elapsed": wall - self.started_at, "from": size,
-                       "to": decision.grow_to, "used": used,
-                       "limit_before": None if self.limit_before is False else self.limit_before,
-                       "limit_after": memory.limit, "reaction": done - self.crossed_at})
-            self.size = decision.grow_to
-            self.crossed_at = None
-            self.limit_before = memory.limit
-        if decision.raise_limit_to is not None and self.pending_limit is None:
-            self.pending_limit, self.pending_since = decision.raise_limit_to, now
-            self.emit({"event": "raise", "from": memory.limit, "to": decision.raise_limit_to})
-        if self.pending_limit is not None:
-            self.quiet_until = now + RAISE_POLL
-        if decision.capped is not None:
-            if not self.capped_said:
-                self.capped_said = True
-                self.emit({"event": "capped", "message": decision.capped, "size": self.size, "wanted": decision.wanted})
-            self.quiet_until = now + CAPPED_QUIET
-        return None
-
-    def decide(self, used: int, size: int, memory: Memory, now: float) -> Decision:
-        if self.pending_limit is not None:
-            if memory.limit is not None and memory.limit >= self.pending_limit:
-                self.pending_limit = None  # raised: grow on
-            elif self.raise_failed is None and now - self.pending_since > RAISE_TIMEOUT:
-                self.raise_failed = f"no answer in {RAISE_TIMEOUT:g}s"
-            if self.raise_failed is not None:
-                self.pending_limit = None
-            elif self.pending_limit is not None:
-                return decide(used, size, memory, self.policy.replace(memory_pinned=True)).replace(capped=None)
-        return decide(used, size, memory, self.policy, self.raise_failed)
-
-
-def emit_json(event: dict) -> None:
-    """An event on the sampler's stdout, one JSON line, at once (run prints growths as they happen)."""
-    sys.stdout.write(json.dumps(event) + "\n")
-    sys.stdout.flush()
-
-
-def grower_from_config(config: dict) -> Grower:
-    """The sampler's hook from the JSON line its parent writes once the container runs (ElasticSampler.config)."""
-    proc_fd = open_process(int(config["pid"]), str(config["container_id"]))
-    policy = Policy(batch_bytes=int(config["batch_bytes"]), threshold=float(config["threshold"]),
-                    memory_pinned=bool(config["memory_pinned"]))
-    files = MemoryFiles(levels=tuple((str(p), str(v)) for p, v in config["memory_levels"]))
-    return Grower(proc_fd, policy, memory_reader(files), float(config["started_at"]), emit_json)
-
-
-def shm_path(proc_fd: int) -> str:
-    """The container's /dev/shm through the descriptor of its process (stale, not another's, once it ends)."""
-    return f"/proc/self/fd/{proc_fd}/{SHM_IN_ROOT}"
-
-
-def realtime() -> bool:
-    """Run the sampler under SCHED_FIFO (lowest priority) when allowed: a reading every 0.2 ms must not wait behind
-    the job's own CPU-bound processes (BENCHMARKS.md, "Elastic /dev/shm": without it, a reading waited up to 350 ms
-    beside two CPU burners). False when refused (no CAP_SYS_NICE, no real-time budget in this cgroup)."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
-        return True
-    except (OSError, AttributeError):
-        return False
-
 
 # --- run's side -------------------------------------------------------------------------------------
 
@@ -372,8 +38,9 @@ class ElasticSampler:
 
     def __init__(self, policy: Policy, say: Callable[[str], None], raise_memory: Callable[[int], str | None],
                  on_growth: Callable[[list], None] | None = None, interval: float = 0.0002,
-                 realtime: bool = True, python: str | None = None) -> None:
+                 realtime: bool = True, python: str | None = None, ledger: str | None = None) -> None:
         self.policy = policy
+        self.ledger = ledger  # the host's list of elastic samplers (engine.ledger; None: its default folder)
         self.interval = interval
         self.realtime = realtime
         self.say = say
@@ -403,26 +70,24 @@ class ElasticSampler:
 
     def spawn(self) -> "ElasticSampler":
         """Start the sampler process; it waits for `start`."""
-        import subprocess
+        from shmguard.engine.peak import start_sampler
 
-        from shmguard.engine.peak import sampler_environment
-
-        env = sampler_environment()
-        self._proc = subprocess.Popen(
-            [self.python or sys.executable, "-m", "shmguard.engine.shm_sampler", "--elastic", repr(self.interval),
-             *(["--realtime"] if self.realtime else [])], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL, env=env, text=True, bufsize=1)
+        self._proc = start_sampler(["--elastic", repr(self.interval), *(["--realtime"] if self.realtime else [])],
+                                   self.python, bufsize=1)
         self._thread = threading.Thread(target=self._read, args=(self._proc,), daemon=True)
         self._thread.start()
         return self
 
-    def start(self, container_id: str, pid: int, memory_files: MemoryFiles, started_at: float) -> "ElasticSampler":
-        """Watch this container (started at `started_at`, wall clock) from now on."""
+    def start(self, container_id: str, pid: int, memory_files: MemoryFiles, started_at: float,
+              shm_device: str | None = None) -> "ElasticSampler":
+        """Watch this container (started at `started_at`, wall clock) from now on; only the tmpfs `shm_device`
+        (major:minor, from its mountinfo) is ever resized."""
         if self._proc is None:
             self.spawn()
         self.config = {"pid": pid, "container_id": container_id, "batch_bytes": self.policy.batch_bytes,
                        "threshold": self.policy.threshold, "memory_pinned": self.policy.memory_pinned,
-                       "memory_levels": [list(level) for level in memory_files.levels], "started_at": started_at}
+                       "memory_levels": [list(level) for level in memory_files.levels], "started_at": started_at,
+                       "shm_device": shm_device, "ledger": self.ledger}
         try:
             self._proc.stdin.write(json.dumps(self.config) + "\n")
             self._proc.stdin.flush()
@@ -477,6 +142,9 @@ class ElasticSampler:
             self.capped = str(event["message"])
             self.capped_wanted = int(event.get("wanted") or 0) or None
             self.say(f"shmguard: {self.capped}")
+        elif kind == "uncoordinated":
+            self.say(f"shmguard: elastic /dev/shm cannot see the other elastic runs on this host ({event.get('reason')}):"
+                     f" its growths count only the host's free memory")
         elif kind == "stopped":
             self.ready.set()
             if not event.get("gone"):
@@ -517,15 +185,19 @@ class ElasticSampler:
 # --- run's glue ---------------------------------------------------------------------------------------
 
 def shm_target(options) -> str | None:
-    """A user's volume, bind or tmpfs at /dev/shm (as given), which makes /dev/shm not the container's own tmpfs."""
+    """A user's volume, bind or tmpfs at /dev/shm or above it (/dev), as given, which makes /dev/shm not the
+    container's own tmpfs. Paths are compared as the engine cleans them (`/dev//shm/` is /dev/shm); the container's
+    mountinfo decides once it runs (container_shm)."""
+    from shmguard.engine.flags import clean_path, covers_shm, parse_mount
+
     for volume in options.volumes:
         parts = volume.split(":")
-        if len(parts) > 1 and parts[1].rstrip("/") == "/dev/shm":
+        if len(parts) > 1 and parts[1].startswith("/") and covers_shm(clean_path(parts[1])):
             return f"-v {volume}"
     for mount in options.mounts:
-        fields = dict(f.partition("=")[::2] for f in mount.split(","))
-        if fields.get("target", "").rstrip("/") == "/dev/shm":
-            return f"--mount {mount}"
+        spec = parse_mount(mount) if isinstance(mount, str) else mount
+        if covers_shm(spec.target):
+            return f"--mount {spec.text()}"
     return None
 
 
@@ -610,11 +282,12 @@ def prepare(plan, container, say: Callable[[str], None]) -> ElasticSampler:
     return ElasticSampler(policy, say, raise_memory_of(container), record).spawn()
 
 
-def begin(sampler: ElasticSampler, container, started_at: float) -> tuple[bool, str | None]:
+def begin(sampler: ElasticSampler, container, started_at: float, shm=None) -> tuple[bool, str | None]:
     """Point the sampler at the started container. (True, None): it watches; (False, why): elastic growth cannot work
     on this container (why None: it has ended already); then the sampler is stopped and the caller watches /dev/shm
-    as usual."""
-    from shmguard.probe.mountinfo import mount_at, parse_mountinfo
+    as usual. `shm`: what is at its /dev/shm (container_shm.ContainerShm), when the caller read it already. Only the
+    container's own tmpfs is ever grown, and only the one seen now (its device number goes to the sampler)."""
+    from shmguard.engine import container_shm
 
     try:
         container.reload()
@@ -628,18 +301,17 @@ def begin(sampler: ElasticSampler, container, started_at: float) -> tuple[bool, 
         with open(f"/proc/{pid}/cgroup") as f:
             if container.id not in f.read():
                 raise OSError(errno.ENXIO, "not the container's process")
-        with open(f"/proc/{pid}/mountinfo") as f:
-            shm = mount_at(parse_mountinfo(f.read())[0], "/dev/shm")
+        shm = shm or container_shm.read(pid, container.id)
         files = memory_levels(pid)
     except OSError as exc:
         sampler.stop()
         if gone(exc):
             return False, None
         return False, "the container's processes are not on this host (an engine in a VM, or another machine)"
-    if shm is None or shm.fstype != "tmpfs":
+    if shm.kind != container_shm.OWN:
         sampler.stop()
-        return False, "the container's /dev/shm is not a tmpfs of its own"
-    sampler.start(container.id, pid, files, started_at)
+        return False, f"its /dev/shm is {shm.describe()}, not the container's own tmpfs: shmguard never resizes it"
+    sampler.start(container.id, pid, files, started_at, shm.device)
     return True, None
 
 

@@ -16,7 +16,8 @@ says what to do with each reading:
 - never beyond what the memory can hold: a tmpfs page is charged to the container's
   memory cgroup, so a /dev/shm bigger than the limit less the processes' own memory is
   an OOM kill instead of a clean "No space left on device". Without a limit, the host's
-  MemAvailable bounds it;
+  MemAvailable bounds it, less what the other elastic runs on the host were granted and
+  have not filled yet (decided under one lock: engine.ledger);
 - at that ceiling, when the user did not pin --memory and the host has the memory, ask
   the engine for a higher limit (its update call); else stop growing, say so once, with
   the fix;
@@ -73,6 +74,9 @@ class Memory(Record):
     available: int | None  # the host's MemAvailable; None: not known
     host_total: int | None = None  # the host's MemTotal (for the host's reserve)
     own_limit: bool = True  # the limit is the container's own cgroup's (the engine's update changes it), not a parent's
+    # Granted elsewhere: what the other elastic /dev/shm on this host may still fill (their sizes less their pages
+    # written), which MemAvailable does not count yet (engine.ledger, read under the host's growth lock).
+    elsewhere: int = 0
 
 
 class Decision(Record):
@@ -113,10 +117,13 @@ def host_reserve(total: int | None) -> int:
 
 
 def host_room(memory: Memory) -> int | None:
-    """Bytes the host can still give (MemAvailable less its reserve); None when not known."""
+    """Bytes the host can still give this /dev/shm: MemAvailable less the host's reserve and less what the other
+    elastic /dev/shm on this host were granted and have not filled yet (each growth is decided under one lock with
+    theirs counted, so that what the growths grant together stays within what the host can give: issue 44.2);
+    None when not known."""
     if memory.available is None:
         return None
-    return max(0, memory.available - host_reserve(memory.host_total))
+    return max(0, memory.available - host_reserve(memory.host_total) - memory.elsewhere)
 
 
 def limit_bound(memory: Memory) -> int | None:
@@ -181,8 +188,10 @@ def capped_message(used: int, size: int, want: int, memory: Memory, policy: Poli
             f"{format_size(want)})")
     start_with = f"--shm-size {docker_size(want)}"
     if not limit_binds(used, memory) or not (policy.memory_pinned or raise_failed or not memory.own_limit):
-        return (f"{head}: the host has only {format_size(memory.available or 0)} of memory available. Fix: free "
-                f"memory on the host or run it where there is more, with {start_with}")
+        others = (f", and other elastic /dev/shm on this host may still fill {format_size(memory.elsewhere)} of it"
+                  if memory.elsewhere else "")
+        return (f"{head}: the host has only {format_size(memory.available or 0)} of memory available{others}. Fix: "
+                f"free memory on the host or run it where there is more, with {start_with}")
     assert memory.limit is not None
     needed = docker_size(limit_for(want, memory))
     if not memory.own_limit:
@@ -226,7 +235,7 @@ def status(requested: bool, *, detach: bool = False, ipc_host: bool = False, shm
            remote_engine: str | None = None, privileged: bool = True) -> Status:
     """Whether elastic growth can work: asked for, a followed run, the container's own /dev/shm tmpfs, an engine on
     this host and the right to remount (root or CAP_SYS_ADMIN). `shm_target`: a user's volume, bind or tmpfs at
-    /dev/shm, as given; `remote_engine`: the engine's address when it is not on this host."""
+    /dev/shm (or over it: /dev), as given; `remote_engine`: the engine's address when it is not on this host."""
     if not requested:
         return Status(False, "--no-elastic")
     if detach:
@@ -234,7 +243,7 @@ def status(requested: bool, *, detach: bool = False, ipc_host: bool = False, shm
     if ipc_host:
         return Status(False, "--ipc host: /dev/shm is the host's, not the container's")
     if shm_target:
-        return Status(False, f"{shm_target} is mounted at /dev/shm: not the container's own tmpfs")
+        return Status(False, f"{shm_target} is mounted at /dev/shm or over it: not the container's own tmpfs")
     if remote_engine:
         return Status(False, f"the engine at {remote_engine} is not on this host: its containers' mounts cannot be "
                              f"reached from here")

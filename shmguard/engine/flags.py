@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+import posixpath
 import re
 from typing import Any, Callable
 
@@ -176,10 +177,23 @@ VOLUME_MODES = [{"rw", "ro"}, {"z", "Z"}, {"shared", "rshared", "slave", "rslave
                 {"nocopy"}, {"consistent", "cached", "delegated"}]
 
 
+def clean_path(path: str) -> str:
+    """A path in the container as the engine cleans it (Go's filepath.Clean): `/dev//shm`, `/dev/./shm` and
+    `/dev/shm/` are all `/dev/shm`. posixpath.normpath keeps a leading `//`; the engine does not."""
+    cleaned = posixpath.normpath(path)
+    return "/" + cleaned.lstrip("/") if cleaned.startswith("/") else cleaned
+
+
+def covers_shm(target: str) -> bool:
+    """Does a mount at this (cleaned) path in the container replace or hide its /dev/shm (/dev/shm itself, /dev, /)?"""
+    return target == "/dev/shm" or "/dev/shm".startswith(target.rstrip("/") + "/")
+
+
 def parse_volume(spec: str) -> str:
     """`-v SOURCE:TARGET[:MODES]`, as the engine takes it (modes: ro|rw, z|Z, a propagation, nocopy,
     consistent|cached|delegated, comma-separated, at most one of each kind); a relative host path is made
-    absolute (as docker 23+ does). Returns the bind string the engine gets."""
+    absolute (as docker 23+ does), and the target cleaned as the engine cleans it. Returns the bind string the
+    engine gets."""
     parts = spec.split(":")
     if len(parts) not in (2, 3) or not parts[0] or not parts[1]:
         raise UsageError(f"-v {spec!r}: use SOURCE:TARGET[:MODES] (a host path or a volume name, then a path in the "
@@ -187,6 +201,7 @@ def parse_volume(spec: str) -> str:
     source, target = parts[0], parts[1]
     if not target.startswith("/"):
         raise UsageError(f"-v {spec!r}: the path in the container must be absolute, not {target!r}")
+    target = clean_path(target)
     if source.startswith((".", "/", "~")):
         source = os.path.abspath(os.path.expanduser(source))
     elif not VOLUME_NAME.match(source):
@@ -206,65 +221,199 @@ def parse_volume(spec: str) -> str:
     return f"{source}:{target}"
 
 
+def csv_fields(text: str) -> list[str]:
+    """One record of comma-separated fields as the docker CLI reads a --mount value (Go's encoding/csv): a field
+    may be quoted ("a,b"; "" is a quote inside one); a quote inside an unquoted field, text after a closing quote,
+    an unclosed quote or a line break outside quotes is an error (ValueError), as docker refuses them."""
+    fields: list[str] = []
+    at, end = 0, len(text)
+    while True:
+        if at < end and text[at] == '"':
+            at += 1
+            parts = []
+            while True:
+                close = text.find('"', at)
+                if close < 0:
+                    raise ValueError("a quoted field is not closed")
+                parts.append(text[at:close])
+                at = close + 1
+                if at < end and text[at] == '"':
+                    parts.append('"')
+                    at += 1
+                    continue
+                break
+            if at < end and text[at] != ",":
+                raise ValueError('text after a closing quote')
+            fields.append("".join(parts))
+        else:
+            comma = text.find(",", at)
+            comma = end if comma < 0 else comma
+            field = text[at:comma]
+            if '"' in field:
+                raise ValueError(f"a quote inside the unquoted field {field!r}")
+            if "\n" in field or "\r" in field:
+                raise ValueError("a line break outside quotes")
+            fields.append(field)
+            at = comma
+        if at >= end:
+            return fields
+        at += 1  # the comma
+
+
+def csv_text(fields: list[str]) -> str:
+    """Fields joined as csv_fields reads them back: a field with a comma, a quote or a line break is quoted."""
+    return ",".join('"' + f.replace('"', '""') + '"' if any(c in f for c in ',"\r\n') else f for f in fields)
+
+
 MOUNT_KEYS = {"type", "source", "src", "target", "destination", "dst", "readonly", "ro", "bind-propagation",
               "volume-nocopy", "consistency", "tmpfs-size", "tmpfs-mode", "volume-driver", "volume-label",
               "volume-opt"}
+MOUNT_ALIASES = {"src": "source", "destination": "target", "dst": "target", "ro": "readonly"}
+TRUE, FALSE = ("1", "t", "T", "TRUE", "true", "True"), ("0", "f", "F", "FALSE", "false", "False")  # Go's ParseBool
+PROPAGATIONS = ("rprivate", "private", "rshared", "shared", "rslave", "slave")
+CONSISTENCIES = ("default", "consistent", "cached", "delegated")
 
 
-def parse_mount(spec: str) -> str:
-    """`--mount type=bind|volume|tmpfs,source=…,target=…[,readonly][,…]` (docker's CSV form). Returns it
-    canonical: type first, keys spelled out, so that the line and the SDK agree."""
+class MountSpec(Record):
+    """A --mount, parsed once and carried as this structure to the SDK's Mount and to the printed `docker run` line
+    (never re-joined into text and split again: a quoted comma in a path stayed a path, issue 44.1)."""
+
+    type: str  # bind, volume or tmpfs
+    target: str  # cleaned, as the engine cleans it
+    source: str | None = None  # a host path (bind, made absolute) or a volume name; tmpfs: none
+    readonly: bool = False
+    consistency: str | None = None
+    propagation: str | None = None  # bind-propagation
+    nocopy: bool = False  # volume-nocopy
+    volume_driver: str | None = None
+    volume_opts: tuple[tuple[str, str], ...] = ()  # volume-opt K=V, in order, one per key (the last one given)
+    volume_labels: tuple[tuple[str, str], ...] = ()  # volume-label K=V, likewise
+    tmpfs_size: int | None = None
+    tmpfs_mode: int | None = None
+
+    def fields(self) -> list[str]:
+        """The --mount fields, type first, keys spelled out."""
+        out = [f"type={self.type}"]
+        if self.source is not None:
+            out.append(f"source={self.source}")
+        out.append(f"target={self.target}")
+        out += ["readonly"] if self.readonly else []
+        out += [f"consistency={self.consistency}"] if self.consistency else []
+        out += [f"bind-propagation={self.propagation}"] if self.propagation else []
+        out += ["volume-nocopy"] if self.nocopy else []
+        out += [f"volume-driver={self.volume_driver}"] if self.volume_driver else []
+        out += [f"volume-opt={k}={v}" for k, v in self.volume_opts]
+        out += [f"volume-label={k}={v}" for k, v in self.volume_labels]
+        out += [f"tmpfs-size={self.tmpfs_size}"] if self.tmpfs_size is not None else []
+        out += [f"tmpfs-mode={self.tmpfs_mode:o}"] if self.tmpfs_mode is not None else []
+        return out
+
+    def text(self) -> str:
+        """The --mount value of the printed `docker run` line (CSV-quoted where a field needs it)."""
+        return csv_text(self.fields())
+
+    def sdk(self) -> Any:
+        """docker-py's Mount for it, every field carried."""
+        import docker.types
+
+        driver = None
+        if self.volume_driver or self.volume_opts:
+            driver = docker.types.DriverConfig(self.volume_driver or "local", dict(self.volume_opts) or None)
+        kwargs: dict[str, Any] = {"type": self.type, "consistency": self.consistency}  # checked by parse_mount
+        return docker.types.Mount(
+            target=self.target, source=self.source, read_only=self.readonly, propagation=self.propagation,
+            no_copy=self.nocopy, labels=dict(self.volume_labels) or None, driver_config=driver,
+            tmpfs_size=self.tmpfs_size, tmpfs_mode=self.tmpfs_mode, **kwargs)
+
+
+def _key_value(flag: str, value: str) -> tuple[str, str]:
+    """`K=V` of a volume-opt or volume-label (docker's setValueOnMap: a bare K is K with an empty value)."""
+    key, _, val = value.partition("=")
+    if not key:
+        raise UsageError(f"{flag}: a key is needed before '=' in {value!r}")
+    return key, val
+
+
+def _last_per_key(pairs: list[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    kept: dict[str, str] = {}
+    for key, value in pairs:
+        kept.pop(key, None)
+        kept[key] = value
+    return tuple(kept.items())
+
+
+def parse_mount(spec: str) -> MountSpec:
+    """`--mount type=bind|volume|tmpfs,source=…,target=…[,readonly][,…]`, read as the docker CLI reads it
+    (cli/opts/mount.go): CSV fields, keys case-insensitive, a later value of a key wins (`ro=1,ro=0` is read-write),
+    booleans as Go's ParseBool, tmpfs-mode octal, volume-*, bind-* and tmpfs-* only with their type, the target
+    cleaned as the engine cleans it. Every refusal is one UsageError, before any engine call."""
+    def refuse(why: str) -> UsageError:
+        return UsageError(f"--mount {spec!r}: {why}")
+
     try:
-        fields = next(csv.reader([spec]))
-    except (csv.Error, StopIteration):
-        raise UsageError(f"--mount {spec!r}: use type=bind,source=/host,target=/path[,readonly]") from None
-    seen: dict[str, str] = {}
+        fields = csv_fields(spec)
+    except ValueError as exc:
+        raise refuse(f"{exc} (use type=bind,source=/host,target=/path[,readonly]; quote a field with a comma: "
+                     f"\"source=/a,b\")") from None
+    values: dict[str, str] = {}
+    flags_set: dict[str, bool] = {}
+    opts: list[tuple[str, str]] = []
+    labels: list[tuple[str, str]] = []
     for field in fields:
         key, eq, value = field.partition("=")
-        key = key.strip().lower()
+        key = MOUNT_ALIASES.get(key.lower(), key.lower())
         if key not in MOUNT_KEYS:
-            raise UsageError(f"--mount {spec!r}: unknown field {key!r}")
-        key = {"src": "source", "destination": "target", "dst": "target", "ro": "readonly"}.get(key, key)
+            raise refuse(f"unknown field {key!r}")
         if key in ("readonly", "volume-nocopy"):
-            flag = value.strip().lower() if eq else "true"
-            if flag not in ("true", "false", "1", "0"):
-                raise UsageError(f"--mount {spec!r}: {key} is true or false, not {value!r}")
-            if flag in ("true", "1"):
-                seen[key] = "true"
+            if eq and value not in TRUE + FALSE:
+                raise refuse(f"{key} is true or false, not {value!r}")
+            flags_set[key] = not eq or value in TRUE
             continue
         if not eq or not value:
-            raise UsageError(f"--mount {spec!r}: {key} needs a value")
-        seen[key] = value
-    kind = seen.setdefault("type", "volume")
+            raise refuse(f"{key} needs a value")
+        if value != value.strip():
+            raise refuse(f"the value of {key} starts or ends with white space")
+        if key == "volume-opt":
+            opts.append(_key_value(f"--mount {spec!r}: volume-opt", value))
+        elif key == "volume-label":
+            labels.append(_key_value(f"--mount {spec!r}: volume-label", value))
+        else:
+            values[key] = value
+    kind = values.get("type", "volume").lower()
     if kind not in ("bind", "volume", "tmpfs"):
-        raise UsageError(f"--mount {spec!r}: type is bind, volume or tmpfs, not {kind!r}")
-    if not seen.get("target", "").startswith("/"):
-        raise UsageError(f"--mount {spec!r}: target must be an absolute path in the container")
+        raise refuse(f"type is bind, volume or tmpfs, not {kind!r}")
+    used = set(values) | {k for k in flags_set if k == "volume-nocopy"} | ({"volume-opt"} if opts else set()) | (
+        {"volume-label"} if labels else set())
+    for prefix, owner in (("volume-", "volume"), ("bind-", "bind"), ("tmpfs-", "tmpfs")):
+        if kind != owner and any(k.startswith(prefix) for k in used):
+            raise refuse(f"cannot mix '{prefix}*' options with mount type '{kind}'")
+    if not values.get("target", "").startswith("/"):
+        raise refuse("target must be an absolute path in the container")
+    target = clean_path(values["target"])
+    source = values.get("source")
     if kind == "bind":
-        if "source" not in seen:
-            raise UsageError(f"--mount {spec!r}: a bind mount needs source=/host/path")
-        seen["source"] = os.path.abspath(os.path.expanduser(seen["source"]))
-    if kind == "tmpfs" and "source" in seen:
-        raise UsageError(f"--mount {spec!r}: a tmpfs mount has no source")
-    if kind == "tmpfs" and seen.get("target") == "/dev/shm":
-        raise UsageError(f"--mount {spec!r}: /dev/shm is shmguard's to size (use --shm-size)")
-    if "tmpfs-size" in seen:
-        seen["tmpfs-size"] = str(parse_bytes("--mount tmpfs-size", seen["tmpfs-size"]))
-    order = ["type", "source", "target"] + sorted(k for k in seen if k not in ("type", "source", "target"))
-    return ",".join(k if seen[k] == "true" and k in ("readonly", "volume-nocopy") else f"{k}={seen[k]}"
-                    for k in order if k in seen)
-
-
-def mount_object(canonical: str):
-    import docker.types
-
-    fields: dict[str, Any] = dict((f.partition("=")[0], f.partition("=")[2] or "true") for f in canonical.split(","))
-    return docker.types.Mount(
-        target=fields["target"], source=fields.get("source"), type=fields["type"],
-        read_only=fields.get("readonly") == "true", consistency=fields.get("consistency"),
-        propagation=fields.get("bind-propagation"), no_copy=fields.get("volume-nocopy") == "true",
-        tmpfs_size=int(fields["tmpfs-size"]) if "tmpfs-size" in fields else None,
-        tmpfs_mode=int(fields["tmpfs-mode"], 8) if "tmpfs-mode" in fields else None)
+        if source is None:
+            raise refuse("a bind mount needs source=/host/path")
+        source = os.path.abspath(os.path.expanduser(source))
+    if kind == "tmpfs" and source is not None:
+        raise refuse("a tmpfs mount has no source")
+    if kind == "tmpfs" and covers_shm(target):
+        raise refuse("/dev/shm is shmguard's to size (use --shm-size)")
+    if values.get("bind-propagation", "rprivate") not in PROPAGATIONS:
+        raise refuse(f"bind-propagation is one of {', '.join(PROPAGATIONS)}, not {values['bind-propagation']!r}")
+    if values.get("consistency", "default") not in CONSISTENCIES:
+        raise refuse(f"consistency is one of {', '.join(CONSISTENCIES)}, not {values['consistency']!r}")
+    mode = None
+    if "tmpfs-mode" in values:  # Go's ParseUint(value, 8, 32), as a file mode
+        if not re.fullmatch(r"[0-7]{1,11}", values["tmpfs-mode"]) or int(values["tmpfs-mode"], 8) > 0o7777:
+            raise refuse(f"tmpfs-mode is an octal file mode (1777, 0700), not {values['tmpfs-mode']!r}")
+        mode = int(values["tmpfs-mode"], 8)
+    size = parse_bytes("--mount tmpfs-size", values["tmpfs-size"]) if "tmpfs-size" in values else None
+    return MountSpec(type=kind, target=target, source=source, readonly=flags_set.get("readonly", False),
+                     consistency=values.get("consistency"), propagation=values.get("bind-propagation"),
+                     nocopy=flags_set.get("volume-nocopy", False), volume_driver=values.get("volume-driver"),
+                     volume_opts=_last_per_key(opts), volume_labels=_last_per_key(labels), tmpfs_size=size,
+                     tmpfs_mode=mode)
 
 
 def parse_device(spec: str) -> str:
@@ -308,6 +457,8 @@ def read_env_file(path: str, environ=None) -> dict[str, str]:
             raise UsageError(f"--env-file {path}: line {number} is not UTF-8 text") from None
         if not line or line.startswith("#"):
             continue
+        if "\0" in line:  # refused by the kernel's execve: the engine's runtime would fail after the plan (exit 125)
+            raise UsageError(f"--env-file {path}: line {number} holds a NUL byte, which no environment variable can")
         name, eq, value = line.partition("=")
         name = name.lstrip(" \t")
         if not name:
@@ -326,6 +477,8 @@ def parse_env_item(item: str) -> str:
     name = item.partition("=")[0]
     if not name or any(c.isspace() for c in name):
         raise UsageError(f"-e {item!r}: use NAME=VALUE, or NAME to pass this environment's value")
+    if "\0" in item:
+        raise UsageError(f"-e {item!r}: a NUL byte cannot be in an environment variable")
     return item
 
 
@@ -518,8 +671,8 @@ ROWS: tuple[Row, ...] = (
     Row("volumes", "--volume", lambda v, values: {"volumes": list(v)}, parse_volume, multiple=True,
         option=("-v", "--volume"), metavar="SRC:DST[:MODES]",
         help="Bind mount or volume, modes as docker (ro, z, Z, cached, ...; repeatable)."),
-    Row("mounts", "--mount", lambda v, values: {"mounts": [mount_object(m) for m in v]}, parse_mount, multiple=True,
-        option=("--mount",), metavar="type=…,source=…,target=…", help="A mount in docker's --mount form (repeatable)."),
+    Row("mounts", "--mount", lambda v, values: {"mounts": [m.sdk() for m in v]}, parse_mount, text=MountSpec.text,
+        multiple=True, option=("--mount",), metavar="type=…,source=…,target=…", help="A mount in docker's --mount form (repeatable)."),
     Row("devices", "--device", lambda v, values: {"devices": list(v)}, parse_device, multiple=True,
         option=("--device",), metavar="/dev/X[:/dev/Y][:rwm]", help="A host device (repeatable)."),
     Row("network", "--network", lambda v, values: {"network": v}, parse_nonempty("--network"), option=("--network",),

@@ -56,12 +56,29 @@ class PeakSampler:
         self.stop()
 
 
-def sampler_environment() -> dict[str, str]:
-    """The environment of a sampler process (shm_sampler): this one, with this shmguard first on its PYTHONPATH."""
+# The sampler runs isolated (-I: neither the current directory, nor PYTHON* variables, nor the user's site-packages
+# reach its sys.path) from / , and imports this shmguard from the folder named after -c. With `-m`, the current
+# directory came first on sys.path: a folder named shmguard wherever the user stood ran as root (issue 43.1).
+SAMPLER_BOOT = ("import sys; sys.path.insert(0, sys.argv.pop(1)); "
+                "from shmguard.engine.shm_sampler import main; sys.exit(main(sys.argv[1:]))")
+
+
+def package_root() -> str:
+    """The folder that holds this shmguard package (what the sampler process puts first on its sys.path)."""
     import os
 
-    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def start_sampler(args: list[str], python: str | None = None, **popen) -> "subprocess.Popen[str]":
+    """Start a sampler process (shmguard.engine.shm_sampler with these arguments) of this shmguard: isolated, from /,
+    its stdin and stdout pipes of text, its stderr discarded. Every process shmguard starts is started here."""
+    import subprocess
+    import sys
+
+    return subprocess.Popen([python or sys.executable, "-I", "-c", SAMPLER_BOOT, package_root(), *args], cwd="/",
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            **popen)
 
 
 class ProcessPeakSampler:
@@ -80,13 +97,7 @@ class ProcessPeakSampler:
         self._proc: subprocess.Popen[str] | None = None
 
     def start(self) -> "ProcessPeakSampler":
-        import subprocess
-        import sys
-
-        env = sampler_environment()
-        self._proc = subprocess.Popen([self.python or sys.executable, "-m", "shmguard.engine.shm_sampler", self.path,
-                                       repr(self.interval)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=subprocess.DEVNULL, env=env, text=True)
+        self._proc = start_sampler([self.path, repr(self.interval)], self.python)
         return self
 
     def stop(self) -> None:

@@ -47,7 +47,7 @@ class RunOptions(Record):
     env: tuple[str, ...] = ()
     env_files: tuple[str, ...] = ()
     volumes: tuple[str, ...] = ()
-    mounts: tuple[str, ...] = ()
+    mounts: tuple = ()  # flags.MountSpec (a --mount text is parsed)
     devices: tuple[str, ...] = ()
     labels: tuple[str, ...] = ()
     network: str | None = None
@@ -111,13 +111,15 @@ def user_environment(options: RunOptions, environ=None) -> dict[str, str]:
 
 
 def normalized(options: RunOptions) -> RunOptions:
-    """Options given as text by a Python caller (gpus, volumes), parsed as the CLI parses them."""
+    """Options given as text by a Python caller (gpus, volumes, mounts), parsed as the CLI parses them."""
     changes: dict[str, Any] = {}
     if isinstance(options.gpus, str):
         changes["gpus"] = flags.parse_gpus(options.gpus)
     volumes = tuple(flags.parse_volume(v) for v in options.volumes)
     if volumes != options.volumes:
         changes["volumes"] = volumes
+    if any(isinstance(m, str) for m in options.mounts):
+        changes["mounts"] = tuple(flags.parse_mount(m) if isinstance(m, str) else m for m in options.mounts)
     return options.replace(**changes) if changes else options
 
 

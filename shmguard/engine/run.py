@@ -36,6 +36,7 @@ from shmguard.engine.plan import (
     user_environment,
 )
 from shmguard.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED
+from shmguard.probe.tmpfs import read_tmpfs
 from shmguard.record import Record
 from shmguard.units import format_size
 
@@ -221,7 +222,7 @@ def shm_watcher(container, host_path: str | None, pid: int | None = None):
     if pid:
         path = f"/proc/{pid}/root/dev/shm"
         try:
-            os.statvfs(path)
+            read_tmpfs(path)  # reachable from here
         except OSError:
             pass
         else:

@@ -10,7 +10,7 @@ never readable) and samples taken. Standard library only, and (without --elastic
 imports nothing of shmguard beyond the tmpfs reader, so it starts in a few milliseconds.
 
 `python -m shmguard.engine.shm_sampler --elastic INTERVAL [--realtime]` samples a running
-container's /dev/shm and grows it as it fills (elastic /dev/shm, shmguard.engine.elastic).
+container's /dev/shm and grows it as it fills (elastic /dev/shm: the hook is shmguard.engine.grower).
 It is started before the container and waits for the container's description, one JSON
 line on stdin; then each reading goes to the Grower hook, which prints its events
 (growths, a memory limit to raise, the ceiling) as JSON lines before the final one; a
@@ -82,8 +82,9 @@ def main(argv: list[str]) -> int:
 def main_elastic(interval: float, realtime: bool) -> int:
     """Wait for the container's description (one JSON line on stdin: the parent starts this process before the
     container, so that sampling begins the moment it runs), then sample its /dev/shm through its process and grow it
-    (shmguard.engine.elastic.Grower). Says `ready` once it samples."""
-    from shmguard.engine import elastic
+    (shmguard.engine.grower.Grower). Says `ready` once it samples."""
+    from shmguard.engine import grower as elastic
+    from shmguard.engine.remount import gone, shm_path
 
     realtime = realtime and elastic.realtime()
     first = sys.stdin.readline()
@@ -92,7 +93,7 @@ def main_elastic(interval: float, realtime: bool) -> int:
     try:
         grower = elastic.grower_from_config(json.loads(first))
     except OSError as exc:  # the container ended before the sampler began, or is not where it was said to be
-        print(json.dumps({"event": "stopped", "gone": elastic.gone(exc),
+        print(json.dumps({"event": "stopped", "gone": gone(exc),
                           "reason": exc.strerror or str(exc)}), flush=True)
         print(json.dumps({"peak": None, "samples": 0, "size": None, "realtime": realtime}), flush=True)
         return 0
@@ -109,7 +110,11 @@ def main_elastic(interval: float, realtime: bool) -> int:
 
     threading.Thread(target=read_commands, daemon=True).start()
     print(json.dumps({"event": "ready", "realtime": realtime}), flush=True)
-    peak, samples = sample(elastic.shm_path(grower.proc_fd), interval, done, grower)
+    try:
+        peak, samples = sample(shm_path(grower.proc_fd), interval, done, grower)
+    finally:
+        if grower.host is not None:
+            grower.host.leave()
     print(json.dumps({"peak": peak, "samples": samples, "size": grower.size or None, "realtime": realtime,
                       "gap_max": round(grower.gap_max, 6)}), flush=True)
     return 0

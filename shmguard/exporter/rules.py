@@ -49,8 +49,9 @@ def alerts() -> list[dict]:
                                 "the DataLoader gets there."),
                 "runbook": ("Restart it with /dev/shm sized for the job: `shmguard run` (Docker, Podman), `shmguard "
                             "patch` or `render k8s` (Kubernetes: the emptyDir's sizeLimit and the memory limit); a "
-                            "running Docker container can be grown in place with `nsenter -t PID -m mount -o "
-                            "remount,size=SIZE /dev/shm` (never past a pod's sizeLimit: the kubelet evicts)."),
+                            "running Docker container can be grown in place with the host's mount: `mount -N /proc/PID/ns/mnt -o "
+                            "remount,nosuid,nodev,noexec,size=SIZE /dev/shm` (never `nsenter … mount`: it runs the "
+                            "container's own mount binary as root; never past a pod's sizeLimit: the kubelet evicts)."),
             },
         },
         {

@@ -17,6 +17,7 @@ class Mount(Record):
     fstype: str
     source: str
     super_options: str
+    device: str = ""  # major:minor of the filesystem (the same on every mount of it, in every namespace)
 
 
 def unescape(field: str) -> str:
@@ -54,7 +55,7 @@ def _split(line: str) -> tuple[list[str], int, int, int] | None:
 
 def _mount(fields: list[str], sep: int, mount_id: int, parent_id: int) -> Mount:
     return Mount(mount_id, parent_id, unescape(fields[3]), unescape(fields[4]), fields[5], fields[sep + 1],
-                 unescape(fields[sep + 2]), ",".join(fields[sep + 3:]))
+                 unescape(fields[sep + 2]), ",".join(fields[sep + 3:]), fields[2])
 
 
 def parse_line(line: str, keep=None) -> Mount | None:

@@ -9,6 +9,7 @@ test ends, pass or fail.
 from __future__ import annotations
 
 import os
+import sys
 import uuid
 from typing import Any, Callable, Iterator
 
@@ -89,3 +90,32 @@ def run_container(docker_client: Any) -> Iterator[Callable[..., RunResult]]:
             container.remove(force=True)
         except docker.errors.NotFound:
             pass
+
+
+# ---- the single-node Kubernetes (tests/integration/kube_cluster.py): one per test session, shared ----
+
+@pytest.fixture(scope="session")
+def kube(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The session's Kubernetes v1.20.2 cluster (a KubeCluster): brought up on first use, torn down at the end.
+
+    It takes the machine's cluster lock for its whole life; a second session waits, and says so on the terminal."""
+    from tests.integration import kube_cluster
+
+    reason = kube_cluster.missing()
+    if reason:
+        unavailable(reason)
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+
+    def say(line: str) -> None:
+        with capture.global_and_fixture_disabled():
+            print(f"\n{line}", file=sys.stderr, flush=True)
+
+    with kube_cluster.kube_cluster(say=say) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def kube_demo_image(kube: Any, demo_image: str) -> str:
+    """The demo image (torch and shmguard) in the cluster's containerd, imported once; Pods use it with
+    `imagePullPolicy: Never`."""
+    return kube.import_image(demo_image)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +22,10 @@ from pathlib import Path
 from typing import Iterator
 
 from shmguard.record import Record, field
+from tests.integration.daemons import alive as _alive
+from tests.integration.daemons import free_port
+from tests.integration.daemons import mounts_under as _mounts_under
+from tests.integration.daemons import stop as _stop
 
 TOOLS = ("slurmctld", "slurmd", "sbatch", "srun", "squeue", "scancel", "sinfo", "sacct", "munged")
 SETUP_HINT = "apt-get install -y --no-install-recommends slurmctld slurmd slurm-client munge (scripts/setup.sh does)"
@@ -42,12 +45,6 @@ def missing() -> str | None:
     if not Path("/sys/fs/cgroup/memory/memory.limit_in_bytes").exists():
         return "no cgroup v1 memory controller at /sys/fs/cgroup/memory (Slurm's cgroup/v1 plugin needs it)"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 JOB_USER = "nobody"  # jobs run as a user who is not root, as on a real cluster
@@ -174,32 +171,6 @@ def _pid(path: Path) -> int | None:
         return None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    stat = Path(f"/proc/{pid}/stat")
-    try:
-        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
-def _stop(pid: int | None, timeout: float = 30) -> None:
-    """SIGTERM a daemon we started, wait (bounded), then SIGKILL it."""
-    if pid is None or not _alive(pid):
-        return
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if _alive(pid):
-        os.kill(pid, signal.SIGKILL)
-
-
 def _wait_for(what: str, ready, timeout: float, log: Path | None = None) -> None:
     deadline = time.monotonic() + timeout
     while not ready():
@@ -241,17 +212,6 @@ def python_for_jobs(path: Path, source_tree: Path) -> tuple[str, dict[str, str],
     env = {"PYTHONPATH": ":".join([str(source_tree), *map(str, site_dirs)]), "HOME": "/tmp",
            "SHMGUARD": f"{executable} -m shmguard"}
     return str(executable), env, mount
-
-
-def _mounts_under(path: Path) -> list[str]:
-    """Mount points at or under path (mountinfo field 5; spaces are escaped as \\040 there)."""
-    prefix = str(path)
-    points = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        point = line.split()[4].replace("\\040", " ")
-        if point == prefix or point.startswith(prefix + "/"):
-            points.append(point)
-    return points
 
 
 def _unmount(mount: Path | None) -> None:

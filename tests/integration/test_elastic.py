@@ -150,7 +150,7 @@ def in_container(container, *command) -> str:
 # --- the mechanism ---------------------------------------------------------------------------------
 
 def test_the_remount_grows_a_running_containers_shm_and_keeps_its_files_and_flags(sleeper):
-    from shmguard.engine.elastic import nsenter_remount, open_process, remount
+    from shmguard.engine.remount import namespace_remount, open_process, remount
 
     container = sleeper()
     in_container(container, "sh", "-c", "head -c 10485760 /dev/zero > /dev/shm/kept")
@@ -164,14 +164,37 @@ def test_the_remount_grows_a_running_containers_shm_and_keeps_its_files_and_flag
                        if line.split()[4] == "/dev/shm")
         assert {"nosuid", "nodev", "noexec"} <= set(options.split(","))  # the mount's own flags, untouched
         in_container(container, "sh", "-c", "head -c 150000000 /dev/zero > /dev/shm/big")  # past the old 64 MiB
-        nsenter_remount(fd, 300 * MIB)  # the way for kernels without fspick
+        namespace_remount(fd, 300 * MIB)  # the way for kernels without fspick
         assert in_container(container, "stat", "-f", "-c", "%b", "/dev/shm").strip() == str(300 * MIB // 4096)
+        options = next(line.split()[5] for line in in_container(container, "cat", "/proc/self/mountinfo").splitlines()
+                       if line.split()[4] == "/dev/shm")
+        assert {"nosuid", "nodev", "noexec"} <= set(options.split(","))
+        assert in_container(container, "stat", "-c", "%s", "/dev/shm/kept").strip() == str(10 * MIB)
     finally:
         os.close(fd)
 
 
+def test_the_fallback_remount_runs_nothing_of_the_containers(sleeper, tmp_path):
+    """Issue 43.1: `nsenter --mount … mount` ran the container's own /bin/mount (whatever the image put there) as the
+    host's root, outside the container's pid namespace and cgroup. The fallback runs no program at all."""
+    from shmguard.engine.remount import namespace_remount, open_process
+
+    trap = tmp_path / "mount"
+    trap.write_text("#!/bin/sh\necho \"ran as $(id -u): $*\" > /tmp/trap-ran\nexit 0\n")
+    trap.chmod(0o755)
+    volumes = {str(trap): {"bind": path, "mode": "ro"} for path in ("/usr/bin/mount", "/bin/mount", "/usr/sbin/mount")}
+    container = sleeper(volumes=volumes)
+    fd = open_process(container.attrs["State"]["Pid"], container.id)
+    try:
+        namespace_remount(fd, 100 * MIB)
+    finally:
+        os.close(fd)
+    assert container.exec_run(["cat", "/tmp/trap-ran"]).exit_code != 0, container.exec_run(["cat", "/tmp/trap-ran"])
+    assert in_container(container, "stat", "-f", "-c", "%b", "/dev/shm").strip() == str(100 * MIB // 4096)
+
+
 def test_a_process_of_another_container_is_refused(sleeper):
-    from shmguard.engine.elastic import open_process
+    from shmguard.engine.remount import open_process
 
     first, second = sleeper(), sleeper()
     with pytest.raises(OSError) as caught:
@@ -182,8 +205,9 @@ def test_a_process_of_another_container_is_refused(sleeper):
 def watched(container, raise_memory) -> tuple[int, Any, list[str]]:
     """Start a created container under an unpinned elastic sampler (as run does, with this raise call) and wait for
     its end: (exit code, the sampler, the lines it said)."""
-    from shmguard.engine.elastic import ElasticSampler, memory_levels
+    from shmguard.engine.elastic import ElasticSampler
     from shmguard.engine.elastic_policy import Policy
+    from shmguard.engine.grower import memory_levels
 
     said: list[str] = []
     sampler = ElasticSampler(Policy(batch_bytes=0), said.append, raise_memory).spawn()
@@ -365,3 +389,65 @@ def test_podman_cannot_raise_a_limit_so_the_growth_stops_at_the_ceiling_and_says
     finally:
         container.remove(force=True)
         client.close()
+
+
+# --- only the container's own tmpfs is ever grown (issues 43.2, 43.3) -------------------------------------------
+
+def shm_blocks(path: str) -> int:
+    return os.statvfs(path).f_blocks
+
+
+def test_begin_never_points_the_sampler_at_the_hosts_dev_shm(sleeper):
+    """Issue 43.2: under `-v /dev:/dev` Docker drops the container's own /dev/shm and the host's is what the container
+    sees; begin() only looked for a tmpfs at /dev/shm and would have grown the host's. The container's mountinfo (the
+    device of the mount there, which the host has at its own /dev/shm) decides."""
+    from shmguard.engine.elastic import ElasticSampler, begin
+    from shmguard.engine.elastic_policy import Policy
+
+    container = sleeper(volumes={"/dev": {"bind": "/dev", "mode": "rw"}})
+    sampler = ElasticSampler(Policy(batch_bytes=0), print, lambda limit: None, realtime=False).spawn()
+    try:
+        watching, why = begin(sampler, container, time.time())
+    finally:
+        sampler.stop()
+    assert not watching and "the host's /dev/shm" in why, why
+
+
+@pytest.fixture
+def small_host_tmpfs(tmp_path):
+    """A 16 MiB tmpfs on the host whose source says `shm`, as the engines name their own (unmounted after the test)."""
+    point = tmp_path / "small"
+    point.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "shm", str(point)], check=True)
+    try:
+        yield str(point)
+    finally:
+        subprocess.run(["umount", "-l", str(point)], check=False)
+
+
+@pytest.mark.parametrize("spelling", ["/dev//shm", "/dev/./shm", "/dev/shm/."])
+def test_a_users_mount_at_dev_shm_spelled_otherwise_is_never_grown(docker_client, state, name, small_host_tmpfs,
+                                                                   spelling):
+    """Issue 43.3: `-v SRC:/dev//shm` is /dev/shm to the engine; shmguard compared text, said elastic was on, and grew
+    the user's host tmpfs past its 16 MiB when the job filled it."""
+    before = shm_blocks(small_host_tmpfs)
+    proc = shmguard("run", *NO_JOB, "--json", "--name", name, "-v", f"{small_host_tmpfs}:{spelling}", BASE, "--",
+                    "python3", "-c", GROWER, str(4 * MIB), str(14 * MIB), "0.05", env=state)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert shm_blocks(small_host_tmpfs) == before  # the user's tmpfs kept its size
+    assert not report["elastic"]["on"] and "not the container's own tmpfs" in report["elastic"]["reason"]
+    assert report["shm_growths"] == [] and not GROWTH_LINE.findall(proc.stderr)
+    assert gone(docker_client, name) and records(state) == [] and no_orphan_samplers()
+
+
+def test_a_bind_of_the_hosts_dev_leaves_the_hosts_dev_shm_alone(docker_client, state, name):
+    """Issue 43.2, end to end: `-v /dev:/dev`: elastic is off, says why, and the host's /dev/shm keeps its size."""
+    before = shm_blocks("/dev/shm")
+    proc = shmguard("run", *NO_JOB, "--json", "--name", name, "-v", "/dev:/dev", BASE, "--", "python3", "-c",
+                    GROWER, str(4 * MIB), str(8 * MIB), "0.05", env=state)
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert shm_blocks("/dev/shm") == before
+    assert not report["elastic"]["on"] and "-v /dev:/dev" in report["elastic"]["reason"]
+    assert gone(docker_client, name) and records(state) == [] and no_orphan_samplers()

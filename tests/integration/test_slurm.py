@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Iterator
 
@@ -22,6 +21,7 @@ from shmguard import model, sizing
 from shmguard.job import make_job
 from shmguard.units import format_size, slurm_size
 from tests.integration.conftest import SESSION, unavailable
+from tests.integration.daemons import wait_until as wait_for
 from tests.integration.slurm_cluster import JOB_USER, Cluster, missing, slurm_cluster
 
 pytestmark = pytest.mark.integration
@@ -44,17 +44,6 @@ def cluster() -> Iterator[Cluster]:
         unavailable(reason)
     with slurm_cluster(SOURCE, epilog=EPILOG) as running:
         yield running
-
-
-def wait_for(what: str, ready, timeout: float = 180):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = ready()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no {what} after {timeout:.0f} s")
-        time.sleep(0.3)
 
 
 def epilog_of(cluster: Cluster, job_id: str) -> dict:

@@ -113,14 +113,18 @@ LAUNCHER = CHECKOUT / "bin" / "shmguard"
 
 @pytest.mark.parametrize(("min_free", "expected_code", "line"), [("1", 0, "healthy: "), ("1000000t", 1, "unhealthy: ")])
 def test_the_launcher_exits_as_health_says_and_still_runs_exit_handlers(root, min_free, expected_code, line):
-    """bin/shmguard freezes the objects health made before exiting (the interpreter's exit then skips them):
-    the line, the exit code and what a site registered to run at exit are as without it."""
-    code = ("import atexit, runpy, sys\n"
+    """bin/shmguard ends health's process without the interpreter's teardown (os._exit, after joining threads,
+    running the atexit handlers and flushing): the line, the exit code, a thread a site started and what it
+    registered to run at exit are as without it. stdout is a pipe and buffered (PYTHONUNBUFFERED unset), so an unflushed line would be lost."""
+    code = ("import atexit, runpy, sys, threading, time\n"
             "atexit.register(lambda: print('exit handler ran'))\n"
+            "threading.Thread(target=lambda: (time.sleep(0.2), print('site thread done'))).start()\n"
             f"sys.argv = [{str(LAUNCHER)!r}, 'health', '--root', {str(root)!r}, '--min-free', {min_free!r}]\n"
             f"runpy.run_path({str(LAUNCHER)!r}, run_name='__main__')\n")
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SHMGUARD_", "SLURM_", "NCCL_"))}
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith(("SHMGUARD_", "SLURM_", "NCCL_")) and k != "PYTHONUNBUFFERED"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**clean, "PYTHONPATH": str(CHECKOUT)})
     assert proc.returncode == expected_code, proc.stderr
-    assert proc.stdout.startswith(line) and proc.stdout.endswith("\nexit handler ran\n") and not proc.stderr
+    assert proc.stdout.startswith(line) and proc.stdout.endswith("\nsite thread done\nexit handler ran\n"), proc.stdout
+    assert not proc.stderr

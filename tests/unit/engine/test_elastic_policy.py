@@ -155,7 +155,7 @@ def test_the_size_to_start_with_next_time():
     ({"requested": False}, "--no-elastic"),
     ({"requested": True, "detach": True}, "-d: nobody follows"),
     ({"requested": True, "ipc_host": True}, "--ipc host"),
-    ({"requested": True, "shm_target": "-v /data/shm:/dev/shm"}, "-v /data/shm:/dev/shm is mounted at /dev/shm"),
+    ({"requested": True, "shm_target": "-v /data/shm:/dev/shm"}, "-v /data/shm:/dev/shm is mounted at /dev/shm or over it"),
     ({"requested": True, "remote_engine": "tcp://gpu-box:2376"}, "the engine at tcp://gpu-box:2376 is not on this host"),
     ({"requested": True, "privileged": False}, "rootless"),
 ])
@@ -177,3 +177,46 @@ def test_a_limit_set_above_the_container_is_not_asked_of_the_engine():
     decision = decide(300 * MIB, 340 * MIB, memory, Policy(batch_bytes=BATCH))
     assert decision.raise_limit_to is None
     assert "of a cgroup above the container" in decision.capped
+
+
+# --- growths of several elastic runs on one host (issue 44.2) ---------------------------------------------------
+
+def test_two_jobs_growing_together_are_not_granted_the_same_free_memory():
+    """Issue 44.2, the issue's numbers: a 24 GiB host, 11 GiB available, 6 GiB written in each of two jobs' /dev/shm
+    (8 GiB each). Alone, each is granted 12 GiB: 24 GiB of tmpfs together, and the host's OOM killer. Decided one
+    after the other with the other's room counted (elsewhere), together they stay within what the host can give."""
+    from shmguard.engine.elastic_policy import host_reserve
+
+    policy = Policy(batch_bytes=3 * GIB)  # room for two batches above 6 GiB: 12 GiB wanted
+    host = Memory(limit=None, own=0, available=11 * GIB, host_total=24 * GIB)
+    alone = decide(6 * GIB, 8 * GIB, host, policy)
+    assert alone.grow_to == 12 * GIB  # each, alone: what each sampler did on its own
+    first = decide(6 * GIB, 8 * GIB, host.replace(elsewhere=8 * GIB - 6 * GIB), policy)
+    second = decide(6 * GIB, 8 * GIB, host.replace(elsewhere=first.grow_to - 6 * GIB), policy)
+    granted = (first.grow_to - 6 * GIB) + ((second.grow_to or 8 * GIB) - 6 * GIB)
+    assert granted <= 11 * GIB - host_reserve(24 * GIB)
+    assert second.capped and "other elastic /dev/shm on this host may still fill" in second.capped
+
+
+def test_whatever_the_order_the_growths_together_stay_within_the_host():
+    """Any number of jobs, in any order, each decided with the others' room counted: the room all of them hold
+    (size less used) never passes what the host can give, beyond what they held before any growth."""
+    from shmguard.engine.elastic_policy import host_reserve
+
+    rng = random.Random(44)
+    for _ in range(500):
+        total = rng.choice([8, 24, 64, 256]) * GIB
+        available = rng.randrange(total // 8, total)
+        jobs = [[rng.randrange(0, 4 * GIB), 0] for _ in range(rng.randrange(2, 6))]
+        for job in jobs:
+            job[1] = job[0] + rng.randrange(MIB, 2 * GIB)  # (used, size)
+        before = sum(size - used for used, size in jobs)
+        policy = Policy(batch_bytes=rng.choice([0, 37 * MIB, GIB]))
+        for i in rng.sample(range(len(jobs)), len(jobs)) * 2:
+            used, size = jobs[i]
+            elsewhere = sum(s - u for k, (u, s) in enumerate(jobs) if k != i)
+            found = decide(used, size, Memory(None, 0, available, total, elsewhere=elsewhere), policy)
+            if found.grow_to and found.grow_to > size:
+                jobs[i][1] = found.grow_to
+        after = sum(size - used for used, size in jobs)
+        assert after <= max(before, available - host_reserve(total)), (jobs, available, total)

@@ -31,6 +31,21 @@ def test_a_users_mount_at_dev_shm_is_found():
     assert shm_target(RunOptions(image="i", volumes=("/data:/data",), mounts=("type=tmpfs,target=/tmp",))) is None
 
 
+@pytest.mark.parametrize("options", [
+    {"volumes": ("/data/shm:/dev//shm",)}, {"volumes": ("/data/shm:/dev/./shm",)}, {"volumes": ("/data/shm:/dev/shm/.",)},
+    {"mounts": ("type=bind,source=/x,dst=/dev/./shm",)}, {"mounts": ("type=volume,source=v,target=/dev//shm/",)},
+    {"volumes": ("/dev:/dev",)}, {"volumes": ("/dev:/dev/",)}, {"mounts": ("type=bind,source=/dev,target=/dev",)},
+])
+def test_a_users_mount_at_dev_shm_or_over_it_is_found_however_it_is_spelled(options, monkeypatch):
+    """Issues 43.2 and 43.3: the engine cleans the path (`/dev//shm` is /dev/shm), and `-v /dev:/dev` hides the
+    container's own /dev/shm under the host's; shmguard compared text, said elastic was on, and grew the user's mount
+    (or the host's /dev/shm). The plan now says it is off; the container's mountinfo decides once it runs."""
+    monkeypatch.setattr("os.geteuid", lambda: 0)
+    assert shm_target(RunOptions(image="i", **options))
+    status = run_status(RunOptions(image="i", **options), environ={})
+    assert not status.on and "not the container's own tmpfs" in status.reason
+
+
 def test_an_engine_behind_a_socket_here_is_local():
     assert remote_engine(None) is None and remote_engine("unix:///run/podman/podman.sock") is None
     assert remote_engine("tcp://10.0.0.5:2376") == "tcp://10.0.0.5:2376" and remote_engine("ssh://me@gpu") == "ssh://me@gpu"

@@ -33,7 +33,11 @@ def sample_values(env_file):
         "gpus": GpuRequest(device_ids=("0", "GPU-3f2a")), "nofile": 4096, "env_files": (env_file,),
         "env": ("SHMGUARD_WORKERS=4", "LR=0.2", "EMPTY="), "labels": ("org.shmguard.run=1", "team=vision"),
         "volumes": ("/data:/data:ro,z", "cache:/cache", "/src:/src:cached"),
-        "mounts": ("type=bind,source=/data,target=/mnt,readonly", "type=tmpfs,target=/scratch,tmpfs-size=1048576"),
+        "mounts": tuple(flags.parse_mount(m) for m in (
+            "type=bind,source=/data,target=/mnt,readonly", "type=tmpfs,target=/scratch,tmpfs-size=1048576",
+            'type=bind,"source=/tmp/X,b",target=/data2',
+            "type=volume,source=v1,target=/v1,volume-driver=local,volume-opt=type=tmpfs,volume-opt=device=tmpfs,"
+            "volume-label=team=vision")),
         "devices": ("/dev/fuse", "/dev/sda:/dev/xvda:r"), "network": "host", "user": "1000:1000",
         "entrypoint": "", "workdir": "/work", "pull": "always", "healthcheck": True,
     }
@@ -154,17 +158,77 @@ def test_parse_volume_rejects_conflicts(spec):
     ("target=/v,source=vol", "type=volume,source=vol,target=/v"),
     ("type=bind,source=/d,target=/d,readonly=false", "type=bind,source=/d,target=/d"),
     ("type=tmpfs,destination=/t,tmpfs-size=64m", "type=tmpfs,target=/t,tmpfs-size=67108864"),
-    ('type=bind,"source=/a,b",target=/x', 'type=bind,source=/a,b,target=/x'),
+    ('type=bind,"source=/a,b",target=/x', 'type=bind,"source=/a,b",target=/x'),
+    ("type=bind,src=/d,dst=/x//y/./z/", "type=bind,source=/d,target=/x/y/z"),  # cleaned as the engine cleans it
+    ("type=tmpfs,target=/t,tmpfs-mode=1777", "type=tmpfs,target=/t,tmpfs-mode=1777"),
 ])
 def test_parse_mount_canonical(spec, canonical):
-    assert flags.parse_mount(spec) == canonical
+    assert flags.parse_mount(spec).text() == canonical
+    assert flags.parse_mount(canonical) == flags.parse_mount(spec)
 
 
 @pytest.mark.parametrize("spec", ["type=nfs,target=/x", "type=bind,source=/d", "source=/d,target=rel", "foo=1,target=/x",
-                                  "type=tmpfs,source=/a,target=/t", "type=tmpfs,target=/dev/shm", "type=bind,src=/a,dst=/b,ro=maybe"])
+                                  "type=tmpfs,source=/a,target=/t", "type=tmpfs,target=/dev/shm", "type=bind,src=/a,dst=/b,ro=maybe",
+                                  'type=bind,source=/a"b,target=/x', 'type=bind,"source=/a"b,target=/x',
+                                  'type=bind,"source=/a,target=/x', "type=bind,source=/a,target=/x,bind-propagation=up",
+                                  "type=bind,source=/a,target=/x,volume-opt=a=b", "type=volume,target=/x,tmpfs-size=1m",
+                                  "type=tmpfs,target=/x,bind-propagation=rprivate", "type=volume,target=/x,volume-opt==b",
+                                  "type=bind,src= /a,target=/x"])
 def test_parse_mount_rejects(spec):
     with pytest.raises(UsageError, match="--mount"):
         flags.parse_mount(spec)
+
+
+def test_a_quoted_comma_in_a_path_stays_in_the_path_to_the_engine_and_on_the_line():
+    """Issue 44.1: `"source=/tmp/X,b"` names the host folder /tmp/X,b. The canonical text was joined with bare commas
+    and split again for the SDK: the container got /tmp/X, another folder, read-write; and the printed line was one
+    docker refuses. The mount is carried as a structure; the line quotes the field as docker's CSV reads it."""
+    spec = flags.parse_mount('type=bind,"source=/tmp/X,b",target=/data')
+    assert spec.source == "/tmp/X,b"
+    kwargs = flags.create_kwargs({"mounts": (spec,)})
+    assert dict(kwargs["mounts"][0]) == {"Target": "/data", "Source": "/tmp/X,b", "Type": "bind", "ReadOnly": False}
+    argv = flags.docker_argv({"mounts": (spec,)})
+    assert argv == ["--mount", 'type=bind,"source=/tmp/X,b",target=/data']
+    assert flags.csv_fields(argv[1]) == ["type=bind", "source=/tmp/X,b", "target=/data"]  # as docker's CLI reads it
+    plan = make_plan(JOB, RunOptions(image="i", mounts=('type=bind,"source=/tmp/X,b",target=/data',)), host_memory=None)
+    assert "--mount 'type=bind,\"source=/tmp/X,b\",target=/data'" in docker_cli(plan)
+
+
+def test_every_volume_field_reaches_the_engine_and_the_line():
+    """Issue 44.4: volume-driver, volume-opt (repeatable) and volume-label were accepted, reached no SDK Mount, and the
+    line kept only the last volume-opt."""
+    spec = flags.parse_mount("type=volume,source=scratch,target=/s,volume-driver=local,volume-opt=type=tmpfs,"
+                             "volume-opt=device=tmpfs,volume-opt=o=size=100m,volume-label=team=vision,volume-nocopy")
+    mount = dict(flags.create_kwargs({"mounts": (spec,)})["mounts"][0])
+    assert mount["VolumeOptions"] == {"NoCopy": True, "Labels": {"team": "vision"}, "DriverConfig": {
+        "Name": "local", "Options": {"type": "tmpfs", "device": "tmpfs", "o": "size=100m"}}}
+    line = flags.docker_argv({"mounts": (spec,)})[1]
+    assert line.count("volume-opt=") == 3 and "volume-label=team=vision" in line and "volume-driver=local" in line
+    assert flags.parse_mount(line) == spec
+
+
+def test_the_last_value_of_a_key_wins_as_in_docker():
+    """Issue 44.5: `ro=1,ro=0` was read-only; docker's CLI (last value wins) gives read-write."""
+    assert not flags.parse_mount("type=bind,source=/a,target=/b,ro=1,ro=0").readonly
+    assert flags.parse_mount("type=bind,source=/a,target=/b,ro=0,readonly").readonly
+    assert flags.parse_mount("type=bind,source=/a,target=/b,readonly=True,RO=f").readonly is False
+    assert flags.parse_mount("type=volume,target=/v,volume-opt=a=1,volume-opt=a=2").volume_opts == (("a", "2"),)
+
+
+@pytest.mark.parametrize("mode", ["999", "8", "0o755", "-1", "1_0", "77777", "abc", "7 "])
+def test_a_tmpfs_mode_docker_refuses_is_one_line_before_any_engine_call(mode):
+    """Issue 44.5: tmpfs-mode=999 (not octal) passed the checks and was an internal error (exit 70) at the SDK."""
+    with pytest.raises(UsageError, match="tmpfs-mode|white space"):
+        flags.parse_mount(f"type=tmpfs,target=/t,tmpfs-mode={mode}")
+
+
+@pytest.mark.parametrize("target", ["/dev/shm/", "/dev//shm", "/dev/./shm", "/dev/shm/.", "//dev/shm", "/dev/x/../shm",
+                                    "/dev"])
+def test_a_tmpfs_of_the_users_at_dev_shm_is_refused_however_it_is_spelled(target):
+    """Issue 43.3: docker cleans the path, shmguard compared text: `target=/dev/shm/` was accepted, the user's tmpfs
+    replaced the sized one, and elastic grew it."""
+    with pytest.raises(UsageError, match="shmguard's to size"):
+        flags.parse_mount(f"type=tmpfs,target={target},tmpfs-size=10m")
 
 
 def test_env_file_splits_at_the_first_equals_sign(tmp_path):
@@ -234,3 +298,13 @@ def test_an_env_file_line_docker_refuses_is_one_line(tmp_path, line, message):
     path.write_bytes(b"OK=1\n" + line + b"\n")
     with pytest.raises(UsageError, match=message):
         flags.read_env_file(str(path), {})
+
+
+def test_an_env_file_with_a_nul_byte_is_refused_before_any_engine_call(tmp_path):
+    """Issue 44.5: a NUL byte in an --env-file value passed the checks, and runc refused the container (exit 125)."""
+    path = tmp_path / "env"
+    path.write_bytes(b"OK=1\nTOKEN=ab\x00cd\n")
+    with pytest.raises(UsageError, match="line 2 holds a NUL byte"):
+        flags.parse_env_file(str(path))
+    with pytest.raises(UsageError, match="NUL"):
+        flags.parse_env_item("A=b\x00c")

@@ -105,3 +105,64 @@ def test_stop_twice_and_without_start(tmp_path):
     sampler = ProcessPeakSampler(str(tmp_path), interval=0.001).start()
     sampler.stop()
     sampler.stop()
+
+
+# --- what the sampler processes import (issue 43.1) ---
+
+def plant_shmguard(folder) -> str:
+    """A folder named `shmguard` in `folder` whose import leaves a mark: what a stranger can leave in /tmp, a shared
+    checkout, or a repository that vendors another copy. Returns the mark's path."""
+    mark = folder / "imported-from-cwd"
+    package = folder / "shmguard"
+    (package / "engine").mkdir(parents=True)
+    trap = f"open({str(mark)!r}, 'a').write(__name__ + '\\n')\n"
+    (package / "__init__.py").write_text(trap)
+    (package / "engine" / "__init__.py").write_text(trap)
+    (package / "engine" / "shm_sampler.py").write_text(trap + "raise SystemExit(0)\n")
+    return str(mark)
+
+
+def test_the_sampler_process_never_imports_a_shmguard_from_the_current_directory(tmp_path, monkeypatch):
+    """`python -m` puts the current directory first on sys.path: a folder named shmguard wherever the user stands
+    would run as root in the sampler. The sampler is this shmguard's, whatever the directory and the environment."""
+    mark = plant_shmguard(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}.")  # ignored too: the sampler runs isolated
+    monkeypatch.setenv("PYTHONSTARTUP", mark)
+    sampler = ProcessPeakSampler(str(tmp_path), interval=0.001).start()
+    sampler.stop()
+    assert not os.path.exists(mark), open(mark).read()
+    assert sampler.samples >= 1 and sampler.peaks["shm"] is not None  # the real sampler ran
+
+
+def test_the_elastic_sampler_process_never_imports_a_shmguard_from_the_current_directory(tmp_path, monkeypatch):
+    from shmguard.engine.elastic import ElasticSampler
+    from shmguard.engine.elastic_policy import Policy
+
+    mark = plant_shmguard(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    sampler = ElasticSampler(Policy(batch_bytes=0), print, lambda limit: None, realtime=False).spawn()
+    proc = sampler._proc
+    sampler.stop()  # closing its stdin before any container: it ends at once, with nothing to say
+    assert proc.returncode == 0
+    assert not os.path.exists(mark), open(mark).read()
+
+
+def test_every_process_shmguard_starts_is_started_isolated():
+    """Issue 43.1: shmguard starts processes as root (the samplers; the remount's nsenter ran the container's own
+    /bin/mount). Every program the package runs is started by start_sampler (isolated, from /), and nothing else
+    (a fork runs this process's own code, already imported: the webhook's workers, the API's batch probe)."""
+    import re
+    from pathlib import Path
+
+    import shmguard
+
+    starts = re.compile(r"\bsubprocess\.\w+\(|\bos\.(system|popen|exec\w*|spawn\w*|posix_spawn\w*)\(|"
+                        r"\bpty\.spawn\(|create_subprocess_\w+\(")
+    found = []
+    for path in sorted(Path(shmguard.__file__).parent.rglob("*.py")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if starts.search(line.split("#")[0]):
+                found.append(f"{path.relative_to(Path(shmguard.__file__).parent)}:{number}")
+    assert len(found) == 1 and found[0].startswith("engine/peak.py:"), found
