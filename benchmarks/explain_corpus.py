@@ -49,7 +49,9 @@ def score(tree: Path) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| measure | development | held-out | goal (held-out) |", "|---|---|---|---|"]
+    parts = ("development", "held-out", "held-out-2")
+    lines = ["| measure | development | held-out (round 1) | held-out-2 (round 2) | goal (held-out) |",
+             "|---|---|---|---|---|"]
 
     def part(half: str, shm: bool, test) -> str:
         mine = [r for r in rows if r["half"] == half and r["shm"] == shm]
@@ -60,19 +62,19 @@ def table(rows: list[dict]) -> str:
         return any(f.startswith("blamed") for f in r["faults"])
 
     lines.append("| shm deaths: verdict, knob and the size the log states | "
-                 + " | ".join(part(h, True, lambda r: not r["faults"]) for h in ("development", "held-out"))
+                 + " | ".join(part(h, True, lambda r: not r["faults"]) for h in parts)
                  + f" | ≥ {GOAL:.0%} |")
     lines.append("| shm deaths: verdict blames shared memory | "
                  + " | ".join(part(h, True, lambda r: not any(f.startswith("verdict") for f in r["faults"]))
-                              for h in ("development", "held-out")) + " | |")
+                              for h in parts) + " | |")
     lines.append("| look-alikes named with their own cause | "
-                 + " | ".join(part(h, False, lambda r: not r["faults"]) for h in ("development", "held-out"))
+                 + " | ".join(part(h, False, lambda r: not r["faults"]) for h in parts)
                  + f" | ≥ {GOAL:.0%} |")
     lines.append("| look-alikes: their own cause, whatever the fix's words | "
-                 + " | ".join(part(h, False, lambda r: r["cause"] == r["expect"]) for h in ("development", "held-out"))
+                 + " | ".join(part(h, False, lambda r: r["cause"] == r["expect"]) for h in parts)
                  + " | |")
     lines.append("| look-alikes blamed on /dev/shm | "
-                 + " | ".join(part(h, False, blamed) for h in ("development", "held-out")) + " | 0 |")
+                 + " | ".join(part(h, False, blamed) for h in parts) + " | 0 |")
     return "\n".join(lines)
 
 
@@ -83,7 +85,7 @@ def main() -> int:
     args = parser.parse_args()
     rows = score(args.tree.resolve())
     print(table(rows))
-    halves = ("development", "held-out") if args.show_held_out else ("development",)
+    halves = ("development", "held-out", "held-out-2") if args.show_held_out else ("development",)
     for half in halves:
         misses = [r for r in rows if r["half"] == half and r["faults"]]
         print(f"\n{half}: {len(misses)} miss(es)")

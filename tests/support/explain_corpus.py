@@ -15,6 +15,8 @@ from shmguard.units import parse_quantity, parse_size
 
 JUDGED = Path(__file__).resolve().parents[1] / "data" / "explain" / "judged"
 HALVES = ("development", "held-out")
+ROUND_2 = "held-out-2"  # round 2's held-out set: every log collected for it, whatever its URL (SPLIT.md)
+PARTS = (*HALVES, ROUND_2)
 SALT = "shmguard#41:"
 LOG_START = "# --- log (verbatim) ---"
 FIELDS = ("source", "shows", "platform", "expect", "size", "trimmed")
@@ -74,7 +76,7 @@ class Case:
 
 
 def cases(half: str | None = None) -> list[Case]:
-    halves = HALVES if half is None else (half,)
+    halves = PARTS if half is None else (half,)
     return [Case(path) for h in halves for path in sorted((JUDGED / h).glob("*.log"))]
 
 
