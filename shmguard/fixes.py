@@ -236,8 +236,8 @@ def eviction_fix(resource: str) -> str:
         return ("resources.requests.memory equal to the limit, so that the pod is not the first the kubelet "
                 "evicts under memory pressure; and room on the node (kubectl describe node: Allocatable)")
     return (f"resources.requests.{resource} and limits.{resource} for the containers (their logs, writable "
-            f"layer and disk-backed emptyDirs count), a sizeLimit on each emptyDir, or more disk on the node; "
-            f"/dev/shm (an emptyDir with medium: Memory) counts as memory, not as {resource}")
+            f"layer and disk-backed emptyDirs count), a bound on what each disk-backed emptyDir may hold, or more "
+            f"disk on the node; /dev/shm (an emptyDir with medium: Memory) counts as memory, not as {resource}")
 
 
 def sysv_shm_fix() -> str:
@@ -280,3 +280,10 @@ def no_dev_shm_fix(what: str) -> str:
     """A failure on a platform without /dev/shm (Windows, macOS): its size is not the knob."""
     return (f"{what}; Windows and macOS have no /dev/shm, so no size of it applies: DataLoader(num_workers=0) "
             f"runs the dataset in the main process, where its error or slowness shows")
+
+
+def mpi_cma_fix() -> str:
+    """Open MPI's single-copy reads between ranks (CMA, process_vm_readv) refused in a container."""
+    return ("let the ranks read each other's memory: docker run --cap-add=SYS_PTRACE (Kubernetes: "
+            "securityContext.capabilities.add: [SYS_PTRACE]), or turn the single copy off: "
+            "OMPI_MCA_btl_vader_single_copy_mechanism=none. A bigger /dev/shm would not help")

@@ -36,6 +36,8 @@ from shmguard.diagnosis.records import (
 
 PUBLIC = "tests/data/explain/public/"
 JUDGED = "tests/data/explain/judged/development/"
+# Round 1's held-out logs: written from in round 2 only (tests/data/explain/judged/SPLIT.md).
+ROUND_1 = "tests/data/explain/judged/held-out/"
 TESTS = "tests/unit/test_diagnosis.py::"
 RULE_TESTS = "tests/unit/test_diagnosis_rules.py::"
 
@@ -250,6 +252,14 @@ RULES: tuple[Rule, ...] = (
                  "or the launcher stopping the job after another failure. Not /dev/shm's size.",
          fix=fixes.terminated_fix() + ".", source="torch/csrc/DataLoader.cpp",
          case=JUDGED + "mmseg-2085-worker-terminated.log"),
+    # Open MPI's shared-memory transport (opal/mca/btl/vader/btl_vader_get.c, opal/mca/smsc/cma): its single-copy
+    # read between ranks (process_vm_readv) refused: a container without ptrace, not /dev/shm's size.
+    Rule("mpi-cma", NOT_SHARED_MEMORY, kind="mpi-cma",
+         patterns=compile_all(r"\b(?:CMA r|R)ead -1, expected \S{1,40}, errno ?= ?(?P<errno>\d{1,4})"),
+         summary="Open MPI's shared-memory transport could not read another rank's memory (process_vm_readv, "
+                 "errno {errno}): a container forbids it without ptrace. Not /dev/shm's size.",
+         fix=fixes.mpi_cma_fix() + ".", source="open-mpi opal/mca/btl/vader/btl_vader_get.c",
+         case=ROUND_1 + "ompi-4948-vader-cma-docker.log"),
     Rule("pin-memory", NOT_SHARED_MEMORY, kind="pin-memory",
          patterns=compile_all(r"Pin memory thread exited unexpectedly", r"in _pin_memory_loop\b"),
          summary="torch's pin-memory thread died (it copies the workers' batches to page-locked memory for the "
@@ -305,7 +315,7 @@ RULES: tuple[Rule, ...] = (
     Rule("", kind="exit-code", where=d.exit_code_of, patterns=compile_all(
         r"\bexited with (?:exit )?code (?P<code>\d{1,3})\b", r"command terminated with (?:exit )?code (?P<code>\d{1,3})\b",
         r"\"ExitCode\": (?P<code>\d{1,3})\b", r"\bEXIT CODE: (?P<code>\d{1,3})\b", r"\bExit Code:\s{1,20}(?P<code>\d{1,3})\b",
-        r"\bterminated with exit code \((?P<code>\d{1,3})\)")),
+        r"\bterminated with exit code \((?P<code>\d{1,3})\)", r"\bJob failed: exit code (?P<code>\d{1,3})\b")),
     Rule("", kind="job-memory", where=d.job_memory, patterns=compile_all(
         r"\bMinMemoryNode=(?P<mem>\d{1,12}[KMGT]?)\b", r"#SBATCH --mem=(?P<mem>\d{1,12}[KMGTkmgt]?)[bB]?\b")),
     Rule("", kind="df-shm", where=d.df_size, patterns=(d.DF_SHM,)),
