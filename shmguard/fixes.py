@@ -287,3 +287,10 @@ def mpi_cma_fix() -> str:
     return ("let the ranks read each other's memory: docker run --cap-add=SYS_PTRACE (Kubernetes: "
             "securityContext.capabilities.add: [SYS_PTRACE]), or turn the single copy off: "
             "OMPI_MCA_btl_vader_single_copy_mechanism=none. A bigger /dev/shm would not help")
+
+
+def spawn_main_fix() -> str:
+    """DataLoader workers started by spawn re-import the script: its training must sit under a __main__ guard."""
+    return ("put the script's training code under `if __name__ == '__main__':` (Windows and macOS start DataLoader "
+            "workers by spawn, which imports the script again), or run with DataLoader(num_workers=0); a notebook "
+            "cannot be imported that way: move the dataset into a module. A bigger /dev/shm would not help")

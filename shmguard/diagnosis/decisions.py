@@ -163,7 +163,9 @@ def job_memory(match: re.Match[str], line: str, before: list[str], after: list[s
 
 
 def exit_code_of(match: re.Match[str], line: str, before: list[str], after: list[str]) -> dict:
-    return {"code": int(match.group("code"))}
+    """The exit status a line states; a negative one (Python's and torchrun's -N for signal N) as a shell's 128+N."""
+    code = int(match.group("code"))
+    return {"code": 128 - code if code < 0 else code}
 
 
 def oom_by(match: re.Match[str], line: str, before: list[str], after: list[str]) -> dict:
@@ -360,6 +362,19 @@ def oom(ctx: Context, _: Signal | None) -> Diagnosis | None:
                        (f"; /dev/shm ({format_size(ev.shm_size or 0)}) is too small to be what filled it"
                         if small else "; nothing here says whether /dev/shm's pages were part of it")) + ".",
                     fix or default, said or ctx.first("worker-killed"), memory_needed=needed)
+
+
+SIGSEGV_EXIT = 128 + 11
+
+
+def segfault(ctx: Context, s: Signal | None) -> Diagnosis | None:
+    """SIGSEGV, by its name or its number in any form: a crash in native code, not /dev/shm's size."""
+    if s is None and ctx.ev.exit_code != SIGSEGV_EXIT:
+        return None
+    how = "exit status 139: SIGSEGV" if s is None else "a segmentation fault"
+    return ctx.make(NOT_SHARED_MEMORY, "segfault",
+                    f"A process died of SIGSEGV ({how}): a crash in native code (a library, a mismatched wheel) or "
+                    f"corrupt input, not /dev/shm's size.", fixes.segfault_fix() + ".", s)
 
 
 def evicted(ctx: Context, s: Signal | None) -> Diagnosis:

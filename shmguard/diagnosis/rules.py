@@ -58,7 +58,7 @@ RULES: tuple[Rule, ...] = (
     # torch's writer of a segment (THAllocator/MapAllocator): with the reason, or without it, as PyTorch before
     # 1.12 printed it (the write of the segment's last byte fails when the tmpfs is full).
     Rule("shm-enospc", SHARED_MEMORY, kind="torch-shm-write", crash=CRASH_ALLOC,
-         patterns=compile_all(r"unable to write to file <(?P<file>/?torch_[^>]{0,200})>(?:: (?P<reason>No space left on "
+         patterns=compile_all(r"unable to write to file <(?P<file>/?torch[^>]{0,200})>(?:: (?P<reason>No space left on "
                               r"device)| at |\s{0,4}$|[^:\[]{0,80}$)"),
          summary="PyTorch could not write its shared-memory segment <{file}> in /dev/shm: the write of the "
                  "segment's last byte fails when the tmpfs is full.",
@@ -170,7 +170,7 @@ RULES: tuple[Rule, ...] = (
     Rule("", kind="oom-kill", where=d.oom_by,
          patterns=compile_all(r"Memory cgroup out of memory|\boom-kill:|Out of memory: Kill(?:ed)? process",
                               r"\binvoked oom-killer\b|\boom_kill_process\b",
-                              r"\"OOMKilled\": true|Reason:\s{1,40}OOMKilled|\breason: OOMKilled\b",
+                              r"\"OOMKilled\": true|Reason:\s{1,40}OOMKilled|\breason: '?OOMKilled\b|Reason \[OOMKilled\]",
                               r"slurmstepd(?:-\S{1,40})?: error: Detected \d{1,9} oom[-_]kill event",
                               r"\bExitCode=0:125\b",
                               r"srun: error: .{0,200}: task \d{1,9}: Out Of Memory",
@@ -196,6 +196,21 @@ RULES: tuple[Rule, ...] = (
                  "that is not /dev/shm, so a bigger shm would not help.",
          fix="free space on that filesystem or write elsewhere (df -h shows which is full).",
          case=PUBLIC + "llamafactory-1223-streamwriter.log"),
+    Rule("disk-full", NOT_SHARED_MEMORY, kind="file-write",
+         patterns=compile_all(r"\bwrite\(\): fd \d{1,9} failed with (?P<error>[^\n]{1,120})"),
+         summary="torch could not write a file to disk (write() failed with {error}): the disk it writes to is "
+                 "full or failing; that is not /dev/shm.",
+         fix="free space on that filesystem or write elsewhere (df -h shows which is full; dmesg shows a failing disk).",
+         source="torch/csrc/serialization.cpp", case="tests/data/explain/judged/held-out-2/pytorch-10577-save-eio.log"),
+    # Windows and macOS start DataLoader workers by spawn, which imports the script again: without an
+    # `if __name__ == '__main__':` guard it starts its loader again (CPython Lib/multiprocessing/spawn.py).
+    Rule("spawn-main", NOT_SHARED_MEMORY, kind="spawn-main",
+         patterns=compile_all(r"in _fixup_main_from_path\b", r"current process has finished its bootstrapping phase",
+                              r"\bfreeze_support\(\)"),
+         summary="A DataLoader worker started by spawn (Windows, macOS) imported the script again and ran its "
+                 "training code: the script has no `if __name__ == '__main__':` guard. Not /dev/shm.",
+         fix=fixes.spawn_main_fix() + ".", source="cpython Lib/multiprocessing/spawn.py",
+         case="tests/data/explain/judged/held-out-2/sskd-3-windows-broken-pipe.log"),
     Rule("cuda-oom", NOT_SHARED_MEMORY, kind="cuda-oom", where=d.cuda_size,
          patterns=compile_all(r"CUDA out of memory\. Tried to allocate (?P<size>[\d.]{1,20} [KMGT]?i?B)",
                               r"CUDA out of memory|torch\.cuda\.OutOfMemoryError|CUDA error: out of memory",
@@ -235,19 +250,21 @@ RULES: tuple[Rule, ...] = (
          case=JUDGED + "zetta-671-slurm-time-limit.log"),
     Rule("evicted", kind="evicted", decide=d.evicted,
          patterns=compile_all(r"The node was low on resource: (?P<resource>ephemeral-storage)",
-                              r"The node had condition: \[(?P<resource>DiskPressure)\]"),
+                              r"The node had condition: \[(?P<resource>DiskPressure)\]",
+                              r"Pod ephemeral local storage usage exceeds the total limit of containers",
+                              r"exceeded its local ephemeral storage limit",
+                              r"Usage of EmptyDir volume \S{1,200} exceeds the limit"),
          where=lambda m, line, before, after: {"resource": "ephemeral-storage"},
-         source="kubernetes pkg/kubelet/eviction/helpers.go", case=RULE_TESTS + "test_an_eviction_for_disk_is_its_own_cause"),
+         source="kubernetes pkg/kubelet/eviction/helpers.go, eviction_manager.go", case=RULE_TESTS + "test_an_eviction_for_disk_is_its_own_cause"),
     # DataLoader workers that died of something other than a full /dev/shm (torch/csrc/DataLoader.cpp).
-    Rule("segfault", NOT_SHARED_MEMORY, kind="segfault",
-         patterns=compile_all(r"is killed by signal: Segmentation fault", r"Unexpected segmentation fault encountered",
-                              r"Fatal Python error: Segmentation fault", r"^Segmentation fault(?: \(core dumped\))?$",
-                              r"\bline \d{1,9}: {1,4}\d{1,10} Segmentation fault\b"),
-         summary="A process died of SIGSEGV (a segmentation fault): a crash in native code (a library, a "
-                 "mismatched wheel) or corrupt input, not /dev/shm's size.",
-         fix=fixes.segfault_fix() + ".", source="torch/csrc/DataLoader.cpp", case=JUDGED + "db-94-worker-segfault.log"),
+    # Signals by name or number in the forms launchers, shells, debuggers and torch print them (round 3).
+    Rule("segfault", kind="segfault", decide=d.segfault, always=True,
+         # (not Ray's boilerplate "crashed unexpectedly due to SIGSEGV or other unexpected errors")
+         patterns=compile_all(r"[Ss]egmentation [Ff]ault", r"\bSIGSEGV received\b|\bwith signal SIGSEGV\b|\bSIGSEGV\)",
+                              r"\bsignal 11\b", r"Unexpected segmentation fault encountered"),
+         source="torch/csrc/DataLoader.cpp; the kernel's signal 11", case=JUDGED + "db-94-worker-segfault.log"),
     Rule("terminated", UNDETERMINED, kind="terminated",
-         patterns=compile_all(r"is killed by signal: Terminated"),
+         patterns=compile_all(r"is killed by signal: Terminated", r"\bsignal 15 \(SIGTERM\) received"),
          summary="A DataLoader worker was stopped by SIGTERM, sent from outside it: the scheduler, the kubelet, "
                  "or the launcher stopping the job after another failure. Not /dev/shm's size.",
          fix=fixes.terminated_fix() + ".", source="torch/csrc/DataLoader.cpp",
@@ -315,7 +332,11 @@ RULES: tuple[Rule, ...] = (
     Rule("", kind="exit-code", where=d.exit_code_of, patterns=compile_all(
         r"\bexited with (?:exit )?code (?P<code>\d{1,3})\b", r"command terminated with (?:exit )?code (?P<code>\d{1,3})\b",
         r"\"ExitCode\": (?P<code>\d{1,3})\b", r"\bEXIT CODE: (?P<code>\d{1,3})\b", r"\bExit Code:\s{1,20}(?P<code>\d{1,3})\b",
-        r"\bterminated with exit code \((?P<code>\d{1,3})\)", r"\bJob failed: exit code (?P<code>\d{1,3})\b")),
+        r"\bterminated with exit code \((?P<code>\d{1,3})\)", r"\bJob failed: exit code (?P<code>\d{1,3})\b",
+        # round 3: any "exit code N" / "exit status N" / "returned code N" / torchrun's "exitcode: -N", never 0
+        r"\b[Ee]xit (?:[Cc]ode|[Ss]tatus)(?: of)?:?\s{0,3}\(?(?P<code>-?[1-9]\d{0,2})\b",
+        r"\breturned (?:non-zero exit status |(?:exit )?code )(?P<code>-?[1-9]\d{0,2})\b",
+        r"\bexitcode: (?P<code>-?[1-9]\d{0,2})\b")),
     Rule("", kind="job-memory", where=d.job_memory, patterns=compile_all(
         r"\bMinMemoryNode=(?P<mem>\d{1,12}[KMGT]?)\b", r"#SBATCH --mem=(?P<mem>\d{1,12}[KMGTkmgt]?)[bB]?\b")),
     Rule("", kind="df-shm", where=d.df_size, patterns=(d.DF_SHM,)),
