@@ -1,6 +1,6 @@
 """`shmguard explain` scored on the judged corpus of issue 41, both halves side by side.
 
-Each log of tests/data/explain/judged/{development,held-out}/ is diagnosed as a new user pipes it in (no job,
+Each log of tests/data/explain/judged/{development,held-out,held-out-2,held-out-3}/ is diagnosed as a new user pipes it in (no job,
 no --shm-size, no --platform), and scored as tests/support/explain_corpus.faults says:
 
 - a shared-memory death scores when the verdict blames shared memory, the fix names each platform's knob, and,
@@ -26,6 +26,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 GOAL = 0.9
+PARTS = ("development", "held-out", "held-out-2", "held-out-3")  # SPLIT.md: one held-out set a round
 
 SCORE = r"""
 import json, sys
@@ -48,10 +49,11 @@ def score(tree: Path) -> list[dict]:
     return json.loads(result.stdout)
 
 
+
 def table(rows: list[dict]) -> str:
-    parts = ("development", "held-out", "held-out-2")
-    lines = ["| measure | development | held-out (round 1) | held-out-2 (round 2) | goal (held-out) |",
-             "|---|---|---|---|---|"]
+    lines = ["| measure | development | held-out (round 1) | held-out-2 (round 2) | held-out-3 (round 3) "
+             "| goal (held-out) |",
+             "|---|---|---|---|---|---|"]
 
     def part(half: str, shm: bool, test) -> str:
         mine = [r for r in rows if r["half"] == half and r["shm"] == shm]
@@ -62,19 +64,19 @@ def table(rows: list[dict]) -> str:
         return any(f.startswith("blamed") for f in r["faults"])
 
     lines.append("| shm deaths: verdict, knob and the size the log states | "
-                 + " | ".join(part(h, True, lambda r: not r["faults"]) for h in parts)
+                 + " | ".join(part(h, True, lambda r: not r["faults"]) for h in PARTS)
                  + f" | ≥ {GOAL:.0%} |")
     lines.append("| shm deaths: verdict blames shared memory | "
                  + " | ".join(part(h, True, lambda r: not any(f.startswith("verdict") for f in r["faults"]))
-                              for h in parts) + " | |")
+                              for h in PARTS) + " | |")
     lines.append("| look-alikes named with their own cause | "
-                 + " | ".join(part(h, False, lambda r: not r["faults"]) for h in parts)
+                 + " | ".join(part(h, False, lambda r: not r["faults"]) for h in PARTS)
                  + f" | ≥ {GOAL:.0%} |")
     lines.append("| look-alikes: their own cause, whatever the fix's words | "
-                 + " | ".join(part(h, False, lambda r: r["cause"] == r["expect"]) for h in parts)
+                 + " | ".join(part(h, False, lambda r: r["cause"] == r["expect"]) for h in PARTS)
                  + " | |")
     lines.append("| look-alikes blamed on /dev/shm | "
-                 + " | ".join(part(h, False, blamed) for h in parts) + " | 0 |")
+                 + " | ".join(part(h, False, blamed) for h in PARTS) + " | 0 |")
     return "\n".join(lines)
 
 
@@ -85,7 +87,7 @@ def main() -> int:
     args = parser.parse_args()
     rows = score(args.tree.resolve())
     print(table(rows))
-    halves = ("development", "held-out", "held-out-2") if args.show_held_out else ("development",)
+    halves = PARTS if args.show_held_out else ("development",)
     for half in halves:
         misses = [r for r in rows if r["half"] == half and r["faults"]]
         print(f"\n{half}: {len(misses)} miss(es)")

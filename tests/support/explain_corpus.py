@@ -16,7 +16,9 @@ from shmguard.units import parse_quantity, parse_size
 JUDGED = Path(__file__).resolve().parents[1] / "data" / "explain" / "judged"
 HALVES = ("development", "held-out")
 ROUND_2 = "held-out-2"  # round 2's held-out set: every log collected for it, whatever its URL (SPLIT.md)
-PARTS = (*HALVES, ROUND_2)
+ROUND_3 = "held-out-3"  # round 3's: collected after round 3's rules were written, scored once (SPLIT.md)
+ROUNDS = (ROUND_2, ROUND_3)
+PARTS = (*HALVES, *ROUNDS)
 SALT = "shmguard#41:"
 LOG_START = "# --- log (verbatim) ---"
 FIELDS = ("source", "shows", "platform", "expect", "size", "trimmed")

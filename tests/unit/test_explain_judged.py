@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from shmguard.diagnosis import BLAMES_SHM
-from tests.support.explain_corpus import HALVES, JUDGED, KNOBS, PARTS, ROUND_2, cases, half_of
+from tests.support.explain_corpus import HALVES, JUDGED, KNOBS, PARTS, ROUNDS, cases, half_of
 
 from .conftest import DATA
 
@@ -28,7 +28,7 @@ def test_the_corpus_has_both_halves_of_both_kinds():
 def test_each_log_says_where_it_came_from_and_lies_in_the_half_its_url_names(case):
     assert case.meta["source"].startswith("https://github.com/"), case.meta
     assert case.meta["shows"] and case.meta["trimmed"] and case.log.strip()
-    assert case.half in (half_of(case.url), ROUND_2), f"{case.name} belongs in {half_of(case.url)}/"
+    assert case.half in (half_of(case.url), *ROUNDS), f"{case.name} belongs in {half_of(case.url)}/"
     if case.shm:
         assert case.verdict in BLAMES_SHM
     else:
@@ -36,8 +36,9 @@ def test_each_log_says_where_it_came_from_and_lies_in_the_half_its_url_names(cas
     assert set(case.meta.get("platform", "").split()) <= set(KNOBS) | {"nccl", "mpi", "ucx", "windows", "macos"}
 
 
-def test_round_2_holds_out_a_set_of_its_own():
-    assert len(cases(ROUND_2)) >= 25
+@pytest.mark.parametrize("part", ROUNDS)
+def test_each_later_round_holds_out_a_set_of_its_own(part):
+    assert len(cases(part)) >= 25
 
 
 def test_no_thread_is_in_two_places():
