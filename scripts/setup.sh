@@ -20,6 +20,8 @@ command -v nsenter >/dev/null || need_apt+=(util-linux)
 command -v podman >/dev/null || need_apt+=(podman)
 command -v runc >/dev/null || need_apt+=(runc)
 [ -x /usr/libexec/podman/catatonit ] || command -v catatonit >/dev/null || need_apt+=(catatonit)
+# `shmguard top` is tested in a real terminal: a tmux pane (tests/integration/test_top.py).
+command -v tmux >/dev/null || need_apt+=(tmux)
 # The webhook load benchmark's native client (benchmarks/webhook_load.py --client wrk).
 command -v wrk >/dev/null || need_apt+=(wrk)
 # The Slurm tests (tests/integration/test_slurm.py): a one-node cluster that the tests start and stop themselves.

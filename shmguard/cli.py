@@ -205,14 +205,22 @@ def render_slurm_command(job, launcher, name, nodes, time_limit, partition, memo
 @click.option("--timeout-seconds", type=click.IntRange(min=1, max=30), default=5, show_default=True)
 @click.option("--mode", type=click.Choice(MODES), default="deny", show_default=True,
               help="/validate: deny a Pod whose /dev/shm cannot hold its job, or allow it with warnings.")
-def render_webhook_command(namespace, name, image, replicas, certs_dir, failure_policy, timeout_seconds, mode) -> int:
+@click.option("--default", "defaults", multiple=True, metavar="NAME=VALUE",
+              help="A job default the webhook gives every Pod (its `webhook serve --default`), e.g. prefetch_factor=4.")
+@click.option("--host-network", "host_network", is_flag=True,
+              help="Run on the node's network (a control plane that cannot reach the pod network): one per node.")
+@click.option("--port", type=click.IntRange(min=1, max=65535), default=8443, show_default=True,
+              help="The port it serves on (the node's with --host-network); the Service's stays 443.")
+def render_webhook_command(namespace, name, image, replicas, certs_dir, failure_policy, timeout_seconds, mode,
+                           defaults, host_network, port) -> int:
     """Print the manifests that run the admission webhook: ServiceAccount, Deployment, PodDisruptionBudget, Service,
     Mutating- and ValidatingWebhookConfiguration (and cert-manager's Issuer and Certificate without --certs-dir)."""
     from shmguard.commands.webhook import render
     from shmguard.manifests.yamlio import dump
 
     docs = render(namespace=namespace, name=name, image=image, replicas=replicas, certs_dir=certs_dir,
-                  failure_policy=failure_policy, timeout_seconds=timeout_seconds, mode=mode)
+                  failure_policy=failure_policy, timeout_seconds=timeout_seconds, mode=mode, defaults=defaults,
+                  host_network=host_network, port=port)
     click.echo(dump(docs), nl=False)
     return 0
 
@@ -505,26 +513,39 @@ def health_command(args) -> int:
     return health_main(list(args))
 
 
+def source_options(command):
+    """The options that choose what `exporter` and `top` read: the engine, or with --kubelet-root the node."""
+    for option in reversed((
+        click.option("--host", metavar="URL", help="The Docker API to ask (default: DOCKER_HOST, else the local "
+                     "socket); Podman's socket works too, e.g. unix:///run/podman/podman.sock."),
+        click.option("--kubelet-root", "kubelet_root", metavar="DIR",
+                     help="Node mode: the memory emptyDirs of the pods under this kubelet root (e.g. "
+                          "/var/lib/kubelet), named through the Kubernetes API, instead of the engine's containers."),
+        click.option("--node-name", "node_name", envvar="NODE_NAME", show_envvar=True, metavar="NAME",
+                     help="Node mode: this node's name (the pods listed are those with spec.nodeName=NAME)."),
+        click.option("--api-server", "api_server", metavar="URL",
+                     help="Node mode: the Kubernetes API (default: the pod's service account; outside a pod, e.g. "
+                          "`kubectl proxy`'s http://127.0.0.1:8001)."),
+        click.option("--containerd-state", "containerd_state", metavar="DIR",
+                     help="Node mode: containerd's state directory (/run/containerd), to report the runtime's own "
+                          "64 MiB /dev/shm of the pods that mount no memory emptyDir there."),
+    )):
+        command = option(command)
+    return command
+
+
 @cli.group("exporter", invoke_without_command=True)
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=9808, show_default=True,
               help="Port of /metrics and /healthz (0: any free one, printed on stderr).")
 @click.option("--address", default="0.0.0.0", show_default=True, help="Address to listen on.")
 @click.option("--interval", default="1s", show_default=True, metavar="DURATION",
               help="Time between passes over the containers (100ms to 1h): the resolution of the peak.")
-@click.option("--host", metavar="URL", help="The Docker API to ask (default: DOCKER_HOST, else the local socket); "
-                                            "Podman's socket works too, e.g. unix:///run/podman/podman.sock.")
-@click.option("--kubelet-root", "kubelet_root", metavar="DIR",
-              help="Node mode: the memory emptyDirs of the pods under this kubelet root (e.g. /var/lib/kubelet), "
-                   "named through the Kubernetes API, instead of the engine's containers.")
-@click.option("--node-name", "node_name", envvar="NODE_NAME", show_envvar=True, metavar="NAME",
-              help="Node mode: this node's name (the pods listed are those with spec.nodeName=NAME).")
-@click.option("--api-server", "api_server", metavar="URL",
-              help="Node mode: the Kubernetes API (default: the pod's service account; outside a pod, e.g. "
-                   "`kubectl proxy`'s http://127.0.0.1:8001).")
+@source_options
 @click.option("--once", is_flag=True, help="Take one pass, print it (Prometheus text format) and exit.")
 @click.option("--json", "as_json", is_flag=True, help="With --once: print the pass as one JSON object.")
 @click.pass_context
-def exporter(ctx, port, address, interval, host, kubelet_root, node_name, api_server, once, as_json) -> int:
+def exporter(ctx, port, address, interval, host, kubelet_root, node_name, api_server, containerd_state, once,
+             as_json) -> int:
     """Serve live /dev/shm and memory metrics of every running container for Prometheus (/metrics, /healthz).
 
     Per container of the Docker or Podman engine (or, with --kubelet-root, per
@@ -538,7 +559,8 @@ def exporter(ctx, port, address, interval, host, kubelet_root, node_name, api_se
     from shmguard.exporter.command import run_exporter
 
     return run_exporter(port=port, address=address, interval=interval, host=host, kubelet_root=kubelet_root,
-                        node_name=node_name, api_server=api_server, once=once, as_json=as_json)
+                        node_name=node_name, api_server=api_server, once=once, as_json=as_json,
+                        containerd_state=containerd_state)
 
 
 @exporter.group("render")
@@ -557,23 +579,53 @@ def exporter_render() -> None:
 @click.option("--port", type=click.IntRange(min=1, max=65535), default=9808, show_default=True)
 @click.option("--dashboard", "dashboard_path", type=click.Path(dir_okay=False), metavar="FILE.json",
               help="Also write the Grafana dashboard here (it is in a ConfigMap of the output too).")
-def exporter_render_k8s(namespace, name, image, kubelet_root, interval, port, dashboard_path) -> int:
+@click.option("--runbook-base", "runbook_base", metavar="URL",
+              help="Where your team serves shmguard's docs/runbooks.md: each alert's runbook_url is URL#<alert>.")
+@click.option("--containerd-state", "containerd_state", metavar="DIR",
+              help="containerd's state directory on the nodes [default: /run/containerd], for the runtime's own "
+                   "/dev/shm of pods that mount no emptyDir there; '' leaves it out (CRI-O).")
+@click.option("--host-network", "host_network", is_flag=True, help="Run on the node's network.")
+@click.option("--api-server", "api_server", metavar="URL",
+              help="The Kubernetes API to list the node's pods from (default: the in-cluster one).")
+def exporter_render_k8s(namespace, name, image, kubelet_root, interval, port, dashboard_path, runbook_base,
+                        containerd_state, host_network, api_server) -> int:
     """Print the DaemonSet (node mode), its ServiceAccount and ClusterRole (get/list pods), Service, ServiceMonitor,
     PrometheusRule with the alerts, and a ConfigMap with the Grafana dashboard."""
     from shmguard.exporter.command import render_k8s
 
     click.echo(render_k8s(namespace=namespace, name=name, image=image, kubelet_root=kubelet_root, interval=interval,
-                          port=port, dashboard_path=dashboard_path), nl=False)
+                          port=port, dashboard_path=dashboard_path, runbook_base=runbook_base,
+                          containerd_state=containerd_state, host_network=host_network, api_server=api_server),
+               nl=False)
     return 0
 
 
 @exporter_render.command("rules")
-def exporter_render_rules() -> int:
+@click.option("--runbook-base", "runbook_base", metavar="URL",
+              help="Where your team serves shmguard's docs/runbooks.md: each alert's runbook_url is URL#<alert>.")
+def exporter_render_rules(runbook_base) -> int:
     """Print the alerts as a Prometheus rules file (for a Prometheus without the operator: rule_files)."""
     from shmguard.exporter.command import render_rules
 
-    click.echo(render_rules(), nl=False)
+    click.echo(render_rules(runbook_base), nl=False)
     return 0
+
+
+@cli.command("top")
+@source_options
+@click.option("--interval", default="1s", show_default=True, metavar="DURATION", help="Time between frames.")
+@click.option("--once", is_flag=True, help="Print one frame as plain text and exit.")
+def top(host, kubelet_root, node_name, api_server, containerd_state, interval, once) -> int:
+    """Show every container's /dev/shm live: size, use, peak and what its job needs, as bars, the ones heading for
+    a Bus error (or an OOM kill) first. The exporter's readers, without Prometheus. Ctrl-C leaves (exit 0)."""
+    from shmguard.exporter.command import make_source
+    from shmguard.exporter.server import parse_interval
+    from shmguard.exporter.top import run_top
+
+    seconds = parse_interval(interval)
+    source = make_source(host=host, kubelet_root=kubelet_root, node_name=node_name, api_server=api_server,
+                         containerd_state=containerd_state)
+    return run_top(source, interval=seconds, once=once)
 
 
 def main(argv: list[str] | None = None) -> int:

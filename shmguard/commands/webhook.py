@@ -202,7 +202,8 @@ def certificate_names(pem: bytes) -> list[str]:
 
 
 def render(*, namespace: str, name: str, image: str, replicas: int, certs_dir: str | None, failure_policy: str,
-           timeout_seconds: int, mode: str) -> list[dict]:
+           timeout_seconds: int, mode: str, defaults: tuple[str, ...] | list[str] = (),
+           host_network: bool = False, port: int = 8443) -> list[dict]:
     """The webhook's manifests; refused when the names are not what the API takes, or when --certs-dir holds a
     serving certificate that is not for the Service the manifests name (every call would fail TLS)."""
     from shmguard.manifests.render import check_target
@@ -223,7 +224,8 @@ def render(*, namespace: str, name: str, image: str, replicas: int, certs_dir: s
             raise UsageError(f"{path} is not a PEM certificate")
         check_serving_names(os.path.join(certs_dir, "tls.crt"), name, namespace, service_names(name, namespace)[2])
     return render_webhook(namespace=namespace, name=name, image=image, replicas=replicas, ca_bundle=ca_bundle,
-                          failure_policy=failure_policy, timeout_seconds=timeout_seconds, mode=mode)
+                          failure_policy=failure_policy, timeout_seconds=timeout_seconds, mode=mode,
+                          job_defaults=job_defaults(defaults), host_network=host_network, port=port)
 
 
 def check_serving_names(path: str, name: str, namespace: str, host: str) -> None:

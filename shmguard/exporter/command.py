@@ -10,7 +10,7 @@ from shmguard.errors import UsageError
 
 def run_exporter(*, port: int, address: str, interval: str, host: str | None, kubelet_root: str | None,
                  node_name: str | None, once: bool, as_json: bool, api_server: str | None = None, root=None,
-                 out=None, err=None) -> int:
+                 out=None, err=None, containerd_state: str | None = None) -> int:
     """Check every option before anything starts (a bad one is exit 2), then serve or take one pass."""
     from shmguard.exporter.server import once as take_once
     from shmguard.exporter.server import parse_interval, serve
@@ -18,28 +18,40 @@ def run_exporter(*, port: int, address: str, interval: str, host: str | None, ku
     seconds = parse_interval(interval)
     if as_json and not once:
         raise UsageError("--json goes with --once (the server speaks the Prometheus text format)")
+    source = make_source(host=host, kubelet_root=kubelet_root, node_name=node_name, api_server=api_server, root=root,
+                         containerd_state=containerd_state)
+    if once:
+        return take_once(source, as_json_output=as_json, out=out, err=err)
+    return serve(source, address=address, port=port, interval=seconds, err=err)
+
+
+def make_source(*, host: str | None, kubelet_root: str | None, node_name: str | None, api_server: str | None,
+                root=None, containerd_state: str | None = None) -> Any:
+    """The engine's containers, or with kubelet_root the node's pods (node mode), their options checked: what
+    `exporter` serves and `top` shows."""
     source: Any
     if kubelet_root is not None:
         if host is not None:
             raise UsageError("--host and --kubelet-root do not go together: node mode reads the kubelet's volumes")
         from shmguard.exporter.kubelet import source_for_node
 
-        source = source_for_node(kubelet_root, node_name, root=root, api_server=api_server)
+        source = source_for_node(kubelet_root, node_name, root=root, api_server=api_server,
+                                 containerd_state=containerd_state)
     else:
-        if api_server is not None:
-            raise UsageError("--api-server goes with --kubelet-root (node mode)")
+        if api_server is not None or containerd_state is not None:
+            option = "--api-server" if api_server is not None else "--containerd-state"
+            raise UsageError(f"{option} goes with --kubelet-root (node mode)")
         if importlib.util.find_spec("docker") is None:
             raise UsageError("`shmguard exporter` needs the Docker SDK: pip install 'shmguard[exporter]'")
         from shmguard.exporter.engine import EngineSource
 
         source = EngineSource(host, root=root)
-    if once:
-        return take_once(source, as_json_output=as_json, out=out, err=err)
-    return serve(source, address=address, port=port, interval=seconds, err=err)
+    return source
 
 
 def render_k8s(*, namespace: str, name: str, image: str, kubelet_root: str, interval: str, port: int,
-               dashboard_path: str | None) -> str:
+               dashboard_path: str | None, runbook_base: str | None = None,
+               containerd_state: str | None = None, host_network: bool = False, api_server: str | None = None) -> str:
     """The manifests as YAML; the dashboard written atomically to dashboard_path when given."""
     import json
 
@@ -55,12 +67,21 @@ def render_k8s(*, namespace: str, name: str, image: str, kubelet_root: str, inte
         from shmguard.files import write_atomic
 
         write_atomic(dashboard_path, json.dumps(dashboard(), indent=2) + "\n")
+    from shmguard.exporter.render import CONTAINERD_STATE
+    from shmguard.exporter.rules import RUNBOOKS
+
+    state = CONTAINERD_STATE if containerd_state is None else containerd_state
+    if state and not state.startswith("/"):
+        raise UsageError(f"--containerd-state must be an absolute path (or empty: none), not {state!r}")
+    if api_server and not api_server.startswith(("https://", "http://")):
+        raise UsageError(f"--api-server must be an http(s) URL, not {api_server!r}")
     return dump(render(namespace=namespace, name=name, image=image, kubelet_root=kubelet_root, interval=interval,
-                       port=port))
+                       port=port, runbook_base=runbook_base or RUNBOOKS, containerd_state=state,
+                       host_network=host_network, api_server=api_server or ""))
 
 
-def render_rules() -> str:
-    from shmguard.exporter.rules import rule_file
+def render_rules(runbook_base: str | None = None) -> str:
+    from shmguard.exporter.rules import RUNBOOKS, rule_file
     from shmguard.manifests.yamlio import dump
 
-    return dump([rule_file()])
+    return dump([rule_file(runbook_base or RUNBOOKS)])

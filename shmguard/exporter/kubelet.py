@@ -37,6 +37,8 @@ from shmguard.probe.tmpfs import read_tmpfs
 from shmguard.record import Record
 
 EMPTY_DIR = "kubernetes.io~empty-dir"
+CONTAINERD_STATE = "/run/containerd"  # containerd's state directory (its config's `state`)
+CRI_TASKS = "io.containerd.runtime.v2.task/k8s.io"  # where it keeps each CRI container's OCI spec (config.json)
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 RELIST = 60.0  # seconds between two pod lists at most
 RELIST_FLOOR = 5.0  # and at least, when an unknown pod uid shows up on disk
@@ -134,6 +136,47 @@ def pod_cgroup(root: Root, cgroup_root: str, uid: str, kubepods: list[str] | Non
     return []
 
 
+def oci_spec(root: Root, containerd_state: str, task_id: str) -> dict:
+    """The OCI spec (config.json) containerd keeps for a CRI task; {} when it cannot be read."""
+    text = root.read_or_none(posixpath.join(containerd_state, CRI_TASKS, task_id, "config.json"))
+    try:
+        spec = json.loads(text) if text else None
+    except ValueError:
+        return {}
+    return spec if isinstance(spec, dict) else {}
+
+
+def is_sandbox(spec: dict) -> bool:
+    """A pod's sandbox (pause) task, by the CRI's annotation on its spec."""
+    annotations = spec.get("annotations")
+    return isinstance(annotations, dict) and annotations.get("io.kubernetes.cri.container-type") == "sandbox"
+
+
+def container_shm_source(root: Root, containerd_state: str, container_id: str) -> str | None:
+    """Where a container's /dev/shm comes from: the source of its /dev/shm mount in the OCI spec containerd keeps
+    for it (a memory emptyDir of the kubelet, or the runtime's own sandbox shm); None when it cannot be told."""
+    spec = oci_spec(root, containerd_state, container_id)
+    mounts = spec.get("mounts")
+    for mount in mounts if isinstance(mounts, list) else ():
+        if isinstance(mount, dict) and posixpath.normpath(str(mount.get("destination") or "/")) == "/dev/shm":
+            return str(mount.get("source") or "") or None
+    return None
+
+
+def running_containers(pod: dict) -> list[tuple[str, str]]:
+    """(name, containerd id) of the pod's running containers, from its status (`containerd://<id>`)."""
+    status = pod.get("status")
+    statuses = status.get("containerStatuses") if isinstance(status, dict) else None
+    out = []
+    for entry in statuses if isinstance(statuses, list) else ():
+        if not isinstance(entry, dict) or not isinstance(entry.get("state"), dict) or "running" not in entry["state"]:
+            continue
+        runtime, _, container_id = str(entry.get("containerID") or "").partition("://")
+        if runtime == "containerd" and container_id:
+            out.append((str(entry.get("name") or ""), container_id))
+    return out
+
+
 class KubeAPI:
     """The node's pods from the Kubernetes API, with the service account's token (read again for each list: bound
     tokens rotate). Standard library only."""
@@ -182,10 +225,11 @@ class KubeletSource:
     mode = "kubelet"
 
     def __init__(self, kubelet_root: str, node_name: str, list_pods, root: Root | None = None,
-                 cgroup_root: str = CGROUP_ROOT, clock=time.monotonic) -> None:
+                 cgroup_root: str = CGROUP_ROOT, clock=time.monotonic, containerd_state: str | None = None) -> None:
         """list_pods(node) -> the node's pods (KubeAPI.node_pods; recorded answers in tests). The kubelet root is
         taken as the kernel writes its mounts: through its symlinks (/var/lib/kubelet -> /data/kubelet) and with no
-        `//`, `.` or trailing `/`, or no volume under it would ever match."""
+        `//`, `.` or trailing `/`, or no volume under it would ever match. containerd_state: containerd's state
+        directory, to report the runtime's own /dev/shm of the pods that mount nothing there (None: not reported)."""
         self.root = root or Root()
         self.kubelet_root = self.root.realpath(kubelet_root)
         self.node_name = node_name
@@ -200,11 +244,15 @@ class KubeletSource:
         self.kubepods: list[str] = []  # the kubelet's pods cgroups (find_kubepods), found once
         self.searched_at: float | None = None
         self.host_memory: int | None = None
+        self.containerd_state = containerd_state
+        self.shm_sources: dict[str, str | None] = {}  # container id -> its /dev/shm's source (read once)
+        self.sandboxes: dict[str, bool] = {}  # task id -> whether it is a pod's sandbox (read once)
 
-    def refresh_pods(self, on_disk: set[str]) -> None:
+    def refresh_pods(self, on_disk: set[str], new_container: bool = False) -> None:
         now = self.clock()
         due = self.listed_at is None or now - self.listed_at >= RELIST
-        unknown = bool(on_disk - set(self.pods)) and (self.listed_at is None or now - self.listed_at >= RELIST_FLOOR)
+        unknown = (bool(on_disk - set(self.pods)) or new_container) and (
+            self.listed_at is None or now - self.listed_at >= RELIST_FLOOR)
         if not (due or unknown):
             return
         self.listed_at = now
@@ -225,9 +273,7 @@ class KubeletSource:
         mountinfo = self.root.read_or_none("/proc/self/mountinfo") or ""
         volumes = memory_volumes(mountinfo, self.kubelet_root)
         on_disk = {v.uid for v in volumes}
-        self.refresh_pods(on_disk)
-        for gone in set(self.cgroups) - on_disk:
-            del self.cgroups[gone]
+        self.refresh_pods(on_disk, self.containerd_state is not None and self.new_container())
         root = PassRoot(self.root)
         rows = []
         for volume in volumes:
@@ -237,22 +283,73 @@ class KubeletSource:
             reading = self.read(root, volume)
             if reading is not None:
                 rows.append(Row(target, reading))
+        if self.containerd_state is not None:
+            rows.extend(self.runtime_rows(root, mountinfo))
+        for gone in set(self.cgroups) - on_disk - set(self.pods):
+            del self.cgroups[gone]
         errors = (self.api_error,) if self.api_error else ()
         return Sample(rows=tuple(rows), mode=self.mode, source_up=self.api_up, taken_at=time.time(),
                       duration=self.clock() - start, errors=errors)
 
     def read(self, root: Root, volume: Volume) -> Reading | None:
         """The volume's tmpfs and its pod's memory; None when the volume is gone (the pod was deleted mid-pass)."""
+        return self.read_shm(root, volume.path, volume.uid)
+
+    def read_shm(self, root: Root, path: str, uid: str) -> Reading | None:
+        """A tmpfs the pod uses as /dev/shm and the pod's memory; None when it is gone."""
         try:
-            usage = read_tmpfs(volume.path, root)
+            usage = read_tmpfs(path, root)
         except OSError:
             return None
-        levels = self.cgroups.get(volume.uid)
+        levels = self.cgroups.get(uid)
         if levels is None:
-            levels = self.locate(root, volume.uid)
+            levels = self.locate(root, uid)
             if levels:
-                self.cgroups[volume.uid] = levels
+                self.cgroups[uid] = levels
         return read_memory(root, levels, self.host_memory).replace(shm_size=usage.size, shm_used=usage.used)
+
+    def new_container(self) -> bool:
+        """A CRI container runs that the last pod list did not have (its pod is new: list again). Sandboxes are
+        told by their spec, read once."""
+        assert self.containerd_state is not None
+        known = {cid for pod in self.pods.values() for _name, cid in running_containers(pod)}
+        tasks = set(self.root.listdir(posixpath.join(self.containerd_state, CRI_TASKS)))
+        for task in tasks - set(self.sandboxes) - known:
+            self.sandboxes[task] = is_sandbox(oci_spec(self.root, self.containerd_state, task))
+        for gone in set(self.sandboxes) - tasks:
+            del self.sandboxes[gone]
+        return any(not self.sandboxes.get(task, False) for task in tasks - known)
+
+    def runtime_rows(self, root: Root, mountinfo: str) -> list[Row]:
+        """The runtime's own /dev/shm (containerd's 64 MiB sandbox shm) of each listed pod whose running containers
+        mount no memory emptyDir there, found from the containers' mounts; one row per shm the containers share.
+        Only a source that is a tmpfs in this exporter's mounts is read (a DaemonSet without mount propagation
+        would see the empty folder under it, and statvfs would answer for the node's disk)."""
+        from shmguard.exporter.podnames import runtime_target
+
+        assert self.containerd_state is not None
+        tmpfs, _bad = parse_mountinfo(mountinfo, lambda point, fstype: fstype == "tmpfs" and "/sandboxes/" in point)
+        mounted = {mount.mount_point for mount in tmpfs}
+        volumes_dir = posixpath.join(self.kubelet_root, "pods") + "/"
+        seen: set[str] = set()
+        rows = []
+        for uid, pod in self.pods.items():
+            shared: dict[str, list[str]] = {}
+            for name, container_id in running_containers(pod):
+                seen.add(container_id)
+                if container_id not in self.shm_sources:
+                    self.shm_sources[container_id] = container_shm_source(root, self.containerd_state, container_id)
+                source = self.shm_sources[container_id]
+                if source and not self.root.realpath(source).startswith(volumes_dir):  # a volume is reported above
+                    shared.setdefault(source, []).append(name)
+            shared = {source: names for source, names in shared.items() if self.root.realpath(source) in mounted}
+            for source, names in shared.items():
+                reading = self.read_shm(root, source, uid)
+                if reading is not None:
+                    rows.append(Row(runtime_target(pod, uid, names), reading))
+        for gone in set(self.shm_sources) - seen:
+            del self.shm_sources[gone]
+        return rows
 
     def locate(self, root: Root, uid: str) -> list[Level]:
         """The pod's memory cgroup, under the kubelet's pods cgroups found before; they are searched for (again)
@@ -280,7 +377,7 @@ class KubeletSource:
 
 
 def source_for_node(kubelet_root: str, node_name: str | None, root: Root | None = None,
-                    api_server: str | None = None) -> KubeletSource:
+                    api_server: str | None = None, containerd_state: str | None = None) -> KubeletSource:
     """The node-mode source, its options checked: an absolute kubelet root that exists, a node name, an API
     (api_server, e.g. `kubectl proxy`'s http://127.0.0.1:8001; else the pod's service account)."""
     if not kubelet_root.startswith("/"):
@@ -291,5 +388,8 @@ def source_for_node(kubelet_root: str, node_name: str | None, root: Root | None 
     real = root or Root()
     if not real.isdir(posixpath.join(kubelet_root, "pods")):
         raise UsageError(f"{kubelet_root}/pods is not a directory: is {kubelet_root} the kubelet's root?")
+    if containerd_state is not None and not containerd_state.startswith("/"):
+        raise UsageError(f"--containerd-state must be an absolute path, not {containerd_state!r}")
     return KubeletSource(kubelet_root, node_name, KubeAPI(api_server).node_pods, root=real,
-                         cgroup_root=os.environ.get("SHMGUARD_CGROUP_ROOT", CGROUP_ROOT))
+                         cgroup_root=os.environ.get("SHMGUARD_CGROUP_ROOT", CGROUP_ROOT),
+                         containerd_state=containerd_state)

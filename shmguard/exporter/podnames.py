@@ -15,9 +15,7 @@ from shmguard.exporter.metrics import Target
 
 def volume_target(pod: dict, uid: str, volume: str) -> Target | None:
     """The Target of the pod's memory emptyDir `volume`, or None when no container mounts it at /dev/shm."""
-    from shmguard import model
     from shmguard import pod as pods
-    from shmguard.manifests.annotations import resolve_job
 
     metadata = pods.dict_of(pod.get("metadata"))
     named = Target(key=f"{uid}/{volume}", id=f"{uid}/{volume}", name=volume, volume=volume,
@@ -34,10 +32,46 @@ def volume_target(pod: dict, uid: str, volume: str) -> Target | None:
     loaders = [containers[i] for i in reading.loaders if pods.name_of(containers[i]) in mounting]
     shown = [pods.name_of(c) for c in loaders] or list(mounting)
     shm = pods.volume_shm(pods.volumes_by_name(spec.get("volumes")).get(volume), volume, reading.memory)
+    required, errors = job_need(loaders, pods.annotations_of(pod))
+    return named.replace(container=",".join(shown), shm_required=required,
+                         shm_size_limit=shm.size_limit, shm_unbounded=shm.kind == pods.MEMORY and shm.unbounded,
+                         errors=tuple(errors))
+
+
+RUNTIME_SHM = "runtime-shm"  # the name of a runtime's own /dev/shm (no volume: containerd's 64 MiB sandbox shm)
+
+
+def runtime_target(pod: dict, uid: str, names: list[str]) -> Target:
+    """The Target of the runtime's own /dev/shm that the pod's containers `names` share (the pod mounts nothing
+    there): named after the pod, its DataLoader containers, and the job they declare."""
+    from shmguard import pod as pods
+
+    metadata = pods.dict_of(pod.get("metadata"))
+    named = Target(key=f"{uid}/{RUNTIME_SHM}", id=f"{uid}/{RUNTIME_SHM}", name=RUNTIME_SHM,
+                   namespace=str(metadata.get("namespace") or ""), pod=str(metadata.get("name") or ""),
+                   container=",".join(names), shm_unbounded=False)
+    try:
+        reading = pods.read_pod(pod)
+    except UsageError as exc:
+        return named.replace(errors=(f"cannot read the pod: {exc}",))
+    spec = pods.dict_of(pod.get("spec"))
+    containers = [c for c in pods.list_of(spec.get("containers")) if isinstance(c, dict)]
+    loaders = [containers[i] for i in reading.loaders if pods.name_of(containers[i]) in names]
+    required, errors = job_need(loaders, pods.annotations_of(pod))
+    return named.replace(container=",".join(pods.name_of(c) for c in loaders) or named.container,
+                         shm_required=required, errors=tuple(errors))
+
+
+def job_need(loaders: list[dict], annotations: dict) -> tuple[int | None, list[str]]:
+    """What the DataLoader containers sharing one /dev/shm need of it together (None: none declares a job), and
+    the errors of those whose job cannot be read."""
+    from shmguard import model
+    from shmguard import pod as pods
+    from shmguard.manifests.annotations import resolve_job
+
     errors: list[str] = []
     required = 0
     declared = False
-    annotations = pods.annotations_of(pod)
     for container in loaders:  # the shm is the pod's: each DataLoader container that mounts it needs its share
         try:
             job = resolve_job({}, container, annotations)
@@ -47,6 +81,4 @@ def volume_target(pod: dict, uid: str, volume: str) -> Target | None:
         if job is not None:
             declared = True
             required += model.shm_bytes(job)  # what `shmguard check` compares /dev/shm against (verdict.check_shm)
-    return named.replace(container=",".join(shown), shm_required=required if declared else None,
-                         shm_size_limit=shm.size_limit, shm_unbounded=shm.kind == pods.MEMORY and shm.unbounded,
-                         errors=tuple(errors))
+    return (required if declared else None), errors

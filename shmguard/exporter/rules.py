@@ -4,9 +4,15 @@ One group, rendered into a PrometheusRule (`exporter render k8s`) or a plain Pro
 rules file (`exporter render rules`); tests/data/exporter/alerts.test.yaml unit-tests every
 alert with `promtool test rules`. All series of one target carry the same labels (id, name,
 namespace, pod, container), so the expressions compare them one to one.
+
+Each alert also links its runbook, the section of docs/runbooks.md named after it
+(`runbook_url`: the base where the team serves those docs, `#` the alert's name in lower case,
+the anchor the documentation site gives the section's heading).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 GROUP = "shmguard-exporter"
 FULL_RATIO = 0.85  # /dev/shm above this share of its size...
@@ -15,12 +21,28 @@ MEMORY_RATIO = 0.9  # memory use (shm pages included) above this share of the li
 SHMEM_RATIO = 0.25  # ...while /dev/shm pages are at least this share of the limit
 MEMORY_FOR = "30s"  # an OOM kill comes fast: a shorter wait than for a full /dev/shm
 UNBOUNDED_FOR = "5m"
+RUNBOOKS = "docs/runbooks.md"  # the runbooks' page in the repository: the base until a team gives its own URL
 
 WHO = "{{ $labels.name }}{{ with $labels.pod }} (pod {{ $labels.namespace }}/{{ . }}){{ end }}"
 
 
-def alerts() -> list[dict]:
-    """The alerting rules, in the form both Prometheus and the PrometheusRule CRD take."""
+def runbook_url(alert: str, base: Any = RUNBOOKS) -> Any:
+    """The link to the alert's runbook section; base may be a chart value (shmguard.chart.tree)."""
+    from shmguard.chart.tree import Fmt, Node
+
+    anchor = "#" + alert.lower()
+    return Fmt("{0}" + anchor, base) if isinstance(base, Node) else str(base) + anchor
+
+
+def alerts(runbook_base: Any = RUNBOOKS) -> list[dict]:
+    """The alerting rules, in the form both Prometheus and the PrometheusRule CRD take, each linking its runbook."""
+    rules = _alerts()
+    for rule in rules:
+        rule["annotations"]["runbook_url"] = runbook_url(rule["alert"], runbook_base)
+    return rules
+
+
+def _alerts() -> list[dict]:
     return [
         {
             "alert": "ShmguardShmNearlyFull",
@@ -88,10 +110,10 @@ def alerts() -> list[dict]:
     ]
 
 
-def groups() -> list[dict]:
-    return [{"name": GROUP, "rules": alerts()}]
+def groups(runbook_base: Any = RUNBOOKS) -> list[dict]:
+    return [{"name": GROUP, "rules": alerts(runbook_base)}]
 
 
-def rule_file() -> dict:
+def rule_file(runbook_base: str = RUNBOOKS) -> dict:
     """A Prometheus rules file (rule_files: in prometheus.yml; `promtool check rules` takes it)."""
-    return {"groups": groups()}
+    return {"groups": groups(runbook_base)}

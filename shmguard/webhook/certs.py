@@ -22,9 +22,13 @@ SERVING_DAYS = 365
 FILES = ("ca.crt", "ca.key", "tls.crt", "tls.key")
 
 
+# The DNS names the apiserver may use for a Service ({0}: its name, {1}: its namespace); it calls the third.
+SERVICE_NAMES = ("{0}", "{0}.{1}", "{0}.{1}.svc", "{0}.{1}.svc.cluster.local")
+
+
 def service_names(service: str, namespace: str) -> list[str]:
     """The DNS names the apiserver may use for a Service (it uses `<service>.<namespace>.svc`)."""
-    return [service, f"{service}.{namespace}", f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local"]
+    return [pattern.format(service, namespace) for pattern in SERVICE_NAMES]
 
 
 def make_certs(service: str, namespace: str, extra_sans: list[str] | tuple[str, ...] = (), now: datetime.datetime | None = None,

@@ -12,45 +12,72 @@ the rendered YAML).
 Opt-in: only Pods in namespaces labelled `shmguard.io/webhook=enabled` whose own
 labels say `shmguard.io/webhook: enabled` are sent to the webhook, so nothing else
 in the cluster (kube-system, the webhook itself) ever waits on it.
+
+The documents are written once as a tree over settings (shmguard.chart.tree): render_webhook
+evaluates it, and the chart charts/shmguard is the same tree written as a Helm template, with
+a third way to the certificates that only Helm has: made at install (CERTS_TEMPLATE, kept in
+the Secret across upgrades).
 """
 
 from __future__ import annotations
 
-import base64
-
-from shmguard.webhook.certs import service_names
+from shmguard.chart.tree import B64, Choose, Equals, Fmt, Not, Pairs, Truthy, Value, When, documents
+from shmguard.webhook.certs import CA_DAYS, SERVICE_NAMES, SERVING_DAYS
 from shmguard.webhook.server import MAX_BODY, buffer_budget
 
 OPT_IN_LABEL = "shmguard.io/webhook"
 OPT_IN_VALUE = "enabled"
-PORT = 8443
+OPT_IN = {"matchLabels": {OPT_IN_LABEL: OPT_IN_VALUE}}
+PORT = 8443  # the container's (the node's, with hostNetwork)
 MEMORY_LIMIT_MI = 256  # the container's memory limit; the server's body budget is a share of it (buffer_budget)
+CERTS = ("cert-manager", "provided", "generate")  # who makes the certificates: cert-manager, the user, Helm
+
+NAMESPACE = Value("namespace", ".Release.Namespace")
+NAME = Value("webhook.name", 'include "shmguard.webhookName" .')
+IMAGE = Value("image", 'include "shmguard.image" .')
+CA_PEM = Value("webhook.certs.caBundle", "$caPem")  # the CA's PEM: the user's, or the one Helm made
+TLS_CRT = Value("webhook.certs.tlsCrt", "$tlsCrt")  # the serving pair Helm made (certs mode generate only)
+TLS_KEY = Value("webhook.certs.tlsKey", "$tlsKey")
+CERT_MANAGER = Equals(Value("webhook.certs.mode"), "cert-manager")
+GENERATE = Equals(Value("webhook.certs.mode"), "generate")
+# The node's network (a control plane that cannot reach the pod network: no CNI, some managed clusters' custom CNIs);
+# the port is the node's then, one replica per node.
+HOST_NETWORK = Value("webhook.hostNetwork")
+SERVE_PORT = Value("webhook.port")
+
+# Helm's half of `certs: generate`: a CA and a serving certificate made at install by Helm's own genCA and
+# genSignedCert (RSA), for the names the apiserver calls (SERVICE_NAMES), and kept: an upgrade finds them in the
+# Secret (lookup) instead of making new ones that the running pods would not have.
+CERTS_TEMPLATE = """\
+{{{{- $name := include "shmguard.webhookName" . }}}}
+{{{{- $caPem := "" }}}}
+{{{{- $tlsCrt := "" }}}}
+{{{{- $tlsKey := "" }}}}
+{{{{- if eq .Values.webhook.certs.mode "generate" }}}}
+{{{{- $found := lookup "v1" "Secret" .Release.Namespace (printf "%s-tls" $name) }}}}
+{{{{- if and $found (hasKey $found "data") (hasKey ($found.data | default dict) "ca.crt") }}}}
+{{{{- $caPem = index $found.data "ca.crt" | b64dec }}}}
+{{{{- $tlsCrt = index $found.data "tls.crt" | b64dec }}}}
+{{{{- $tlsKey = index $found.data "tls.key" | b64dec }}}}
+{{{{- else }}}}
+{{{{- $ca := genCA (printf "shmguard webhook CA (%s/%s)" .Release.Namespace $name) {ca_days} }}}}
+{{{{- $cert := genSignedCert (printf "%s.%s.svc" $name .Release.Namespace) nil (list {names}) {days} $ca }}}}
+{{{{- $caPem = $ca.Cert }}}}
+{{{{- $tlsCrt = $cert.Cert }}}}
+{{{{- $tlsKey = $cert.Key }}}}
+{{{{- end }}}}
+{{{{- else if eq .Values.webhook.certs.mode "provided" }}}}
+{{{{- $caPem = .Values.webhook.certs.caBundle }}}}
+{{{{- end }}}}
+""".format(ca_days=CA_DAYS, days=SERVING_DAYS,
+           names=" ".join(f"({Fmt(p, Value('name', '$name'), NAMESPACE).expr()})" for p in SERVICE_NAMES))
 
 
-def render_webhook(*, namespace: str = "shmguard", name: str = "shmguard-webhook", image: str = "shmguard-webhook:latest",
-                   replicas: int = 2, ca_bundle: bytes | None = None, failure_policy: str = "Ignore",
-                   timeout_seconds: int = 5, mode: str = "deny", image_pull_policy: str = "IfNotPresent") -> list[dict]:
-    """The documents, in apply order. ca_bundle (PEM of the CA) given: certs from `webhook certs`; None: cert-manager."""
-    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/component": "admission-webhook"}
-    secret = f"{name}-tls"
-    on_error = "allow" if failure_policy == "Ignore" else "deny"
-    docs: list[dict] = [
-        {"apiVersion": "v1", "kind": "ServiceAccount",
-         "metadata": {"name": name, "namespace": namespace, "labels": labels},
-         "automountServiceAccountToken": False},
-    ]
-    if ca_bundle is None:
-        docs += [
-            {"apiVersion": "cert-manager.io/v1", "kind": "Issuer",
-             "metadata": {"name": f"{name}-selfsigned", "namespace": namespace, "labels": labels},
-             "spec": {"selfSigned": {}}},
-            {"apiVersion": "cert-manager.io/v1", "kind": "Certificate",
-             "metadata": {"name": name, "namespace": namespace, "labels": labels},
-             "spec": {"secretName": secret, "dnsNames": service_names(name, namespace)[1:],
-                      "issuerRef": {"name": f"{name}-selfsigned", "kind": "Issuer"},
-                      "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
-                      "duration": "2160h", "renewBefore": "360h"}},
-        ]
+def webhook_documents() -> list:
+    """The documents, in apply order, as a tree over the settings render_webhook and the chart give."""
+    labels = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": "admission-webhook"}
+    secret = Fmt("{0}-tls", NAME)
+    meta = {"name": NAME, "namespace": NAMESPACE, "labels": labels}
     pod_security = {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532, "fsGroup": 65532,
                     "seccompProfile": {"type": "RuntimeDefault"}}
     container_security = {"allowPrivilegeEscalation": False, "privileged": False, "readOnlyRootFilesystem": True,
@@ -60,18 +87,34 @@ def render_webhook(*, namespace: str = "shmguard", name: str = "shmguard-webhook
         return {"httpGet": {"path": path, "port": "https", "scheme": "HTTPS"}, "periodSeconds": period,
                 "timeoutSeconds": 2, "failureThreshold": 3}
 
-    docs += [
-        {"apiVersion": "apps/v1", "kind": "Deployment",
-         "metadata": {"name": name, "namespace": namespace, "labels": labels},
+    docs: list = [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta, "automountServiceAccountToken": False},
+        When(CERT_MANAGER, {
+            "apiVersion": "cert-manager.io/v1", "kind": "Issuer",
+            "metadata": {"name": Fmt("{0}-selfsigned", NAME), "namespace": NAMESPACE, "labels": labels},
+            "spec": {"selfSigned": {}}}),
+        When(CERT_MANAGER, {
+            "apiVersion": "cert-manager.io/v1", "kind": "Certificate", "metadata": meta,
+            "spec": {"secretName": secret, "dnsNames": [Fmt(p, NAME, NAMESPACE) for p in SERVICE_NAMES[1:]],
+                     "issuerRef": {"name": Fmt("{0}-selfsigned", NAME), "kind": "Issuer"},
+                     "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
+                     "duration": "2160h", "renewBefore": "360h"}}),
+        When(GENERATE, {
+            "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": {"name": secret, "namespace": NAMESPACE, "labels": labels},
+            "data": {"ca.crt": B64(CA_PEM), "tls.crt": B64(TLS_CRT), "tls.key": B64(TLS_KEY)}}),
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
          "spec": {
-             "replicas": replicas,
+             "replicas": Value("webhook.replicas"),
              "selector": {"matchLabels": labels},
              "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
              "template": {
                  "metadata": {"labels": labels},
                  "spec": {
-                     "serviceAccountName": name,
+                     "serviceAccountName": NAME,
                      "automountServiceAccountToken": False,
+                     "hostNetwork": When(Truthy(HOST_NETWORK), True),
+                     "dnsPolicy": When(Truthy(HOST_NETWORK), "ClusterFirstWithHostNet"),
                      "securityContext": pod_security,
                      "terminationGracePeriodSeconds": 30,
                      "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
@@ -79,13 +122,15 @@ def render_webhook(*, namespace: str = "shmguard", name: str = "shmguard-webhook
                                                     "labelSelector": {"matchLabels": labels}}],
                      "containers": [{
                          "name": "webhook",
-                         "image": image,
-                         "imagePullPolicy": image_pull_policy,
-                         "command": ["shmguard", "webhook", "serve", "--port", str(PORT), "--tls-cert", "/tls/tls.crt",
-                                  "--tls-key", "/tls/tls.key", "--mode", mode, "--on-error", on_error,
-                                  "--drain-seconds", "5", "--max-buffer",
-                                  f"{buffer_budget(MEMORY_LIMIT_MI * 2**20, 1, MAX_BODY) // 2**20}Mi"],
-                         "ports": [{"name": "https", "containerPort": PORT, "protocol": "TCP"}],
+                         "image": IMAGE,
+                         "imagePullPolicy": Value("image.pullPolicy"),
+                         "command": ["shmguard", "webhook", "serve", "--port", Fmt("{0}", SERVE_PORT), "--tls-cert", "/tls/tls.crt",
+                                     "--tls-key", "/tls/tls.key", "--mode", Value("webhook.mode"), "--on-error",
+                                     Choose(Equals(Value("webhook.failurePolicy"), "Ignore"), "allow", "deny"),
+                                     "--drain-seconds", "5", "--max-buffer",
+                                     f"{buffer_budget(MEMORY_LIMIT_MI * 2**20, 1, MAX_BODY) // 2**20}Mi",
+                                     Pairs(Value("webhook.jobDefaults"), "--default")],
+                         "ports": [{"name": "https", "containerPort": SERVE_PORT, "protocol": "TCP"}],
                          "readinessProbe": probe("/readyz", 5),
                          "livenessProbe": probe("/healthz", 10),
                          "resources": {"requests": {"cpu": "100m", "memory": "64Mi"},
@@ -97,41 +142,51 @@ def render_webhook(*, namespace: str = "shmguard", name: str = "shmguard-webhook
                  },
              },
          }},
-        {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-         "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta,
          "spec": {"minAvailable": 1, "selector": {"matchLabels": labels}}},
-        {"apiVersion": "v1", "kind": "Service",
-         "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        {"apiVersion": "v1", "kind": "Service", "metadata": meta,
          "spec": {"selector": labels, "ports": [{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}]}},
     ]
-    annotations = {} if ca_bundle is not None else {"cert-manager.io/inject-ca-from": f"{namespace}/{name}"}
+    annotations = When(CERT_MANAGER, {"cert-manager.io/inject-ca-from": Fmt("{0}/{1}", NAMESPACE, NAME)})
 
-    def webhook(hook_name: str, path: str) -> dict:
-        client: dict[str, object] = {"service": {"name": name, "namespace": namespace, "path": path, "port": 443}}
-        if ca_bundle is not None:
-            client["caBundle"] = base64.b64encode(ca_bundle).decode("ascii")
-        return {
+    def webhook(hook_name: str, path: str, mutating: bool) -> dict:
+        hook = {
             "name": hook_name,
             "admissionReviewVersions": ["v1"],
-            "clientConfig": client,
+            "clientConfig": {"service": {"name": NAME, "namespace": NAMESPACE, "path": path, "port": 443},
+                             "caBundle": When(Not(CERT_MANAGER), B64(CA_PEM))},
             "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
                        "scope": "Namespaced"}],
-            "failurePolicy": failure_policy,
+            "failurePolicy": Value("webhook.failurePolicy"),
             "matchPolicy": "Equivalent",
             "sideEffects": "None",
-            "timeoutSeconds": timeout_seconds,
-            "namespaceSelector": {"matchLabels": {OPT_IN_LABEL: OPT_IN_VALUE}},
-            "objectSelector": {"matchLabels": {OPT_IN_LABEL: OPT_IN_VALUE}},
+            "timeoutSeconds": Value("webhook.timeoutSeconds"),
+            "namespaceSelector": Value("webhook.namespaceSelector"),
+            "objectSelector": Value("webhook.objectSelector"),
         }
+        if mutating:
+            hook["reinvocationPolicy"] = "IfNeeded"
+        return hook
 
-    mutating = webhook("mutate.shmguard.io", "/mutate")
-    mutating["reinvocationPolicy"] = "IfNeeded"
-    docs += [
-        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
-         "metadata": {"name": name, "labels": labels, **({"annotations": annotations} if annotations else {})},
-         "webhooks": [mutating]},
-        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-         "metadata": {"name": name, "labels": labels, **({"annotations": annotations} if annotations else {})},
-         "webhooks": [webhook("validate.shmguard.io", "/validate")]},
-    ]
+    for kind, hook_name, path in (("MutatingWebhookConfiguration", "mutate.shmguard.io", "/mutate"),
+                                  ("ValidatingWebhookConfiguration", "validate.shmguard.io", "/validate")):
+        docs.append({"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+                     "metadata": {"name": NAME, "labels": labels, "annotations": annotations},
+                     "webhooks": [webhook(hook_name, path, kind.startswith("Mutating"))]})
     return docs
+
+
+def render_webhook(*, namespace: str = "shmguard", name: str = "shmguard-webhook", image: str = "shmguard-webhook:latest",
+                   replicas: int = 2, ca_bundle: bytes | None = None, failure_policy: str = "Ignore",
+                   timeout_seconds: int = 5, mode: str = "deny", image_pull_policy: str = "IfNotPresent",
+                   job_defaults: dict | None = None, namespace_selector: dict | None = None,
+                   object_selector: dict | None = None, host_network: bool = False, port: int = PORT) -> list[dict]:
+    """The documents, in apply order. ca_bundle (PEM of the CA) given: certs from `webhook certs`; None: cert-manager."""
+    return documents(webhook_documents(), {
+        "namespace": namespace, "webhook.name": name, "image": image, "image.pullPolicy": image_pull_policy,
+        "webhook.replicas": replicas, "webhook.failurePolicy": failure_policy, "webhook.timeoutSeconds": timeout_seconds,
+        "webhook.mode": mode, "webhook.jobDefaults": dict(job_defaults or {}), "webhook.hostNetwork": host_network,
+        "webhook.port": port,
+        "webhook.namespaceSelector": namespace_selector or OPT_IN, "webhook.objectSelector": object_selector or OPT_IN,
+        "webhook.certs.mode": "cert-manager" if ca_bundle is None else "provided",
+        "webhook.certs.caBundle": None if ca_bundle is None else ca_bundle.decode("ascii", "replace")})

@@ -702,6 +702,35 @@ def _start_kubelet(cluster: KubeCluster, launch: _Launcher) -> None:
     cluster.kubectl("taint", "node", cluster.node, "node.kubernetes.io/not-ready:NoSchedule-", check=False)
 
 
+@contextmanager
+def kubelet_cgroup_root(cluster: KubeCluster, cgroup_root: str = "own") -> Iterator[KubeCluster]:
+    """The same cluster with its kubelet restarted under another cgroupRoot ("own": a folder of this cluster's under
+    every hierarchy), then back under its own, for tests of what reads the pods' cgroups. Every Pod is deleted
+    before each restart (a kubelet does not follow its old cgroupRoot), and the other root's cgroups removed after,
+    so the cluster's teardown finds what it made. Added by the helm engineer for the exporter (issue 37.3)."""
+    original = cluster.cgroup_root
+    wanted = "/" + cluster.path.name if cgroup_root == "own" else cgroup_root
+
+    def restart(root: str) -> None:
+        cluster.kubectl("delete", "pods", "--all", "--all-namespaces", "--grace-period=0", "--force", check=False,
+                        timeout=300)
+        cluster.wait_for("the node's Pods gone",
+                         lambda: cluster.kubectl("get", "pods", "-A", "-o", "name").stdout.strip() == "", 300)
+        stop(cluster.pids.pop("kubelet", None))
+        left = remove_cgroups(cluster.cgroup_root)
+        assert not left, f"the kubelet's cgroups outlived its Pods: {left}"
+        cluster.cgroup_root = root
+        state_file = cluster.path / "state.json"  # what `down` cleans after a killed cluster
+        state_file.write_text(json.dumps({**json.loads(state_file.read_text()), "cgroup_root": root}))
+        _start_kubelet(cluster, _Launcher(cluster.path, cluster.pids))
+
+    restart(wanted)
+    try:
+        yield cluster
+    finally:
+        restart(original)
+
+
 def _teardown(path: Path, pids: dict[str, int], cgroup_root: str, logs_before: set[Path],
               made_log_folders: list[Path]) -> None:
     _teardown_processes(path, str(path / "containerd" / "containerd.sock"))

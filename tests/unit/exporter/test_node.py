@@ -195,3 +195,99 @@ def test_a_volume_name_that_is_not_utf8_breaks_no_answer(tmp_path):
     assert once(source, as_json_output=True, out=out, err=err) == 0
     targets = {t["id"]: t for t in json.loads(out.getvalue())["targets"]}
     assert targets["odd-uid/dshm\\xff\\xfe"]["volume"] == "dshm\\xff\\xfe"
+
+
+STATE = "/run/containerd"
+SANDBOX = "5f1e" + "0" * 60
+CONTAINER = "9a2b" + "1" * 60
+SANDBOX_SHM = f"{STATE}/io.containerd.grpc.v1.cri/sandboxes/{SANDBOX}/shm"
+
+
+def spec_file(tmp_path, task: str, spec: dict) -> None:
+    import json
+
+    folder = tmp_path / "node" / STATE.lstrip("/") / "io.containerd.runtime.v2.task" / "k8s.io" / task
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(spec))
+
+
+def unsized_pod() -> dict:
+    """The trained pod without its dshm volume (the runtime's 64 MiB at /dev/shm), running under containerd."""
+    import copy
+
+    pod = copy.deepcopy(next(p for p in Pods().answer if p["metadata"]["uid"] == TRAIN_UID))
+    pod["metadata"].update(name="train-unsized", uid="7d6c5b4a-3f2e-4d1c-9b8a-776655443322")
+    pod["spec"]["volumes"] = [v for v in pod["spec"].get("volumes", []) if v["name"] != "dshm"]
+    for container in pod["spec"]["containers"]:
+        container["volumeMounts"] = [m for m in container.get("volumeMounts", []) if m["mountPath"] != "/dev/shm"]
+    pod["status"]["containerStatuses"] = [{"name": pod["spec"]["containers"][0]["name"], "ready": True,
+                                           "containerID": f"containerd://{CONTAINER}",
+                                           "state": {"running": {"startedAt": "2026-11-27T09:00:00Z"}}}]
+    return pod
+
+
+def test_the_runtimes_own_shm_of_a_pod_without_a_dshm(tmp_path):
+    """Issue 38: a pod with no emptyDir at /dev/shm gets containerd's 64 MiB sandbox shm, found from its containers'
+    mounts (the OCI spec containerd keeps): exactly the pod that will die at 64 MiB, reported with what it needs."""
+    pods = Pods()
+    pods.answer = [*pods.answer, unsized_pod()]
+    root, _ = node(tmp_path)
+    root.mount(SANDBOX_SHM, 64 * MIB, 60 * MIB)
+    spec_file(tmp_path, SANDBOX, {"annotations": {"io.kubernetes.cri.container-type": "sandbox"}, "mounts": []})
+    spec_file(tmp_path, CONTAINER, {"annotations": {"io.kubernetes.cri.container-type": "container"}, "mounts": [
+        {"destination": "/dev/shm", "type": "bind", "source": SANDBOX_SHM, "options": ["rbind", "ro"]},
+        {"destination": "/etc/hosts", "type": "bind", "source": "/var/lib/kubelet/pods/x/etc-hosts"}]})
+    source = KubeletSource(KUBELET, NODE, pods, root=root, cgroup_root="/sys/fs/cgroup", clock=Clock(),
+                           containerd_state=STATE)
+    targets = by_pod(source.sample())
+    unsized = targets["train-unsized"]
+    assert (unsized["name"], unsized["volume"], unsized["shm_size"], unsized["shm_used"]) == (
+        "runtime-shm", "", 64 * MIB, 4 * MIB)
+    assert unsized["shm_required"] == targets["train"]["shm_required"] > 64 * MIB  # ShmguardShmBelowJob fires
+    assert unsized["container"] == "train" and unsized["shm_unbounded"] is False
+    assert set(targets) == {"paddle-simple-gpu-worker-0", "vllm-0", "train", "train-unsized"}
+    without = KubeletSource(KUBELET, NODE, Pods(), root=root, cgroup_root="/sys/fs/cgroup", clock=Clock())
+    assert "train-unsized" not in by_pod(without.sample())
+
+
+def test_a_container_whose_shm_is_its_pods_emptydir_is_not_reported_twice(tmp_path):
+    pods = Pods()
+    train = next(p for p in pods.answer if p["metadata"]["uid"] == TRAIN_UID)
+    train["status"]["containerStatuses"] = [{"name": "train", "containerID": f"containerd://{CONTAINER}",
+                                             "state": {"running": {}}}]
+    root, _ = node(tmp_path)
+    spec_file(tmp_path, CONTAINER, {"mounts": [{"destination": "/dev/shm/", "type": "bind",
+                                                "source": volume_path(TRAIN_UID, "dshm")}]})
+    source = KubeletSource(KUBELET, NODE, pods, root=root, cgroup_root="/sys/fs/cgroup", clock=Clock(),
+                           containerd_state=STATE)
+    rows = [t for t in map(flatten, source.sample().rows) if t["pod"] == "train"]
+    assert [t["name"] for t in rows] == ["dshm"]
+
+
+def test_a_new_container_makes_the_node_list_its_pods_again(tmp_path):
+    pods, clock = Pods(), Clock()
+    root, _ = node(tmp_path)
+    spec_file(tmp_path, SANDBOX, {"annotations": {"io.kubernetes.cri.container-type": "sandbox"}})
+    source = KubeletSource(KUBELET, NODE, pods, root=root, cgroup_root="/sys/fs/cgroup", clock=clock,
+                           containerd_state=STATE)
+    source.sample()
+    clock.now += 10
+    source.sample()
+    assert pods.calls == 1  # a sandbox is no container of a pod not listed
+    spec_file(tmp_path, CONTAINER, {"mounts": []})
+    clock.now += 10
+    source.sample()
+    assert pods.calls == 2
+
+
+def test_a_sandbox_shm_this_exporter_cannot_see_mounted_is_not_read(tmp_path):
+    """Without mount propagation the DaemonSet sees the empty folder under the shm: statvfs would answer for the
+    node's disk. Only a tmpfs in the exporter's own mounts is read."""
+    pods = Pods()
+    pods.answer = [*pods.answer, unsized_pod()]
+    root, _ = node(tmp_path)
+    spec_file(tmp_path, CONTAINER, {"mounts": [{"destination": "/dev/shm", "source": SANDBOX_SHM}]})
+    root.volumes[SANDBOX_SHM] = (200 * GIB, 100 * GIB)  # statvfs answers (the disk), but no mount is listed
+    source = KubeletSource(KUBELET, NODE, pods, root=root, cgroup_root="/sys/fs/cgroup", clock=Clock(),
+                           containerd_state=STATE)
+    assert "train-unsized" not in by_pod(source.sample())

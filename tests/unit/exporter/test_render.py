@@ -72,7 +72,14 @@ def test_the_daemonset_reads_the_kubelet_root_read_only_with_least_privilege():
     cgroup = next(m for m in container["volumeMounts"] if m["name"] == "cgroup")
     assert {"name": "SHMGUARD_CGROUP_ROOT", "value": cgroup["mountPath"]} in container["env"]
     assert {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]} == {"kubelet": "/var/lib/kubelet",
-                                                                           "cgroup": "/sys/fs/cgroup"}
+                                                                           "cgroup": "/sys/fs/cgroup",
+                                                                           "containerd": "/run/containerd"}
+    containerd = next(m for m in container["volumeMounts"] if m["name"] == "containerd")
+    assert containerd["mountPropagation"] == "HostToContainer" and container["command"][-2:] == [
+        "--containerd-state", "/run/containerd"]  # the runtime's own /dev/shm of pods without a dshm
+    without = by_kind(render.render(containerd_state=""))["DaemonSet"]["spec"]["template"]["spec"]
+    assert {v["name"] for v in without["volumes"]} == {"kubelet", "cgroup"}
+    assert "--containerd-state" not in without["containers"][0]["command"]
     security = container["securityContext"]
     assert security["capabilities"] == {"drop": ["ALL"]} and security["privileged"] is False
     assert security["allowPrivilegeEscalation"] is False and security["readOnlyRootFilesystem"] is True

@@ -58,3 +58,20 @@ def test_the_alerts_of_the_issue_each_with_a_runbook_that_names_a_fix():
     for name, rule in by_name.items():
         assert fixes[name] in rule["annotations"]["runbook"], name
         assert rule["labels"]["severity"] in ("warning", "critical")
+
+
+def test_each_alert_links_its_runbook_section(capsys):
+    """Issue 38: a link from each alert to its runbook section; the section is a heading of docs/runbooks.md, whose
+    anchor (the documentation site's) is the alert's name in lower case."""
+    from pathlib import Path
+
+    from shmguard.cli import main
+
+    page = (Path(__file__).resolve().parents[3] / "docs" / "runbooks.md").read_text()
+    headings = {line[3:].strip().lower() for line in page.splitlines() if line.startswith("## ")}
+    for rule in rules.alerts():
+        page_path, _, anchor = rule["annotations"]["runbook_url"].partition("#")
+        assert page_path == "docs/runbooks.md" and anchor == rule["alert"].lower() and anchor in headings
+    assert main(["exporter", "render", "rules", "--runbook-base", "https://docs.example/shmguard/runbooks/"]) == 0
+    out = capsys.readouterr().out
+    assert "runbook_url: https://docs.example/shmguard/runbooks/#shmguardshmbelowjob" in out

@@ -1,0 +1,5 @@
+import sys
+
+from shmguard.chart.build import main
+
+sys.exit(main())
