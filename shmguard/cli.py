@@ -322,13 +322,21 @@ def patch(job, in_place, check, follow_symlinks, as_json, kinds, names, labels, 
     limit or a request, never shrinks a /dev/shm. Only the lines that must change are
     changed: comments, order, quoting and layout stay. Patching twice changes nothing.
     """
+    from shmguard.commands.patch import json_failure, patch_options
     from shmguard.commands.patch import patch as run_patch
-    from shmguard.commands.patch import patch_options
+    from shmguard.errors import ShmguardError
 
-    selection = patch_options(in_place, check, files, kinds, names, labels, namespaces, opt_in, container, memory,
-                              size_unsized, include_init, all_templates)
-    return run_patch(job.defaults(note), list(files), in_place=in_place, check=check, follow_symlinks=follow_symlinks,
-                     options=selection, as_json=as_json)
+    notes: list[str] = []  # with --json, inside the one object
+    try:
+        selection = patch_options(in_place, check, files, kinds, names, labels, namespaces, opt_in, container, memory,
+                                  size_unsized, include_init, all_templates)
+        defaults = job.defaults(notes.append if as_json else note)
+    except ShmguardError as exc:
+        if not as_json:
+            raise
+        return json_failure(exc, notes, sys.stderr)
+    return run_patch(defaults, list(files), in_place=in_place, check=check, follow_symlinks=follow_symlinks,
+                     options=selection, as_json=as_json, notes=notes)
 
 
 @cli.command("fn")

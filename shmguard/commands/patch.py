@@ -18,6 +18,7 @@ import json
 import os
 import sys
 
+from shmguard.errors import ShmguardError
 from shmguard.files import commit_staged, discard_staged, stage_atomic_bytes
 from shmguard.manifests import yamlio
 from shmguard.manifests.podspec import PatchOptions, PatchSummary, patch_documents
@@ -89,10 +90,37 @@ def patch_one(text: str, name: str, defaults, options: PatchOptions | None = Non
 
 
 def patch(defaults, paths: list[str], in_place: bool, check: bool, follow_symlinks: bool = False, out=None,
-          err=None, options: PatchOptions | None = None, as_json: bool = False) -> int:
+          err=None, options: PatchOptions | None = None, as_json: bool = False, notes: list[str] | None = None) -> int:
+    """notes: what the options said on the way (a measured --dataset), inside the JSON object with --json."""
+    err = err or sys.stderr
+    options = given_job(options or PatchOptions(), defaults)
     with yamlio.no_gc():
-        return _patch(defaults, paths, in_place, check, follow_symlinks, out or sys.stdout, err or sys.stderr,
-                      options, as_json)
+        try:
+            return _patch(defaults, paths, in_place, check, follow_symlinks, out or sys.stdout, err, options, as_json,
+                          notes or [])
+        except ShmguardError as exc:
+            if not as_json:
+                raise
+            return json_failure(exc, notes or [], err)
+
+
+def given_job(options: PatchOptions, defaults) -> PatchOptions:
+    """The options, saying whether the job was given for these manifests (patch's job options, fn's
+    functionConfig): then a template with no evidence either way is sized for it (shmguard.manifests.scope)."""
+    from shmguard.manifests.annotations import describes_job
+    from shmguard.manifests.podspec import defaults_dict
+
+    return options.replace(job_given=describes_job(defaults_dict(defaults)))
+
+
+def json_failure(exc: ShmguardError, notes: list[str], err) -> int:
+    """With --json, a failure before or after the templates (a bad option, a file -i cannot write) is the one JSON
+    object too, so that `2> summary.json` always parses; its exit code stays the error's."""
+    from shmguard.jsonout import stamp
+
+    data = {"files": [], "changes": 0, "errors": True, "error": str(exc), "notes": list(notes)}
+    print(json.dumps(stamp(data), indent=2), file=err)
+    return exc.exit_code
 
 
 class FileResult(Record):
@@ -106,7 +134,7 @@ class FileResult(Record):
     error: str | None = None
 
 
-def _patch(defaults, paths, in_place, check, follow_symlinks, out, err, options, as_json) -> int:
+def _patch(defaults, paths, in_place, check, follow_symlinks, out, err, options, as_json, notes) -> int:
     results: list[FileResult] = []
     for path in paths or ["-"]:
         name = "stdin" if path == "-" else path
@@ -124,18 +152,20 @@ def _patch(defaults, paths, in_place, check, follow_symlinks, out, err, options,
     changes = sum(len(summary.changes) for _r, _p, summary in done)
 
     def report() -> None:
-        """Every template, changed or left alone and why (and each document that fell back to a re-dump)."""
-        for r, patched, _summary in done:
-            for fallback in patched.fallbacks:
-                print(f"{r.name}: {fallback}", file=err)
+        """Every template, changed or left alone and why (and each document that fell back to a re-dump); with
+        --json all of it in the one object, so that `2> summary.json` parses."""
         if as_json:
             from shmguard.jsonout import stamp
 
-            data = {"files": [{"file": r.name, "error": r.error, **(r.summary.to_json() if r.summary else {})}
+            data = {"files": [{"file": r.name, "error": r.error, **(r.summary.to_json() if r.summary else {}),
+                               "rewritten": [str(f) for f in r.patched.fallbacks] if r.patched else []}
                               for r in results],
-                    "changes": changes, "errors": failed}
+                    "changes": changes, "errors": failed, "notes": list(notes)}
             print(json.dumps(stamp(data), indent=2), file=err)
             return
+        for r, patched, _summary in done:
+            for fallback in patched.fallbacks:
+                print(f"{r.name}: {fallback}", file=err)
         for r in results:
             for line in [r.error] if r.error else r.summary.lines() if r.summary else []:
                 print(line if r.error else f"{r.name}: {line}", file=err)

@@ -66,7 +66,8 @@ def job_and_options(settings: dict[str, Any]) -> tuple[dict, PatchOptions]:
         memory=None if memory is None else asked_memory(memory, "functionConfig memory"),
         size_unsized=parse_flag("size_unsized", settings.get("size-unsized", False)),
         include_init=parse_flag("include_init", settings.get("include-init", False)),
-        all_templates=parse_flag("all_templates", settings.get("all-templates", False)))
+        all_templates=parse_flag("all_templates", settings.get("all-templates", False)),
+        job_given=describes_job(defaults))  # the functionConfig names the job: a template with no evidence is sized
     return defaults, options
 
 

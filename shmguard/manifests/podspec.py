@@ -39,6 +39,7 @@ The rules (issues #20 and #27), each because an earlier version broke a working 
 from __future__ import annotations
 
 import fnmatch
+import re
 from typing import Any
 
 from shmguard import pod, sizing
@@ -48,12 +49,16 @@ from shmguard.manifests import scope
 from shmguard.manifests.templates import (
     ManifestError,
     PodTemplate,
+    at_path,
+    find_objects,
     find_templates,
     group_of,
+    is_pipeline_spec,
     label_of,
     listing,
     mapping,
     memory_of,
+    placeholder,
     trainjob_runtime,
     where_of,
 )
@@ -85,6 +90,8 @@ class PatchOptions(Record):
     size_unsized: bool = False  # cap an existing unsized memory /dev/shm at the job's need
     include_init: bool = False  # mount /dev/shm into init containers and sidecars too
     all_templates: bool = False  # size every template, not only the training ones (shmguard.manifests.scope)
+    job_given: bool = False  # the job was given for these manifests (command line, functionConfig): a template with
+    # no evidence either way is sized for it (the webhook's defaults are not such a job)
 
 
 class Change(Record, frozen=False):  # mutable: a TrainJob's changes are moved to resourcesPerNode after sizing
@@ -112,6 +119,7 @@ class TemplateResult(Record, frozen=False):
     notes: list[str] = field(default_factory=list)
     needs: dict[str, str] = field(default_factory=dict)  # shm and memory the job needs, as Kubernetes quantities
     job: Any = None  # the Job it was sized for (the webhook's /validate judges the same one)
+    containers: list[str] = field(default_factory=list)  # the container(s) sized as the DataLoader's
 
     @property
     def severity(self) -> str:
@@ -135,7 +143,8 @@ class TemplateResult(Record, frozen=False):
     def to_json(self) -> dict[str, Any]:
         return {"template": self.name, "document": self.document, "path": self.path, "status": self.status,
                 "reason": self.reason, "changes": [c.as_dict() for c in self.changes], "notes": list(self.notes),
-                "needs": dict(self.needs)}
+                "needs": dict(self.needs), "containers": list(self.containers),
+                "procs_per_node": None if self.job is None else self.job.procs_per_node}
 
 
 class PatchSummary(Record):
@@ -225,7 +234,7 @@ class Sizer:
         self.t = template
         self.defaults = defaults
         self.options = options
-        self.where = where_of(template.doc_index, template.obj)
+        self.where = where_of(template.doc_index, template.document)
         self.result = TemplateResult(template.name, template.doc_index + 1, template.path, UNCHANGED)
         self.layers = (template.template_annotations, template.object_annotations)  # most specific first
         self.queue = scope.kueue_queue(template)
@@ -244,6 +253,10 @@ class Sizer:
 
     def run(self) -> TemplateResult:
         saved = plain_copy(self.t.spec)
+        key = self.t.resources_key
+        aliased = [c for c in self.t.containers if key != "resources" and isinstance(c.get(key), dict)]
+        for container in aliased:  # read and sized where they are (Tekton v1: computeResources)
+            container["resources"] = container[key]
         try:
             return self.size()
         except UsageError as exc:  # ManifestError and PodError included: reported (unchanged), the others go on
@@ -253,6 +266,15 @@ class Sizer:
             self.result.reason = str(exc).removeprefix(self.where + ": ")
             self.result.changes.clear()
             return self.result
+        finally:
+            if key != "resources":
+                for container in self.t.containers:
+                    if container in aliased or any(container is c for c in aliased):
+                        container.pop("resources", None)
+                    elif "resources" in container and key not in container:
+                        container[key] = container.pop("resources")
+                for change in self.result.changes:
+                    change.path = change.path.replace(".resources.", f".{key}.")
 
     def name_in(self, container: dict) -> str:
         """The container's name for messages (what its platform calls an unnamed one)."""
@@ -277,13 +299,26 @@ class Sizer:
         loaders = [(t.containers[i], t.container_paths[i]) for i in reading.loaders]
         if not options.all_templates and skip is not False:
             devices = max((self.accelerators(c) for c in t.containers), key=lambda a: a.count, default=pod.Accelerators())
-            if scope.training_reason(t, devices) is None:
-                return self.leave(scope.not_training(t, devices))
+            trains, why = scope.judge(t, devices, reading.loaders, options.job_given)
+            if not trains:
+                return self.leave(why)
+            if why == scope.NO_EVIDENCE:
+                self.note(f"sized for the job given: {why} (shmguard.io/skip: \"true\" leaves it alone)")
         job = self.job(loaders[0][0])
         if job is None:
             self.result.notes.clear()
             return self.leave(NO_JOB)
         self.result.job = job
+        self.result.containers = [self.name_in(c) for c, _p in loaders]
+        unneeded = template_placeholders(t.containers)
+        if unneeded:
+            self.note(f"placeholders the size does not need, left as they are: {', '.join(unneeded[:6])}"
+                      + (f" and {len(unneeded) - 6} more" if len(unneeded) > 6 else ""))
+        if t.told_only:
+            needs = {"shm": k8s_quantity(sizing.pod_shm_size(job, len(loaders))),
+                     "memory": k8s_quantity(self.memory_needed(job, None))}
+            self.result.needs = needs
+            return self.leave(t.told_only.format(**needs))
         volume, volume_name = self.shm_volume(reading)
         if isinstance(volume, str):
             return self.leave(volume)  # a conflict, said in words
@@ -307,9 +342,13 @@ class Sizer:
         """The template as the kubelet will see it (shmguard.pod); PodError for bad values."""
         t = self.t
         wanted = ann.setting(ann.CONTAINER, *self.layers) or self.options.container
-        return pod.read(t.containers, t.init_containers, self.volumes(), wanted,
-                        t.pod_resources if pod_resources is None else pod_resources, t.spec.get("overhead"),
-                        t.spec.get("hostIPC") is True, others=[c for c in t.sidecars if isinstance(c, dict)])
+        if wanted is None and t.primary_container in [pod.name_of(c, "") for c in t.containers]:
+            wanted = t.primary_container  # the wrapper names the trainer (Katib's primaryContainerName), by its own name
+        return pod.read(without_placeholders(t.containers), without_placeholders(t.init_containers),
+                        without_placeholders(self.volumes()), wanted,
+                        without_placeholders(t.pod_resources if pod_resources is None else pod_resources),
+                        t.spec.get("overhead"), t.spec.get("hostIPC") is True,
+                        others=without_placeholders([c for c in t.sidecars if isinstance(c, dict)]))
 
     def after(self) -> None:
         """What caps the /dev/shm the template ends with, when the kubelet would surprise its owner."""
@@ -353,6 +392,11 @@ class Sizer:
             self.note(self.t.run_time_patch_note)
         devices = self.accelerators(container)
         if "procs_per_node" not in merged:
+            held = processes_placeholder(container)
+            if held:
+                raise UsageError(f"{self.name_in(container)}: its training processes come from {held}, a placeholder: "
+                                 f"the size depends on it; render the template first (envsubst), or say how many "
+                                 f"with --procs-per-node or shmguard.io/procs-per-node")
             command = [str(w) for key in ("command", "args") if isinstance(container.get(key), list)
                        for w in container[key]]
             env = {str(e.get("name")): str(e.get("value")) for e in pod.list_of(container.get("env"))
@@ -410,6 +454,10 @@ class Sizer:
                     f"make them one memory emptyDir"), None
         if users:
             name = next(iter(users))
+            if name not in by_name and group_of(self.t.obj) == "argoproj.io":
+                # A WorkflowTemplate's templates run in the Workflow that refers to them, whose volumes they see.
+                return (f"its /dev/shm is volume {name}, which is not in this {self.t.obj.get('kind')}: the Workflow "
+                        f"that runs the template defines it (spec.volumes); size it there"), None
             if name not in by_name:
                 raise UsageError(f"{self.t.path}: /dev/shm is mounted from volume {name}, which the pod does not have")
             return by_name[name], name
@@ -457,6 +505,12 @@ class Sizer:
         requests = ({} if resources.get("requests") is None
                     else mapping(resources["requests"], self.where, f"{cpath}.resources.requests"))
         limit_text, request_text = limits.get("memory"), requests.get("memory")
+        held = placeholder(limit_text) or placeholder(request_text)
+        if held:
+            which = "limits" if placeholder(limit_text) else "requests"
+            self.note(f"{cpath}.resources.{which}.memory is a placeholder ({held}): left as it is; the job needs a "
+                      f"memory limit of at least {k8s_quantity(self.memory_needed(job, object_store))}")
+            return None
         limit = None if limit_text is None else memory_of(limit_text, self.where, f"{cpath}.resources.limits.memory")
         request = None if request_text is None else memory_of(request_text, self.where, f"{cpath}.resources.requests.memory")
         need = self.memory_needed(job, object_store)
@@ -513,8 +567,13 @@ class Sizer:
         limits = resources["limits"]
         if limits.get("memory") is None:
             return
+        held = placeholder(limits["memory"]) or placeholder(dict_of(resources.get("requests")).get("memory"))
+        if held:
+            self.note(f"{path}'s memory is a placeholder ({held}): left as it is; the pod needs at least "
+                      f"{k8s_quantity(self.memory_needed(job, object_store) * loaders)}")
+            return
         limit = memory_of(limits["memory"], self.where, f"{path}.limits.memory")
-        own = [pod.memory_limit(c) for c in self.t.containers]
+        own = [pod.memory_limit(c) for c in without_placeholders(self.t.containers)]
         target = max(limit, self.memory_needed(job, object_store) * loaders, *(x for x in own if x))
         if target == limit:
             return
@@ -572,6 +631,10 @@ class Sizer:
             empty_dir = volume["emptyDir"] = {}
         mapping(empty_dir, self.where, f"{vpath}.emptyDir")
         current = empty_dir.get("sizeLimit")
+        if placeholder(current):
+            self.note(f"{vpath}.emptyDir.sizeLimit is a placeholder ({placeholder(current)}): left as it is; the job "
+                      f"needs {k8s_quantity(shm) if shm else 'it unsized'}")
+            return
         size = None if current is None else memory_of(current, self.where, f"{vpath}.emptyDir.sizeLimit")
         if empty_dir.get("medium") != "Memory":
             before = empty_dir.get("medium") or "(disk)"
@@ -618,10 +681,74 @@ class Sizer:
             self.note(f"sidecar(s) {', '.join(skipped)}: no /dev/shm, no limit change (--include-init)")
 
 
+# Launchers' process-count flags (torchrun, accelerate, deepspeed, xla_spawn) and MPI's -np.
+PROCESS_FLAG = re.compile(r"(--nproc[_-]per[_-]node|--num[_-]processes|--num[_-]gpus|--num[_-]cores|--nprocs?|-np)"
+                          r"(?:=|\s+)['\"]?([^\s'\"]+)")
+
+
+def processes_placeholder(container) -> str | None:
+    """What a container's process count comes from when that is a placeholder: a launcher's flag
+    (`--nproc_per_node=${GPU_PER_NODE}`) or, with no literal flag, an accelerator resource (`nvidia.com/gpu:
+    $GPU_PER_NODE`); None when it is known."""
+    text = scope.words(container)
+    flags = PROCESS_FLAG.findall(text)
+    for flag, value in flags:
+        if placeholder(value):
+            return f"{flag}={value}"
+    if any(value.isdigit() for _flag, value in flags):
+        return None
+    resources = dict_of(dict_of(container).get("resources"))
+    for key in ("limits", "requests"):
+        for name, value in dict_of(resources.get(key)).items():
+            if (isinstance(name, str) and (name in pod.ACCELERATORS or name.startswith(pod.ACCELERATOR_PREFIXES))
+                    and placeholder(value)):
+                return f"{name}: {value}"
+    return None
+
+
+def template_placeholders(containers: list) -> list[str]:
+    """The placeholders a template tool fills in later in what the size does not read: the image, the env's values,
+    a command that no shell runs (a shell's own $VAR is not one), said so that its reader knows patch did not
+    need them."""
+    from shmguard.manifests.templates import PLACEHOLDER
+
+    texts: list[str] = []
+    for container in containers:
+        if not isinstance(container, dict):
+            continue
+        texts.append(str(container.get("image") or ""))
+        texts += [str(e.get("value")) for e in list_of(container.get("env")) if isinstance(e, dict) and e.get("value")]
+        line = [str(w) for key in ("command", "args") for w in list_of(container.get(key))]
+        if line and line[0].rsplit("/", 1)[-1] not in scope.SHELLS:
+            texts += line
+    return list(dict.fromkeys(m.group(0) for text in texts for m in PLACEHOLDER.finditer(text)))
+
+
+def without_placeholders(value):
+    """A view of containers, volumes or resources with the memory quantities that are placeholders left out, for
+    reading a template whose limits a tool fills in later (they are kept in the manifest, and said)."""
+    if isinstance(value, list):
+        return [without_placeholders(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if isinstance(value.get("resources"), dict):
+        return {**value, "resources": without_placeholders(value["resources"])}
+    if isinstance(value.get("emptyDir"), dict) and placeholder(value["emptyDir"].get("sizeLimit")):
+        return {**value, "emptyDir": {k: v for k, v in value["emptyDir"].items() if k != "sizeLimit"}}
+    if any(isinstance(value.get(k), dict) for k in ("limits", "requests")):
+        return {k: ({n: q for n, q in v.items() if not (n == "memory" and placeholder(q))} if isinstance(v, dict) else v)
+                for k, v in value.items()}
+    if all(isinstance(v, dict) for v in value.values()) and value:  # volumes by name
+        return {name: without_placeholders(v) for name, v in value.items()}
+    return value
+
+
 def size_pod_template(template: PodTemplate, defaults=None, options: PatchOptions | None = None) -> TemplateResult:
     """Size one pod template in place for its job; what was done or why not. Never raises for a bad template."""
     options = options or PatchOptions()
-    reason = not_selected(template.obj, options)
+    reason = not_selected(template.document, options)
+    if reason and template.top is not None and not_selected(template.obj, options) is None:
+        reason = None  # the wrapped object is selected (--kind PyTorchJob on a Katib Experiment)
     result = TemplateResult(template.name, template.doc_index + 1, template.path, SKIPPED, reason or "")
     if reason:
         return result
@@ -646,50 +773,125 @@ def patch_documents(docs: list, defaults=None, options: PatchOptions | None = No
                                                   f"a manifest must be a mapping, not {type(doc).__name__}"))
             continue
         try:
-            found = find_templates(index, doc)
+            found, trainjobs = find_objects(index, doc)
         except ManifestError as exc:
             summary.results.append(TemplateResult(label_of(doc), index + 1, "", ERROR,
                                                   str(exc).removeprefix(where_of(index, doc) + ": ")))
             continue
-        if found and group_of(doc) is None:
+        if found and group_of(doc) is None and not is_pipeline_spec(doc):
             summary.results.append(TemplateResult(label_of(doc), index + 1, "", ERROR,
                                                   "no apiVersion: kubectl would refuse it, and shmguard cannot tell "
                                                   "which kind it is (a batch/v1 Job or a Volcano Job?)"))
             continue
-        if group_of(doc) == "trainer.kubeflow.org" and doc.get("kind") == "TrainJob":
-            summary.results.append(size_trainjob(index, doc, defaults, options))
+        for path in trainjobs:
+            summary.results.append(size_trainjob(index, at_path(doc, path) if path else doc, defaults, options,
+                                                 prefix=path, top=doc if path else None))
+        for path in argo_manifests(doc):
+            summary.results.extend(size_manifest_string(index, doc, path, defaults, options))
         for template in found:
             summary.results.append(size_pod_template(template, defaults, options))
     return summary
 
 
-def size_trainjob(index: int, doc: dict, defaults=None, options: PatchOptions | None = None) -> TemplateResult:
+ARGO_EXPRESSION = re.compile(r"\{\{.*?\}\}")
+
+
+def argo_manifests(doc: dict) -> list[str]:
+    """The paths of the object manifests an Argo workflow's `resource` templates create (strings in the workflow:
+    a TFJob, a PyTorchJob, a Job its step submits)."""
+    from shmguard.manifests.templates import ARGO_KINDS
+
+    if group_of(doc) != "argoproj.io" or doc.get("kind") not in ARGO_KINDS:
+        return []
+    spec = dict_of(doc.get("spec"))
+    base = "spec"
+    if doc.get("kind") == "CronWorkflow":
+        spec, base = dict_of(spec.get("workflowSpec")), "spec.workflowSpec"
+    out = []
+    for i, template in enumerate(list_of(spec.get("templates"))):
+        resource = dict_of(dict_of(template).get("resource"))
+        if isinstance(resource.get("manifest"), str) and resource.get("action", "create") in ("create", "apply", "replace"):
+            out.append(f"{base}.templates[{i}].resource.manifest")
+    return out
+
+
+def size_manifest_string(index: int, doc: dict, path: str, defaults, options: PatchOptions) -> list[TemplateResult]:
+    """Size the pod templates of a manifest an Argo step creates, in its string: the string is patched as a file of
+    its own (minimal-diff, its comments kept), with Argo's `{{...}}` expressions held aside while it is read."""
+    from shmguard.manifests.yamledit import patch_text
+
+    text = at_path(doc, path)
+    name = f"{label_of(doc)} {path.removeprefix('spec.').removesuffix('.resource.manifest')} resource"
+    expressions: list[str] = []
+
+    def hold(match) -> str:
+        expressions.append(match.group(0))
+        return f"shmguard-argo-expression-{len(expressions) - 1}"
+
+    masked = ARGO_EXPRESSION.sub(hold, text)
+    if "shmguard-argo-expression-" in ARGO_EXPRESSION.sub("", text):
+        return []
+    results: list[TemplateResult] = []
+
+    def mutate(docs: list) -> list[str]:
+        inner = patch_documents(docs, defaults, options)
+        results.extend(inner.results)
+        return list(inner.changes)
+
+    try:
+        patched = patch_text(masked, name, mutate)
+    except ManifestError as exc:
+        return [TemplateResult(name, index + 1, path, SKIPPED, f"the manifest it creates is not YAML shmguard reads "
+                                                               f"({str(exc).removeprefix(name + ': ')})")]
+    for result in results:
+        result.document = index + 1
+        result.name = f"{name}: {result.name}"
+        result.path = f"{path}: {result.path}"
+        for change in result.changes:
+            change.path = f"{path}: {change.path}"
+    if patched.fallbacks:  # it could not be edited in place: the string is left as it is, and said
+        for result in results:
+            if result.status == CHANGED:
+                result.status, result.reason, result.changes = SKIPPED, f"{patched.fallbacks[0]}: left as it is", []
+        return results
+    restored = patched.text
+    for number, expression in enumerate(expressions):
+        restored = restored.replace(f"shmguard-argo-expression-{number}", expression, 1)
+    parent = at_path(doc, path.rsplit(".", 1)[0])
+    parent["manifest"] = restored
+    return results
+
+
+def size_trainjob(index: int, doc: dict, defaults=None, options: PatchOptions | None = None, prefix: str = "",
+                  top: dict | None = None) -> TemplateResult:
     """A Kubeflow Trainer TrainJob has no pod template: its pods, and their /dev/shm, come from the runtime it
     names. What it can set, `trainer.resourcesPerNode`, overrides the runtime's container resources, so its
-    memory limit must hold the job: sized as a container's (never lowered; requests equal stay equal)."""
+    memory limit must hold the job: sized as a container's (never lowered; requests equal stay equal).
+    prefix: where the TrainJob is in the document top (a Katib trial's `spec.trialTemplate.trialSpec`)."""
     options = options or PatchOptions()
+    base = f"{prefix}.spec.trainer" if prefix else "spec.trainer"
     runtime = trainjob_runtime(doc) or "the runtime it names"
     pointer = f"its pods and their /dev/shm come from {runtime}: size that runtime (shmguard patch on it)"
-    name = f"{label_of(doc)} trainer"
-    reason = not_selected(doc, options)
+    name = f"{label_of(top)} {prefix.rsplit('.', 1)[-1]} TrainJob trainer" if top is not None else f"{label_of(doc)} trainer"
+    reason = not_selected(top if top is not None else doc, options)
     if reason:
-        return TemplateResult(name, index + 1, "spec.trainer", SKIPPED, reason)
+        return TemplateResult(name, index + 1, base, SKIPPED, reason)
     spec = dict_of(doc.get("spec"))
     trainer = spec.get("trainer")
     if not isinstance(trainer, dict):
-        return TemplateResult(name, index + 1, "spec.trainer", SKIPPED, f"a TrainJob without a trainer: {pointer}")
+        return TemplateResult(name, index + 1, base, SKIPPED, f"a TrainJob without a trainer: {pointer}")
     env = [e for e in list_of(trainer.get("env")) if isinstance(e, dict)]
     procs = trainer.get("numProcPerNode")
     if isinstance(procs, int) and not any(e.get("name") == "SHMGUARD_PROCS_PER_NODE" for e in env):
         env.append({"name": "SHMGUARD_PROCS_PER_NODE", "value": str(procs)})  # the manifest's fact, under annotations
     per_node = trainer.get("resourcesPerNode")
     if per_node is not None and not isinstance(per_node, dict):
-        return TemplateResult(name, index + 1, "spec.trainer", ERROR,
-                              f"spec.trainer.resourcesPerNode should be a mapping, not {type(per_node).__name__}")
+        return TemplateResult(name, index + 1, base, ERROR,
+                              f"{base}.resourcesPerNode should be a mapping, not {type(per_node).__name__}")
     node = {"name": "node", "env": env, "command": trainer.get("command"), "args": trainer.get("args"),
             "resources": per_node}
-    template = PodTemplate(doc_index=index, obj=doc, name=name, path="spec.trainer", spec={}, containers=[node],
-                           container_paths=["spec.trainer"])
+    template = PodTemplate(doc_index=index, obj=doc, name=name, path=base, spec={}, containers=[node],
+                           container_paths=[base], prefix=prefix, top=top)
     sizer = Sizer(template, defaults_dict(defaults), options)
 
     def size() -> TemplateResult:
@@ -707,11 +909,11 @@ def size_trainjob(index: int, doc: dict, defaults=None, options: PatchOptions | 
         if limits.get("memory") is None and asked is None:
             sizer.result.notes.append("resourcesPerNode sets no memory limit: the runtime's containers' limits apply")
         else:
-            sizer.size_memory(node, "spec.trainer", job, None, asked, pod.PodMemory())
+            sizer.size_memory(node, base, job, None, asked, pod.PodMemory())
         sizer.result.needs = {"shm": k8s_quantity(sizing.shm_size(job)), "memory": k8s_quantity(sizing.memory_needed(job))}
         for change in sizer.result.changes:
-            change.path = change.path.replace("spec.trainer.resources.", "spec.trainer.resourcesPerNode.")
-        sizer.result.notes = [n.replace("spec.trainer (node)", "spec.trainer.resourcesPerNode") for n in sizer.result.notes]
+            change.path = change.path.replace(f"{base}.resources.", f"{base}.resourcesPerNode.")
+        sizer.result.notes = [n.replace(f"{base} (node)", f"{base}.resourcesPerNode") for n in sizer.result.notes]
         sizer.result.notes.append(pointer)
         sizer.result.status = CHANGED if sizer.result.changes else UNCHANGED
         return sizer.result
@@ -719,7 +921,7 @@ def size_trainjob(index: int, doc: dict, defaults=None, options: PatchOptions | 
     try:
         result = size()
     except UsageError as exc:
-        return TemplateResult(name, index + 1, "spec.trainer", ERROR, str(exc))
+        return TemplateResult(name, index + 1, base, ERROR, str(exc).removeprefix(sizer.where + ": "))
     if result.status == CHANGED and node["resources"] is not None and trainer.get("resourcesPerNode") is None:
         trainer["resourcesPerNode"] = node["resources"]
     return result

@@ -35,7 +35,8 @@ class ManifestError(UsageError):
     """A manifest that cannot be patched: the message names the document and the path."""
 
 
-TRAINING, BATCH, SERVING, OTHER = "training", "batch", "serving", "other"
+TRAINING, BATCH, SERVING, NOTEBOOK, LONG_RUNNING, OTHER = (
+    "training", "batch", "serving", "notebook", "long-running", "other")
 
 
 class PodTemplate(Record, frozen=False):
@@ -57,11 +58,17 @@ class PodTemplate(Record, frozen=False):
     no_dataloader: str | None = None  # why this role runs no DataLoader, if it runs none
     ray: dict | None = None  # for Ray pods: {"head": bool, "params": rayStartParams}
     found_by: str = "kind"  # "kind" (known path) or "shape" (the general rule)
-    workload: str = OTHER  # TRAINING, BATCH, SERVING or OTHER: what the kind runs (shmguard.manifests.scope)
+    workload: str = OTHER  # TRAINING, BATCH, SERVING, NOTEBOOK, LONG_RUNNING or OTHER: what the kind runs (scope)
     sized_elsewhere: str | None = None  # why this template's /dev/shm is another object's to size (KServe's runtime)
     default_names: list = field(default_factory=list)  # what the platform names an unnamed container (Argo's `main`)
     run_time_patch: dict | None = None  # Argo's podSpecPatch, parsed: the pod spec fields it sets at run time
     run_time_patch_note: str = ""  # why it could not be read, when it could not
+    prefix: str = ""  # where obj sits in the document ("" for the document itself; `spec.trialTemplate.trialSpec`)
+    top: dict | None = None  # the document, when obj is an object inside it (a wrapper's, a List's item)
+    primary_container: str | None = None  # the container the wrapper names as the trainer (Katib's primaryContainerName)
+    resources_key: str = "resources"  # where a container's resources are (Tekton v1 steps: computeResources)
+    told_only: str | None = None  # sized where it is defined, not here (a Kubeflow Pipelines step): how, with the
+    # job's {shm} and {memory} filled in
 
     @property
     def pod_resources(self):
@@ -78,7 +85,16 @@ class PodTemplate(Record, frozen=False):
     @property
     def object_annotations(self):
         meta = self.obj.get("metadata")
-        return meta.get("annotations") if isinstance(meta, dict) else None
+        own = meta.get("annotations") if isinstance(meta, dict) else None
+        outer = dict_of(self.top.get("metadata")).get("annotations") if self.top is not None else None
+        if isinstance(outer, dict) and outer:  # a wrapper's annotations, under the wrapped object's own
+            return {**outer, **own} if isinstance(own, dict) else outer
+        return own
+
+    @property
+    def document(self) -> dict:
+        """The document the template is in (the wrapper, the List), for selectors."""
+        return self.top if self.top is not None else self.obj
 
 
 # Roles that run no DataLoader, by (group, kind) and role name.
@@ -100,20 +116,56 @@ SIMPLE_TEMPLATE_KINDS = {
     ("serving.knative.dev", "Configuration"),
 }
 ARGO_KINDS = {"Workflow", "WorkflowTemplate", "ClusterWorkflowTemplate", "CronWorkflow"}
+TEKTON_KINDS = {"Task", "ClusterTask", "TaskRun", "Pipeline", "PipelineRun"}
 # What a kind runs, for the default scope (shmguard.manifests.scope): training kinds are sized, batch kinds when
 # something says they train (accelerators, a DataLoader command, ...), serving kinds only when asked.
-SERVING_KINDS = {("apps", "Deployment"), ("apps", "StatefulSet"), ("apps", "DaemonSet"), ("apps", "ReplicaSet"),
-                 ("", "ReplicationController"), ("serving.knative.dev", "Service"),
-                 ("serving.knative.dev", "Configuration"), ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"),
-                 ("ray.io", "RayService")}
+# Serving kinds are affirmative evidence (shmguard.manifests.scope); the long-running ones are not: a Deployment
+# may serve a model or hold a notebook, its containers say which.
+SERVING_KINDS = {("serving.knative.dev", "Service"), ("serving.knative.dev", "Configuration"), ("ray.io", "RayService")}
+LONG_RUNNING_KINDS = {("apps", "Deployment"), ("apps", "StatefulSet"), ("apps", "DaemonSet"), ("apps", "ReplicaSet"),
+                      ("", "ReplicationController"), ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"),
+                      ("extensions", "Deployment"), ("extensions", "DaemonSet"), ("apps", "Deployment")}
+NOTEBOOK_KINDS = {("kubeflow.org", "Notebook")}
 BATCH_KINDS = {("", "Pod"), ("batch", "Job"), ("batch", "CronJob"), ("jobset.x-k8s.io", "JobSet"),
                ("batch.volcano.sh", "Job")}
 # A Pod's controller, from its ownerReferences: a Pod made by a ReplicaSet serves.
-SERVING_OWNERS = {"ReplicaSet", "StatefulSet", "DaemonSet", "ReplicationController"}
+LONG_RUNNING_OWNERS = {"ReplicaSet", "StatefulSet", "DaemonSet", "ReplicationController"}
 KSERVE_COMPONENTS = ("predictor", "transformer", "explainer")
 # KServe framework keys: a component holds one container-like object under one of them.
 KSERVE_FRAMEWORKS = ("model", "pytorch", "tensorflow", "sklearn", "xgboost", "onnx", "triton", "pmml", "lightgbm",
                      "paddle", "huggingface", "alibi", "art")
+
+
+# A value a template tool fills in later: envsubst's ${VAR} and $VAR, Katib's ${trialParameters.x}, Argo's and
+# Helm's {{...}}. Common in ML repositories, which keep their manifests as templates.
+PLACEHOLDER = re.compile(r"\$\{[^}]*\}|\$[A-Za-z_][A-Za-z0-9_]*|\{\{[^}]*\}\}")
+
+
+def placeholder(value) -> str | None:
+    """The placeholder in a value (`${GPU_PER_NODE}`), or None when it is a plain value."""
+    if isinstance(value, str):
+        match = PLACEHOLDER.search(value)
+        return match.group(0) if match else None
+    return None
+
+
+def is_pipeline_spec(doc: dict) -> bool:
+    """A compiled Kubeflow Pipelines pipeline (IR YAML): pipelineInfo, root and deploymentSpec.executors."""
+    return (isinstance(doc.get("pipelineInfo"), dict) and isinstance(doc.get("deploymentSpec"), dict)
+            and isinstance(doc["deploymentSpec"].get("executors"), dict))
+
+
+def group_version(doc: dict) -> str:
+    """The version of a document's apiVersion (`v1beta2`), "" when it has none."""
+    api = doc.get("apiVersion")
+    return api.strip().rsplit("/", 1)[-1] if isinstance(api, str) else ""
+
+
+def parameter_server(role: str) -> str | None:
+    """Why a role runs no DataLoader when its name says it is a parameter server (a Volcano task `ps`)."""
+    if str(role).lower() in ("ps", "pserver", "parameter-server", "parameterserver"):
+        return "a parameter server runs no DataLoader"
+    return None
 
 
 def group_of(doc: dict) -> str | None:
@@ -178,6 +230,7 @@ class Finder:
         if self.kind is not None and not isinstance(self.kind, str):
             raise ManifestError(f"{where}: kind should be a string, not {type(self.kind).__name__}")
         self.found: list[PodTemplate] = []
+        self.trainjobs: list[str] = []  # paths of the TrainJobs in it ("" for the document itself)
         self.workload = workload_of(self.group, self.kind)
 
     def get(self, node, path: str, key: str, required: bool = True):
@@ -219,6 +272,26 @@ class Finder:
             doc_index=self.index, obj=self.doc, name=name, path=path, spec=spec, containers=containers,
             container_paths=container_paths, init_containers=init, role=role, **extra))
 
+    def wrapped(self, node, path: str, role: str, primary=None) -> None:
+        """The pod templates of an object inside this one (a Katib trial, an AppWrapper component): found by the
+        object's own kind, named and placed within this document."""
+        inner = mapping(node, self.where, path)
+        if not isinstance(inner.get("kind"), str) or group_of(inner) is None:
+            self.by_shape(inner, path)  # no apiVersion/kind: by shape
+            return
+        finder = Finder(self.index, inner, f"{self.where} {path} ({inner.get('kind')})")
+        for template in finder.find():
+            template.path = f"{path}.{template.path}"
+            template.container_paths = [f"{path}.{p}" for p in template.container_paths]
+            template.prefix = f"{path}.{template.prefix}" if template.prefix else path
+            template.top = self.doc
+            template.name = f"{self.label} {role} {inner.get('kind')}{(' ' + template.role) if template.role else ''}"
+            if primary and template.primary_container is None:
+                template.primary_container = str(primary)
+            self.found.append(template)
+        for trainjob_path in finder.trainjobs:
+            self.trainjobs.append(f"{path}.{trainjob_path}" if trainjob_path else path)
+
     def no_dataloader(self, role: str) -> str | None:
         if role.lower() == "launcher" and launcher_trains(self.doc):
             return None  # MPIJob runLauncherAsWorker, Kubeflow Trainer runLauncherAsNode: the launcher trains too
@@ -231,7 +304,9 @@ class Finder:
 
     def find(self) -> list[PodTemplate]:
         group, kind = self.group, self.kind
-        if group is None:
+        if group is None and is_pipeline_spec(self.doc):
+            self.pipeline_spec()
+        elif group is None:
             self.by_shape(self.doc, "")
         elif (group, kind) == ("", "Pod"):
             spec, path = self.get(self.doc, "", "spec")
@@ -263,15 +338,32 @@ class Finder:
             node, path = self.get(node, path, "spec")
             self.replicated_jobs(node, path)
         elif (group, kind) == ("trainer.kubeflow.org", "TrainJob"):
-            pass  # no pod template: its pods come from the (Cluster)TrainingRuntime it names (see trainjob_runtime)
-        elif (group, kind) == ("batch.volcano.sh", "Job"):
+            self.trainjobs.append("")  # no pod template: its pods come from the runtime it names (trainjob_runtime)
+        elif (group, kind) in (("batch.volcano.sh", "Job"), ("flow.volcano.sh", "JobTemplate")):
             spec, path = self.get(self.doc, "", "spec")
-            tasks, path = self.get(spec, path, "tasks")
-            for i, task in enumerate(listing(tasks, self.where, path)):
-                task = mapping(task, self.where, f"{path}[{i}]")
-                role = f"tasks[{task.get('name', i)}]"
-                node, tpath = self.get(task, f"{path}[{i}]", "template")
-                self.template(node, tpath, role)
+            self.volcano_tasks(spec, path)
+        elif (group, kind) == ("batch.volcano.sh", "CronJob"):
+            spec, path = self.get(self.doc, "", "spec")
+            node, path = self.get(spec, path, "jobTemplate")
+            node, path = self.get(node, path, "spec")
+            self.volcano_tasks(node, path)
+        elif (group, kind) in (("kubeflow.org", "Experiment"), ("kubeflow.org", "Trial")):
+            self.katib()
+        elif group == "workload.codeflare.dev" and kind == "AppWrapper" and group_version(self.doc) != "v1beta1":
+            spec, path = self.get(self.doc, "", "spec")
+            components, path = self.get(spec, path, "components")
+            for i, component in enumerate(listing(components, self.where, path)):
+                node, cpath = self.get(component, f"{path}[{i}]", "template")
+                self.wrapped(node, cpath, f"components[{i}]")
+        elif group in ("workload.codeflare.dev", "mcad.ibm.com") and kind == "AppWrapper":  # the older form
+            spec, path = self.get(self.doc, "", "spec")
+            resources, path = self.get(spec, path, "resources")
+            items, path = self.get(resources, path, "GenericItems")
+            for i, item in enumerate(listing(items, self.where, path)):
+                node, ipath = self.get(item, f"{path}[{i}]", "generictemplate")
+                self.wrapped(node, ipath, f"GenericItems[{i}]")
+        elif group == "tekton.dev" and kind in TEKTON_KINDS:
+            self.tekton()
         elif (group, kind) == ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"):
             spec, path = self.get(self.doc, "", "spec")
             lwt, path = self.get(spec, path, "leaderWorkerTemplate")
@@ -297,6 +389,94 @@ class Finder:
         else:
             self.by_shape(self.doc, "")
         return self.found
+
+    def volcano_tasks(self, spec, path: str) -> None:
+        tasks, path = self.get(spec, path, "tasks")
+        for i, task in enumerate(listing(tasks, self.where, path)):
+            task = mapping(task, self.where, f"{path}[{i}]")
+            name = str(task.get("name", i))
+            node, tpath = self.get(task, f"{path}[{i}]", "template")
+            self.template(node, tpath, f"tasks[{name}]", no_dataloader=parameter_server(name))
+
+    def katib(self) -> None:
+        """A Katib Experiment runs its trials from spec.trialTemplate.trialSpec (any kind: a Job, a PyTorchJob,
+        an Argo Workflow, a Tekton PipelineRun, a TrainJob); a Trial holds the rendered one in spec.runSpec.
+        primaryContainerName names the container that trains."""
+        spec, path = self.get(self.doc, "", "spec")
+        if self.kind == "Trial":
+            node, npath = self.get(spec, path, "runSpec")
+            self.wrapped(node, npath, "runSpec", primary=mapping(spec, self.where, path).get("primaryContainerName"))
+            return
+        trial, tpath = self.get(spec, path, "trialTemplate")
+        trial = mapping(trial, self.where, tpath)
+        node = trial.get("trialSpec")
+        if node is None:
+            return  # from a ConfigMap (trialTemplate.configMap): that ConfigMap holds it, as text
+        self.wrapped(node, f"{tpath}.trialSpec", "trialSpec", primary=trial.get("primaryContainerName"))
+
+    def tekton(self) -> None:
+        """Tekton runs a Task's steps as the containers of one pod (its sidecars beside them); the volumes are the
+        Task's (taskSpec.volumes). A Pipeline's tasks embed their Task (taskSpec); one that names a Task runs it
+        from elsewhere. tekton.dev/v1 steps hold their resources in computeResources."""
+        spec, path = self.get(self.doc, "", "spec")
+        v1 = group_version(self.doc) == "v1"
+        if self.kind in ("Task", "ClusterTask"):
+            self.tekton_task(spec, path, "", v1)
+        elif self.kind == "TaskRun":
+            node, tpath = self.get(spec, path, "taskSpec", required=False)
+            if node is not None:
+                self.tekton_task(node, tpath, "taskSpec", v1)
+        else:
+            if self.kind == "PipelineRun":
+                spec, path = self.get(spec, path, "pipelineSpec", required=False)
+                if spec is None:
+                    return  # a pipelineRef: the Pipeline is elsewhere
+            for key in ("tasks", "finally"):
+                tasks, tpath = self.get(spec, path, key, required=False)
+                for i, task in enumerate(listing(tasks, self.where, tpath)):
+                    task = mapping(task, self.where, f"{tpath}[{i}]")
+                    node = task.get("taskSpec")
+                    if node is not None:
+                        self.tekton_task(node, f"{tpath}[{i}].taskSpec", f"{key}[{task.get('name', i)}]", v1)
+
+    def tekton_task(self, node, path: str, role: str, v1: bool) -> None:
+        task = mapping(node, self.where, path)
+        steps = listing(task.get("steps"), self.where, f"{path}.steps")
+        if not steps:
+            return
+        sidecars = listing(task.get("sidecars"), self.where, f"{path}.sidecars")
+        self.pod_spec(task, path, role, containers=list(steps), container_paths=[f"{path}.steps[{i}]" for i in range(len(steps))],
+                      sidecars=sidecars, default_names=[f"step-{i}" for i in range(len(steps))],
+                      resources_key="computeResources" if v1 else "resources")
+
+    def pipeline_spec(self) -> None:
+        """A compiled Kubeflow Pipelines pipeline (KFP v2's IR YAML): each executor's container runs as a pod the
+        KFP backend makes at run time, so it is judged and its need told, with the kfp-kubernetes calls that size it
+        in the pipeline's code (a compiled file is recompiled from that code)."""
+        executors, path = self.get(self.doc["deploymentSpec"], "deploymentSpec", "executors")
+        for name, executor in mapping(executors, self.where, path).items():
+            container = dict_of(executor).get("container") if isinstance(executor, dict) else None
+            if not isinstance(container, dict):
+                continue  # an importer or a resolver: no container
+            resources = dict_of(container.get("resources"))
+            accelerator = dict_of(resources.get("accelerator"))
+            kind = accelerator.get("resourceType") or accelerator.get("type")
+            count = accelerator.get("resourceCount") or accelerator.get("count")
+            limits = {str(kind): str(count)} if kind and count is not None else {}
+            step = {"name": str(name), "image": container.get("image"), "command": container.get("command"),
+                    "args": container.get("args"), "resources": {"limits": limits}}
+            self.found.append(PodTemplate(
+                doc_index=self.index, obj=self.doc, name=f"pipeline {self.pipeline_name()} {name}",
+                path=f"{path}.{name}", spec={}, containers=[step], container_paths=[f"{path}.{name}.container"],
+                role=str(name), workload=BATCH,
+                told_only=("a Kubeflow Pipelines step: its pod is made when the pipeline runs; size it in the "
+                           "pipeline's code with kfp-kubernetes, kubernetes.empty_dir_mount(task, volume_name='dshm', "
+                           "mount_path='/dev/shm', medium='Memory', size_limit='{shm}') and "
+                           "task.set_memory_limit('{memory}'), and compile it again")))
+
+    def pipeline_name(self) -> str:
+        info = dict_of(self.doc.get("pipelineInfo"))
+        return str(info.get("name") or "?")
 
     def ray(self) -> None:
         spec, path = self.get(self.doc, "", "spec")
@@ -430,8 +610,8 @@ def pod_role(pod: dict) -> dict:
     labels = dict_of(meta.get("labels"))
     extra: dict[str, Any] = {}
     owners = list_of(meta.get("ownerReferences"))
-    if any(isinstance(o, dict) and o.get("kind") in SERVING_OWNERS for o in owners):
-        extra["workload"] = SERVING
+    if any(isinstance(o, dict) and o.get("kind") in LONG_RUNNING_OWNERS for o in owners):
+        extra["workload"] = LONG_RUNNING
     if any(str(label).startswith(TRAINING_LABELS) for label in labels) or labels.get("ray.io/node-type"):
         extra["workload"] = TRAINING
     spec = dict_of(pod.get("spec"))
@@ -454,15 +634,20 @@ def pod_role(pod: dict) -> dict:
 
 
 def workload_of(group: str | None, kind) -> str:
-    """TRAINING, BATCH, SERVING or OTHER for a kind (a Pod's own is refined by pod_role)."""
+    """What a kind runs (a Pod's own is refined by pod_role): TRAINING, BATCH, SERVING, NOTEBOOK, LONG_RUNNING, OTHER."""
     if (group == "kubeflow.org" and kind in KUBEFLOW_REPLICA_KEYS) or (group, kind) in (
             ("trainer.kubeflow.org", "TrainingRuntime"), ("trainer.kubeflow.org", "ClusterTrainingRuntime"),
             ("trainer.kubeflow.org", "TrainJob"), ("ray.io", "RayCluster"), ("ray.io", "RayJob"),
+            ("elastic.pytorch.org", "ElasticJob"),  # TorchElastic's controller
             ("mindxdl.gitee.com", "AscendJob")):  # Huawei MindCluster's training job (Ascend/mind-cluster)
         return TRAINING
     if (group, kind) in SERVING_KINDS or group == "serving.kserve.io":
         return SERVING
-    if (group, kind) in BATCH_KINDS or (group == "argoproj.io" and kind in ARGO_KINDS):
+    if (group, kind) in NOTEBOOK_KINDS:
+        return NOTEBOOK
+    if (group, kind) in LONG_RUNNING_KINDS:
+        return LONG_RUNNING
+    if (group, kind) in BATCH_KINDS or (group == "argoproj.io" and kind in ARGO_KINDS) or group == "tekton.dev":
         return BATCH
     return OTHER
 
@@ -535,19 +720,41 @@ def is_list(doc: dict) -> bool:
     return isinstance(kind, str) and kind.endswith("List") and isinstance(doc.get("items"), list)
 
 
-def find_templates(index: int, doc: dict) -> list[PodTemplate]:
-    """Every pod template in one document (a `kind: List` is searched item by item). ManifestError for a bad one."""
+def find_objects(index: int, doc: dict) -> tuple[list[PodTemplate], list[str]]:
+    """Every pod template in one document (a `kind: List` is searched item by item, a wrapper's objects by their
+    own kinds), and the paths of the Kubeflow Trainer TrainJobs in it ("" for the document itself), which have no
+    pod template. ManifestError for a bad one."""
     where = where_of(index, doc)
     if is_list(doc):
-        found = []
+        found, trainjobs = [], []
         for i, item in enumerate(doc["items"]):
             item = mapping(item, where, f"items[{i}]")
-            for template in Finder(index, item, f"{where} items[{i}] ({label_of(item)})").find():
+            finder = Finder(index, item, f"{where} items[{i}] ({label_of(item)})")
+            for template in finder.find():
                 template.path = f"items[{i}].{template.path}"
                 template.container_paths = [f"items[{i}].{p}" for p in template.container_paths]
+                template.prefix = f"items[{i}].{template.prefix}" if template.prefix else f"items[{i}]"
                 found.append(template)
-        return found
-    return Finder(index, doc, where).find()
+            trainjobs += [f"items[{i}].{p}" if p else f"items[{i}]" for p in finder.trainjobs]
+        return found, trainjobs
+    finder = Finder(index, doc, where)
+    return finder.find(), finder.trainjobs
+
+
+def find_templates(index: int, doc: dict) -> list[PodTemplate]:
+    """Every pod template in one document (see find_objects). ManifestError for a bad one."""
+    return find_objects(index, doc)[0]
+
+
+def at_path(doc, path: str):
+    """The node at a dotted path with [i] indices (`spec.trialTemplate.trialSpec`, `items[0]`), or None."""
+    node = doc
+    for part in path.split(".") if path else []:
+        key, _, index = part.partition("[")
+        node = node.get(key) if isinstance(node, dict) else None
+        for position in re.findall(r"(\d+)\]", "[" + index) if index else []:
+            node = node[int(position)] if isinstance(node, list) and int(position) < len(node) else None
+    return node
 
 
 def trainjob_runtime(doc: dict) -> str | None:

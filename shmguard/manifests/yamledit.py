@@ -176,6 +176,8 @@ class _Style(Record):
     step: int  # indentation of a mapping nested in a mapping
     sequence: int  # indentation of a block sequence under its key (0: `key:\n- item`)
     item: int = 2  # where an item starts after its dash (2: `- name`, 4: `-   name`)
+    key_quote: str = ""  # how keys are quoted when the document quotes every key ('"', "'"), else ""
+    value_quote: str = ""  # the same for string values
 
 
 def render_block(value: Any, indent: int, style: _Style) -> list[str]:
@@ -186,7 +188,7 @@ def render_block(value: Any, indent: int, style: _Style) -> list[str]:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise _Unsafe("a new key that is not a string")
-            head = f"{pad}{render_scalar(key)}:"
+            head = f"{pad}{render_scalar(key, style.key_quote)}:"
             if isinstance(item, dict) and item:
                 lines.append(head)
                 lines.extend(render_block(item, indent + style.step, style))
@@ -194,7 +196,7 @@ def render_block(value: Any, indent: int, style: _Style) -> list[str]:
                 lines.append(head)
                 lines.extend(render_block(item, indent + style.sequence, style))
             else:
-                lines.append(f"{head} {_inline(item)}")
+                lines.append(f"{head} {_inline(item, style.value_quote)}")
     elif isinstance(value, list):
         dash = "-" + " " * (style.item - 1)
         for item in value:
@@ -203,18 +205,38 @@ def render_block(value: Any, indent: int, style: _Style) -> list[str]:
                 inner[0] = f"{pad}{dash}{inner[0][indent + style.item:]}"
                 lines.extend(inner)
             else:
-                lines.append(f"{pad}{dash}{_inline(item)}")
+                lines.append(f"{pad}{dash}{_inline(item, style.value_quote)}")
     else:
         lines.append(pad + render_scalar(value))
     return lines
 
 
-def _inline(value: Any) -> str:
+def _literal_block(span: str, value: Any, newline: str) -> str | None:
+    """A new value for a literal block scalar (`|`, `|-`), written as one with the same header and indentation
+    (an Argo resource template's manifest stays a readable block), or None when it cannot be (another header, a
+    value that does not end as the header says, a first line that starts with a space)."""
+    if not isinstance(value, str) or "\n" not in span:
+        return None
+    header, _, body = span.partition("\n")
+    header = header.rstrip()
+    if header not in ("|", "|-") or not value or value[0] in " \t" or (header == "|") != value.endswith("\n"):
+        return None
+    if value.endswith("\n\n") or any(not ch.isprintable() for ch in value.replace("\n", "").replace("\t", "")):
+        return None
+    first = next((line for line in body.splitlines() if line.strip()), None)
+    if first is None:
+        return None
+    pad = first[: len(first) - len(first.lstrip(" "))]
+    lines = [pad + line if line else "" for line in value.removesuffix("\n").split("\n")]
+    return header + newline + newline.join(lines)
+
+
+def _inline(value: Any, quote: str = "") -> str:
     if isinstance(value, dict):
         return "{}"
     if isinstance(value, list):
         return "[]"
-    return render_scalar(value)
+    return render_scalar(value, quote if isinstance(value, str) else "")
 
 
 class _DocumentEditor:
@@ -267,10 +289,12 @@ class _DocumentEditor:
 
     def style(self) -> _Style:
         if self._style is None:
-            found = _find_style(self.text, self.root) if self.root is not None else (None, None, None)
+            found = _find_style(self.text, self.root) if self.root is not None else (None,) * 5
             fallback = self.file_style()
-            self._style = _Style(*(mine if mine is not None else theirs
-                                   for mine, theirs in zip(found, (fallback.step, fallback.sequence, fallback.item))))
+            theirs: tuple[Any, ...] = (fallback.step, fallback.sequence, fallback.item, fallback.key_quote,
+                                       fallback.value_quote)
+            values: list[Any] = [m if m is not None else t for m, t in zip(found, theirs)]
+            self._style = _Style(*values)
         return self._style
 
     def scalar(self, value: Any, style: str = "") -> str:
@@ -358,7 +382,8 @@ class _DocumentEditor:
             # A block scalar's span runs to the start of the next line, blank lines included: keep those.
             span = self.text[node.start:node.end]
             end = node.start + len(span.rstrip())
-            self.edits.append((node.start, end, render_scalar(value)))
+            literal = _literal_block(span, value, self.newline) if node.style == "|" else None
+            self.edits.append((node.start, end, literal if literal is not None else render_scalar(value)))
             return
         empty = node.start == node.end
         lead = " " if empty and self.text[node.start - 1:node.start] not in (" ", "\t") else ""
@@ -394,13 +419,13 @@ class _DocumentEditor:
             self._flow_insert(node, entry, "{", path)
             return
         indent = self.column(node.value[0][0].start)
-        head = f"{' ' * indent}{render_scalar(key)}:"
+        head = f"{' ' * indent}{render_scalar(key, self.style().key_quote)}:"
         if isinstance(value, (dict, list)) and value:
             style = self.style()
             lines = [head, *render_block(value, indent + (style.step if isinstance(value, dict) else style.sequence),
                                          style)]
         else:
-            lines = [f"{head} {_inline(value)}"]
+            lines = [f"{head} {_inline(value, self.style().value_quote)}"]
         self.lines_at(self.content_end(node), lines)
 
     def append_item(self, path: tuple, value: Any) -> None:
@@ -421,7 +446,7 @@ class _DocumentEditor:
             lines = render_block(value, dash + offset, self.style())
             lines[0] = " " * dash + "-" + " " * (offset - 1) + lines[0][dash + offset:]
         else:
-            lines = [" " * dash + "-" + " " * (offset - 1) + _inline(value)]
+            lines = [" " * dash + "-" + " " * (offset - 1) + _inline(value, self.style().value_quote)]
         self.lines_at(self.content_end(node), lines)
 
     def _flow_insert(self, node: Node, entry: str, opener: str, path: tuple) -> None:
@@ -439,64 +464,105 @@ class _DocumentEditor:
 
 def _anchor_uses(root: Node) -> tuple[dict[int, list[tuple]], dict[int, tuple], set[int]]:
     """Where each anchored node that aliases use appears: (node id -> every path it has in the data, its own
-    first), the path of its definition, and the anchored nodes a merge key (<<) uses (never edited in place)."""
+    first), the path of its definition, and the anchored nodes a merge key (<<) uses.
+
+    The data paths include those reached through another alias (an anchor nested in an anchored node,
+    `container: &c {volumeMounts: &m [...]}`, is used wherever *c is, as well as wherever *m is) and through a
+    merge key: a mapping that merges `<<: *t` uses t, and what t holds under the keys it does not write itself."""
     uses: dict[int, list[tuple]] = {}
     definitions: dict[int, tuple] = {}
     merged: set[int] = set()
-    stack: list[tuple[Node, tuple]] = [(root, ())]
+    # (node, its path in the data, whether it is written there (not reached through an alias), counted already,
+    # the keys not to follow (written in the mapping that merges it))
+    stack: list[tuple[Node, tuple, bool, bool, frozenset]] = [(root, (), True, False, frozenset())]
     while stack:
-        node, path = stack.pop()
+        node, path, written, counted, skip = stack.pop()
         if node.kind == ALIAS:
             uses.setdefault(id(node.value), []).append(path)
+            stack.append((node.value, path, False, True, skip))  # what the alias brings in, nested anchors too
             continue
-        if node.aliased:
-            uses.setdefault(id(node), []).insert(0, path)
+        if node.aliased and not counted:
+            uses.setdefault(id(node), []).append(path)
+        if node.aliased and written:
             definitions[id(node)] = path
         if node.kind == MAPPING:
+            own = frozenset(_key_data(k) for k, _v in node.value if _key_data(k) is not yamlio._MERGE_KEY)
             for key, value in node.value:
-                data = key.value.data if key.kind == ALIAS else key.data
+                data = _key_data(key)
                 if key.kind == SCALAR and data is yamlio._MERGE_KEY:
                     for source in value.value if value.kind == SEQUENCE else [value]:
-                        merged.add(id(source.value if source.kind == ALIAS else source))
+                        target = source.value if source.kind == ALIAS else source
+                        merged.add(id(target))
+                        if target.aliased:
+                            uses.setdefault(id(target), []).append(path)
+                        stack.append((target, path, False, True, own | skip))
                     continue
-                stack.append((value, path + (data,)))
+                if data in skip:
+                    continue
+                stack.append((value, path + (data,), written, False, frozenset()))
         elif node.kind == SEQUENCE:
-            stack.extend((item, path + (index,)) for index, item in enumerate(node.value))
+            stack.extend((item, path + (index,), written, False, frozenset()) for index, item in enumerate(node.value))
+    for key, paths in uses.items():  # the definition first, each path once
+        unique = list(dict.fromkeys(paths))
+        if key in definitions and definitions[key] in unique:
+            unique.remove(definitions[key])
+            unique.insert(0, definitions[key])
+        uses[key] = unique
     return uses, definitions, merged
 
 
+def _key_data(key: Node):
+    return key.value.data if key.kind == ALIAS else key.data
+
+
+def _child(node: Node, step) -> tuple[Node | None, Node | None]:
+    """The value of key (or item) step in a collection node as the data sees it, and the anchored merge source
+    it comes from when a merge key (<<) brings it in (the first source that has it, as YAML merges)."""
+    if node.kind == SEQUENCE:
+        return (node.value[step], None) if isinstance(step, int) and 0 <= step < len(node.value) else (None, None)
+    if node.kind != MAPPING:
+        return None, None
+    for key, value in node.value:
+        if _key_data(key) == step and _key_data(key) is not yamlio._MERGE_KEY:
+            return value, None
+    for key, value in node.value:
+        if key.kind == SCALAR and key.data is yamlio._MERGE_KEY:
+            for source in value.value if value.kind == SEQUENCE else [value]:
+                target = source.value if source.kind == ALIAS else source
+                found, through = _child(target, step)
+                if found is not None:
+                    return found, through or target
+    return None, None
+
+
 def _through_anchor(root: Node, container: tuple) -> tuple[Node, tuple] | None:
-    """The anchored node (with aliases) a change to the collection at `container` goes through, and the path of
-    that use; None when it goes through none. _Unsafe when it goes through two (nested anchors)."""
+    """The innermost anchored node (with aliases or merge keys using it) a change to the collection at
+    `container` goes through, and the path of that use; None when it goes through none. Editing that node once,
+    at its definition, changes every place it appears (see _anchor_uses)."""
     found: tuple[Node, tuple] | None = None
     node = root
     for depth in range(len(container) + 1):
-        if node.kind == ALIAS or node.aliased:
-            if found is not None:
-                raise _Unsafe(f"the change at {_path_text(container)} goes through two anchors (&{found[0].anchor} "
-                              f"and &{(node.value if node.kind == ALIAS else node).anchor})")
-            node = node.value if node.kind == ALIAS else node
+        if node.kind == ALIAS:
+            node = node.value
+        if node.aliased:
             found = (node, container[:depth])
         if depth == len(container):
             break
-        step = container[depth]
-        if node.kind == MAPPING:
-            pair = next((v for k, v in node.value if (k.value if k.kind == ALIAS else k).data == step), None)
-            if pair is None:
-                return found  # not in the text (a merge key brought it): the editor says so
-            node = pair
-        elif node.kind == SEQUENCE and isinstance(step, int) and 0 <= step < len(node.value):
-            node = node.value[step]
-        else:
-            return found
+        child, source = _child(node, container[depth])
+        if child is None:
+            return found  # not in the text: the editor says so
+        if source is not None and source.aliased:
+            found = (source, container[:depth])  # the merge source holds it: a change goes through it
+        node = child
     return found
 
 
-def _share_anchored(root: Node, ops: list[Op]) -> tuple[list[Op], set[int]]:
+def _share_anchored(root: Node, ops: list[Op], strict: bool = True) -> tuple[list[Op], set[int]]:
     """The operations with those that go through an anchored node folded into one edit at its definition, when
-    every use of it (the definition and each alias) gets the same change; and the nodes so folded.
-
-    _Unsafe when the uses of an anchored node would change differently (the document is re-dumped then)."""
+    the uses of it that change (the definition, each alias, each mapping that merges it) all get the same change;
+    and the nodes the folded edits may pass through (the anchored node, and any anchored node its definition sits
+    in). strict: every use must get that change (else _Unsafe); not strict, uses that do not change are let be,
+    for the caller to check the result (a merge key's user that writes the key itself)."""
     if not any(True for _ in _aliased_nodes(root)):
         return ops, set()
     uses, definitions, merged = _anchor_uses(root)
@@ -517,6 +583,7 @@ def _share_anchored(root: Node, ops: list[Op]) -> tuple[list[Op], set[int]]:
         relative = Op(op.kind, op.path[len(use):], op.key, op.value)
         per_use[id(node)].setdefault(use, []).append(relative)
     folded: list[Op] = []
+    passable: set[int] = set()
     for item in out:
         if isinstance(item, Op):
             folded.append(item)
@@ -525,13 +592,30 @@ def _share_anchored(root: Node, ops: list[Op]) -> tuple[list[Op], set[int]]:
         node, changes = anchors[target], per_use[target]
         first = next(iter(changes.values()))
         where = _path_text(definitions.get(target, ()))
-        if target in merged:
-            raise _Unsafe(f"{where} is anchored (&{node.anchor}) and a merge key (<<) uses it")
-        if set(changes) != set(uses.get(target, [])) or any(c != first for c in changes.values()):
-            raise _Unsafe(f"{where} is anchored (&{node.anchor}) and used through an alias elsewhere, and not every "
-                          f"use of it gets the same change")
+        if target not in definitions:
+            raise _Unsafe(f"the anchored node &{node.anchor} is not written where the change goes")
+        if any(c != first for c in changes.values()) or (strict and set(changes) != set(uses.get(target, []))):
+            how = "a merge key (<<) uses it" if target in merged else "used through an alias elsewhere"
+            raise _Unsafe(f"{where} is anchored (&{node.anchor}) and {how}, and not every use of it gets the same "
+                          f"change")
         folded += [Op(o.kind, definitions[target] + o.path, o.key, o.value) for o in first]
-    return folded, set(per_use)
+        passable.add(target)
+        passable.update(_anchored_on(root, definitions[target]))
+    return folded, passable
+
+
+def _anchored_on(root: Node, path: tuple) -> set[int]:
+    """The anchored nodes written on the way to path (an anchor defined inside another one's definition)."""
+    out: set[int] = set()
+    node = root
+    for step in path:
+        if node.aliased:
+            out.add(id(node))
+        if node.kind == MAPPING:
+            node = next((v for k, v in node.value if (k.value if k.kind == ALIAS else k).data == step), node)
+        elif node.kind == SEQUENCE and isinstance(step, int) and 0 <= step < len(node.value):
+            node = node.value[step]
+    return out
 
 
 def _aliased_nodes(root: Node) -> Iterator[Node]:
@@ -546,21 +630,32 @@ def _aliased_nodes(root: Node) -> Iterator[Node]:
             stack.extend(node.value)
 
 
-def _find_style(text: str, root: Node, budget: int = 5000) -> tuple[int | None, int | None, int | None]:
-    """How this document indents: (a mapping under its key, a sequence under its key, an item after its
-    dash), None where it has no example."""
+def _find_style(text: str, root: Node, budget: int = 5000) -> tuple:
+    """How this document indents and quotes: (a mapping under its key, a sequence under its key, an item after
+    its dash, the quote every key is written with, the quote every string value is written with), None where it
+    has no example; a quote is "" when the document writes some keys (values) plain or mixes quotes."""
     step = sequence = item = None
+    keys: set[str] = set()
+    values: set[str] = set()
     stack = [root]
-    while stack and budget and (step is None or sequence is None or item is None):
+    while stack and budget:
         budget -= 1
         node = stack.pop()
         if node.kind == SEQUENCE:
             stack.extend(node.value)
             if item is None and not node.flow and node.value and text.find("\n", node.start, node.value[0].start) < 0:
                 item = node.value[0].start - node.start
-        if node.kind != MAPPING or node.flow:
+            values.update(v.style for v in node.value if v.kind == SCALAR and isinstance(v.data, str) and
+                          v.style in ("", "'", '"'))
+        if node.kind != MAPPING:
             continue
         for key, value in node.value:
+            if key.kind == SCALAR:
+                keys.add(key.style)
+            if value.kind == SCALAR and isinstance(value.data, str) and value.style in ("", "'", '"'):
+                values.add(value.style)
+            if node.flow:
+                continue
             if value.kind in (MAPPING, SEQUENCE) and not value.flow and value.value:
                 if text.find("\n", key.end, value.start) < 0:
                     stack.append(value)
@@ -572,7 +667,11 @@ def _find_style(text: str, root: Node, budget: int = 5000) -> tuple[int | None, 
                 elif value.kind == SEQUENCE and sequence is None and col >= key_col:
                     sequence = col - key_col
                 stack.append(value)
-    return step, sequence, item
+            elif value.kind in (MAPPING, SEQUENCE):
+                stack.append(value)
+    key_quote = (next(iter(keys)) if len(keys) == 1 else "") if keys else None
+    value_quote = (next(iter(values)) if len(values) == 1 else "") if values else None
+    return step, sequence, item, key_quote, value_quote
 
 
 def edit_text(text: str, documents: list[Document], before: list, after: list) -> Edited:
@@ -589,13 +688,14 @@ def edit_text(text: str, documents: list[Document], before: list, after: list) -
 
     def file_style() -> _Style:
         if "style" not in cache:
-            seen: list[int | None] = [None, None, None]
+            seen: list = [None] * 5
             for document in documents:
                 if document.node is not None and None in seen:
                     found = _find_style(text, document.node)
                     seen = [mine if mine is not None else theirs for mine, theirs in zip(seen, found)]
-            step, sequence, item = seen
-            cache["style"] = _Style(step or 2, sequence if sequence is not None else 0, item or 2)
+            step, sequence, item, key_quote, value_quote = seen
+            cache["style"] = _Style(step or 2, sequence if sequence is not None else 0, item or 2, key_quote or "",
+                                    value_quote or "")
         return cache["style"]
 
     edits: list[tuple[int, int, str]] = []
@@ -608,14 +708,19 @@ def edit_text(text: str, documents: list[Document], before: list, after: list) -
         try:
             if document.node is None:
                 raise _Unsafe("it was empty")
-            editor = _DocumentEditor(text, document, newline, file_style, as_json)
-            ops, editor.shared = _share_anchored(document.node, ops)
-            for op in ops:
-                editor.apply(op)
-            doc_edits = sorted(editor.edits, key=lambda edit: edit[0])  # stable: same place keeps op order
-            for (_, end, _), (start, _, _) in zip(doc_edits, doc_edits[1:]):
-                if start < end:
-                    raise _Unsafe("two of its changes overlap in the text")
+            try:
+                doc_edits = _edit_document(text, document, ops, newline, file_style, as_json, strict=True)
+            except _Unsafe as exc:
+                if not any(True for _ in _aliased_nodes(document.node)):
+                    raise
+                # Anchors and merge keys: the changes that go through an anchored node are made once, at it, when
+                # the uses that change agree; the document is then read back to check it says what it should.
+                try:
+                    doc_edits = _edit_document(text, document, ops, newline, file_style, as_json, strict=False)
+                except _Unsafe:
+                    raise exc from None
+                if not _reads_back(text, document, doc_edits, new):
+                    raise exc from None
         except _Unsafe as exc:
             where = where_of(index, new) if isinstance(new, dict) else f"document {index + 1}"
             fallbacks.append(Fallback(index + 1, where, str(exc)))
@@ -631,6 +736,37 @@ def edit_text(text: str, documents: list[Document], before: list, after: list) -
         at = end
     pieces.append(text[at:])
     return Edited("".join(pieces), tuple(fallbacks), tuple(edits))
+
+
+def _edit_document(text: str, document: Document, ops: list[Op], newline: str, file_style, as_json: bool,
+                   strict: bool) -> list[tuple[int, int, str]]:
+    """The text edits of one document's operations, sorted; _Unsafe when one cannot be placed safely."""
+    assert document.node is not None  # an empty document is re-dumped before this
+    editor = _DocumentEditor(text, document, newline, file_style, as_json)
+    ops, editor.shared = _share_anchored(document.node, ops, strict)
+    for op in ops:
+        editor.apply(op)
+    doc_edits = sorted(editor.edits, key=lambda edit: edit[0])  # stable: same place keeps op order
+    for (_, end, _), (start, _, _) in zip(doc_edits, doc_edits[1:]):
+        if start < end:
+            raise _Unsafe("two of its changes overlap in the text")
+    return doc_edits
+
+
+def _reads_back(text: str, document: Document, edits: list[tuple[int, int, str]], wanted: Any) -> bool:
+    """Whether the document, edited, reads back as the data wanted (checks an edit made through anchors and merge
+    keys that the uses did not all ask for)."""
+    pieces, at = [], document.start
+    for start, end, replacement in edits:
+        pieces.append(text[at:start])
+        pieces.append(replacement)
+        at = end
+    pieces.append(text[at:document.end])
+    try:
+        got = yamlio.compose("".join(pieces), "the edited document")
+    except Exception:  # noqa: BLE001 - any failure to read it back means the edit is not the one wanted
+        return False
+    return len(got) == 1 and got[0].data == wanted
 
 
 def _redump(text: str, document: Document, data: Any, newline: str, as_json: bool = False) -> tuple[int, int, str]:

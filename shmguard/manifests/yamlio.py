@@ -332,7 +332,9 @@ def _finish_mapping(node: Node, children: list) -> None:
                 target = source.value if source.kind == ALIAS else source
                 if target.kind != MAPPING:
                     raise _Refused("a merge key (<<) needs a mapping or a list of mappings", source.start)
-                for k, v in target.data.items():
+                # source.data: an alias's own copy, so that the merged values are this mapping's, as an alias's are
+                # (a mount added to a container merged in here must not appear in the anchored one unseen).
+                for k, v in source.data.items():
                     data.setdefault(k, v)
     merged = set(data) if node.merged else ()
     written: set = set()

@@ -394,8 +394,9 @@ def test_27_7_patch_dataset_sizes_the_job_render_dataset_sizes(tmp_path, capsys)
     path = tmp_path / "job.yaml"
     path.write_text(MANIFEST)
     assert main(["patch", *options, "--json", "-i", str(path)]) == 0
-    err = capsys.readouterr().err  # the measurement's line, then the one JSON object
-    (template,) = [t for t in json.loads(err[err.index("\n{") + 1:])["files"][0]["templates"] if t["status"] == "changed"]
+    report = json.loads(capsys.readouterr().err)  # one JSON object, the measurement's line inside it (issue 42.6)
+    assert report["notes"] and all(isinstance(n, str) for n in report["notes"])
+    (template,) = [t for t in report["files"][0]["templates"] if t["status"] == "changed"]
     patched = list(yaml.safe_load_all(path.read_text()))[1]["spec"]["template"]["spec"]
     assert patched["volumes"][0]["emptyDir"] == rendered["volumes"][0]["emptyDir"]
     assert template["needs"] == {"shm": rendered["volumes"][0]["emptyDir"]["sizeLimit"],
