@@ -40,7 +40,7 @@ from shmguard.job import ENV_VARS, env_values, make_job
 from shmguard.jsonout import stamp
 from shmguard.record import Record
 from shmguard.terminal import printable
-from shmguard.units import KIB, MIB
+from shmguard.units import KIB, MIB, format_size
 
 POD_HINT = re.compile(r'^\s*kind:\s*["\']?(Pod|List)["\']?\s*$|"kind"\s*:\s*"(Pod|List)"', re.MULTILINE)
 TMPFS_SIZE = re.compile(r"(?:^|,)size=([^,]+)")
@@ -99,9 +99,22 @@ def container_shm(attrs: dict) -> tuple[int | None, bool]:
     return (int(size) if isinstance(size, int) and size > 0 else None), False
 
 
-def container_evidence(attrs: dict, logs: str, flag_values: dict, shm_growths: tuple = ()) -> Evidence:
+def recorded_growths(attrs: dict, host: str | None) -> tuple[tuple, tuple]:
+    """The growths `shmguard run` recorded for this container on this engine (engine.growths): those of its current
+    run, and those of an earlier run when it was restarted since (its /dev/shm is then back at its created size)."""
+    from shmguard.engine import client, growths
+
+    container_id, engine = str(attrs.get("Id") or ""), client.address(host)
+    started = (attrs.get("State") or {}).get("StartedAt")
+    started = started if isinstance(started, str) else None
+    return growths.load(container_id, engine, started), growths.earlier(container_id, engine, started)
+
+
+def container_evidence(attrs: dict, logs: str, flag_values: dict, shm_growths: tuple = (),
+                       earlier_growths: tuple = ()) -> Evidence:
     """Evidence from a container's `docker inspect` and its log, and the growths of its /dev/shm under `shmguard run`
-    (engine.growths: the engine never learns of them, so its ShmSize is the size the container started with)."""
+    (engine.growths: the engine never learns of them, so its ShmSize is the size the container started with); the
+    growths of an earlier run (restarted since: the remount is gone) are only noted."""
     state = attrs.get("State") or {}
     host = attrs.get("HostConfig") or {}
     config = attrs.get("Config") or {}
@@ -112,6 +125,10 @@ def container_evidence(attrs: dict, logs: str, flag_values: dict, shm_growths: t
     shm, unbounded = container_shm(attrs)
     if shm_growths:
         shm = shm_growths[-1].to_bytes
+    elif earlier_growths:
+        notes.append(f"its /dev/shm grew under an earlier `shmguard run` of it (to "
+                     f"{format_size(earlier_growths[-1].to_bytes)}); restarted since, it is back at the size it was "
+                     f"created with")
     started = state.get("Status") not in ("created",)
     memory = host.get("Memory")
     command = config.get("Cmd")
@@ -466,10 +483,8 @@ def explain(container: str | None, flag_values: dict, stdin: Any, host: str | No
         if any(v is not None and v is not False for k, v in stdin_facts.items() if k != "platform"):
             raise UsageError("--shm-size, --memory-limit, --exit-code and --oom-killed describe a log on stdin; "
                              "a container's come from the engine")
-        from shmguard.engine import growths
-
         attrs, logs = read_container(container, host, tail)
-        evidence = container_evidence(attrs, logs, flag_values, growths.load(str(attrs.get("Id") or "")))
+        evidence = container_evidence(attrs, logs, flag_values, *recorded_growths(attrs, host))
         name = str(attrs.get("Name") or container).lstrip("/")
         text, code = report("container", name, [(name, evidence)], as_json)
     else:

@@ -157,7 +157,15 @@ def result_json(result, plan) -> dict[str, Any]:
             "diagnosis": result.diagnosis.as_dict() if result.diagnosis else None,
             "interrupted": result.interrupted, "removed": result.removed, "engine_note": result.engine_note,
             "elastic": {**elastic_json(plan), "note": result.elastic_note}, "shm_final_bytes": result.shm_final,
-            "shm_growths": [growth.json() for growth in result.shm_growths], "shm_next_bytes": result.shm_next}
+            "shm_growths": [growth.json() for growth in result.shm_growths], "shm_next_bytes": result.shm_next,
+            "shm_mount": shm_mount_json(result.shm_mount)}
+
+
+def shm_mount_json(shm) -> dict[str, Any] | None:
+    """What is at /dev/shm when it is not the container's own tmpfs (container_shm.ContainerShm), else None."""
+    if shm is None:
+        return None
+    return {"kind": shm.kind, "what": shm.describe(), "tmpfs": shm.tmpfs}
 
 
 def elastic_json(plan) -> dict[str, Any]:
@@ -174,6 +182,13 @@ def report_lines(result) -> list[str]:
 
     lines = []
     size = result.shm_final or result.shm_size  # after its growths, if it grew
+    mount = result.shm_mount
+    if mount is not None:  # not the tmpfs shmguard sized: said as what it is
+        lines.append(f"shmguard: /dev/shm was {mount.describe()}, not the container's own tmpfs: the size shmguard "
+                     f"planned did not apply")
+        if not mount.tmpfs:
+            lines.append("shmguard: peak /dev/shm not measured: it is not a tmpfs, and its filesystem's use is "
+                         "everything else's on it too")
     if result.peak_shm is not None:
         pct = f" ({100 * result.peak_shm / size:.0f}%)" if size else ""
         if result.peak_lower_bound:

@@ -25,6 +25,14 @@ class ContainerUnreadable(ShmguardError):
     """The engine answers but cannot give the container (not there, or an API error)."""
 
 
+DEFAULT_ADDRESS = "unix:///var/run/docker.sock"  # docker-py's, without DOCKER_HOST
+
+
+def address(host: str | None = None) -> str:
+    """The address shmguard reaches the engine at: `host`, else DOCKER_HOST, else the local socket."""
+    return host or os.environ.get("DOCKER_HOST") or DEFAULT_ADDRESS
+
+
 def where(host: str | None) -> str:
     return host or os.environ.get("DOCKER_HOST") or "the local socket (DOCKER_HOST is not set)"
 

@@ -57,6 +57,9 @@ class ElasticSampler:
         self.final: dict = {}
         self.samples = 0
         self.ready = threading.Event()  # the sampler samples (or gave up)
+        self.died: str | None = None  # how the sampler process ended before run stopped it (killed, OOM...)
+        self.fallback: Any = None  # then: a plain peak sampler that watches /dev/shm for the rest of the run
+        self._stopping = False
         self._proc: Any = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -92,14 +95,48 @@ class ElasticSampler:
             self._proc.stdin.write(json.dumps(self.config) + "\n")
             self._proc.stdin.flush()
         except (OSError, ValueError):
-            self.ready.set()  # the sampler is gone: nothing to wait for
+            self.ready.set()  # the sampler is gone: nothing to wait for (its reader says how it ended)
+        self._watch_if_dead()
         return self
 
     def _read(self, proc) -> None:
         try:
             self._read_lines(proc)
+            self._ended(proc)
         finally:
             self.ready.set()
+
+    def _ended(self, proc) -> None:
+        """The sampler's output ended. Without its last line and before run stopped it, it died (kill -9, the OOM killer
+        under the host pressure a growing tmpfs makes): /dev/shm no longer grows. Said on stderr, and /dev/shm is
+        watched from here on by a plain sampler, so that the run still reports a peak (issue 43.7)."""
+        import signal
+        import subprocess
+
+        if self.final or self._stopping:
+            return
+        try:
+            code = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            return  # its output closed but it runs: not dead; stop() ends it
+        try:
+            how = f"was killed ({signal.Signals(-code).name})" if code < 0 else f"ended (exit {code})"
+        except ValueError:
+            how = f"was killed (signal {-code})"
+        self.died = f"its sampler process {how}: /dev/shm no longer grows, and is only watched from here on"
+        self.stopped = f"elastic /dev/shm stopped: {self.died}"
+        self.say(f"shmguard: {self.stopped}")
+        self._watch_if_dead()
+
+    def _watch_if_dead(self) -> None:
+        """Once the sampler died and the container is known: a plain peak sampler on its /dev/shm, started once."""
+        from shmguard.engine.peak import ProcessPeakSampler
+
+        with self._lock:
+            if self.died is None or not self.config or self.fallback is not None or self._stopping:
+                return
+            self.fallback = ProcessPeakSampler(f"/proc/{int(self.config['pid'])}/root/dev/shm", self.interval)
+        self.fallback.start()
 
     def _read_lines(self, proc) -> None:
         for line in proc.stdout:
@@ -150,6 +187,8 @@ class ElasticSampler:
             if not event.get("gone"):
                 self.stopped = f"elastic /dev/shm stopped: {event.get('reason')}"
                 self.say(f"shmguard: {self.stopped}")
+        elif kind == "peak":  # the peak so far (within 1/64), so that a sampler that dies leaves it behind
+            self.peaks["shm"] = max(self.peaks["shm"] or 0, int(event["peak"]))
         elif "samples" in event:
             self.final = event
             self.samples = int(event.get("samples") or 0)
@@ -160,6 +199,13 @@ class ElasticSampler:
         """Close the sampler's stdin (it prints its last line and exits), wait for the reader; kill it if it hangs."""
         import subprocess
 
+        self._stopping = True
+        with self._lock:
+            fallback, self.fallback = self.fallback, None
+        if fallback is not None:
+            fallback.stop()
+            if fallback.peaks["shm"] is not None:
+                self.peaks["shm"] = max(self.peaks["shm"] or 0, fallback.peaks["shm"])
         proc, self._proc = self._proc, None
         if proc is None:
             return
@@ -183,23 +229,6 @@ class ElasticSampler:
 
 
 # --- run's glue ---------------------------------------------------------------------------------------
-
-def shm_target(options) -> str | None:
-    """A user's volume, bind or tmpfs at /dev/shm or above it (/dev), as given, which makes /dev/shm not the
-    container's own tmpfs. Paths are compared as the engine cleans them (`/dev//shm/` is /dev/shm); the container's
-    mountinfo decides once it runs (container_shm)."""
-    from shmguard.engine.flags import clean_path, covers_shm, parse_mount
-
-    for volume in options.volumes:
-        parts = volume.split(":")
-        if len(parts) > 1 and parts[1].startswith("/") and covers_shm(clean_path(parts[1])):
-            return f"-v {volume}"
-    for mount in options.mounts:
-        spec = parse_mount(mount) if isinstance(mount, str) else mount
-        if covers_shm(spec.target):
-            return f"--mount {spec.text()}"
-    return None
-
 
 def remote_engine(docker_host: str | None) -> str | None:
     """The engine's address when it is not a socket on this host (tcp://, ssh://), else None."""
@@ -230,6 +259,7 @@ def privileged(status_text: str | None = None) -> bool:
 def run_status(options, environ=None) -> Any:
     """Whether elastic /dev/shm is on for this run (elastic_policy.status, from the options and this host)."""
     from shmguard.engine.elastic_policy import status
+    from shmguard.engine.plan import shm_target
 
     environ = os.environ if environ is None else environ
     return status(options.elastic, detach=options.detach, ipc_host=options.ipc_host, shm_target=shm_target(options),
@@ -262,21 +292,24 @@ def raise_memory_of(container) -> Callable[[int], str | None]:
 def prepare(plan, container, say: Callable[[str], None]) -> ElasticSampler:
     """The elastic sampler for a created container, spawned before its start (`begin` tells it to watch)."""
     from shmguard import model
-    from shmguard.engine import growths
+    from shmguard.engine import client, growths
 
     job = plan.job
     policy = Policy(batch_bytes=model.batch_segment_bytes(job) if job.workers else 0,
                     memory_pinned=plan.options.memory is not None)
 
+    engine = client.address()
+
     def record(items: list) -> None:
+        started = (container.attrs.get("State") or {}).get("StartedAt")  # this run's (begin reloaded it)
         try:
-            growths.save(container.id, container.name, items)
+            growths.save(container.id, container.name, items, engine, started if isinstance(started, str) else None)
         except (OSError, ValueError):
             pass  # explain will not know of it; the run itself is not affected
 
-    try:  # the records of containers removed since a --keep run
-        if os.listdir(growths.record_dir()):
-            growths.prune([c["Id"] for c in container.client.api.containers(all=True, quiet=True)])
+    try:  # the records of this engine's containers removed since a --keep run
+        if os.listdir(os.path.join(growths.record_dir(), growths.engine_folder(engine))):
+            growths.prune([c["Id"] for c in container.client.api.containers(all=True, quiet=True)], engine)
     except Exception:
         pass
     return ElasticSampler(policy, say, raise_memory_of(container), record).spawn()

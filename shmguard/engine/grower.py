@@ -19,6 +19,7 @@ from shmguard.engine.ledger import DEFAULT_DIR, Ledger, uncoordinated
 from shmguard.engine.remount import gone, load_libc, open_process, remount
 from shmguard.probe.cgroup import parse_memory_stat
 from shmguard.record import Record
+from shmguard.units import MIB
 
 RAISE_POLL = 0.005  # seconds between looks at the cgroup while the engine raises the memory limit
 RAISE_TIMEOUT = 30.0  # seconds after which an unanswered raise counts as refused
@@ -145,6 +146,8 @@ class Grower:
         self.capped_said = False
         self.stopped = False
         self.size = 0  # the last size seen
+        self.peak = 0  # the most used bytes read, and the last of them said (`peak` events: run keeps them)
+        self.peak_said = 0
         self.memory: Memory | None = None
         self.memory_at = float("-inf")
         self.first = True
@@ -157,6 +160,11 @@ class Grower:
         """Handle a reading; returns the time to the next one while the use is far enough below the threshold
         (next_wait), else None: the sampler's own interval."""
         self.size = size
+        if used > self.peak:
+            self.peak = used
+            if used >= self.peak_said + max(MIB, self.peak_said // 64):  # said as it rises, a few dozen times a run
+                self.peak_said = used
+                self.emit({"event": "peak", "peak": used})
         if self.stopped:
             return None
         slow = None if self.first else next_wait(used, size, self.threshold)

@@ -3,9 +3,10 @@
 The engine never learns of a remount: `docker inspect` still says the size the container
 was created with. So that `shmguard explain` can tell, after the run, that a kept
 container's /dev/shm grew (and to what), `run` keeps a record of the growths on the host,
-one JSON file per container id under $XDG_STATE_HOME/shmguard/elastic/ (default
-~/.local/state/shmguard/elastic/), written at each growth; it is removed with the
-container (and, at the next elastic run, when its container is gone). Standard library only.
+one JSON file per container id under $XDG_STATE_HOME/shmguard/elastic/ENGINE/ (default
+~/.local/state/shmguard/elastic/ENGINE/, one folder per engine address), written at each
+growth with the container's start time; it is removed with the container (and, at the next
+elastic run against the same engine, when its container is gone). Standard library only.
 """
 
 from __future__ import annotations
@@ -100,42 +101,77 @@ def record_dir(environ=None) -> str:
     return os.path.join(state, "shmguard", "elastic")
 
 
-def record_path(container_id: str, environ=None) -> str:
+def engine_folder(address: str) -> str:
+    """The folder of one engine's records, from its address (DOCKER_HOST): a container id is the engine's own, and an
+    elastic run against Docker must never prune the records of containers kept under Podman (issue 44.6). A socket
+    is named by its real path (/var/run/docker.sock and /run/docker.sock are one engine)."""
+    import hashlib
+
+    scheme, sep, rest = address.partition("://")
+    if not sep:
+        scheme, rest = "unix", address
+    if scheme in ("unix", "http+unix"):
+        scheme, rest = "unix", os.path.realpath("/" + rest.lstrip("/"))
+    canonical = f"{scheme}://{rest.rstrip('/')}"
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", os.path.basename(rest.rstrip("/")) or scheme)[:40]
+    return f"{readable}-{hashlib.sha256(canonical.encode()).hexdigest()[:12]}"
+
+
+def record_path(container_id: str, engine: str, environ=None) -> str:
     if not CONTAINER_ID.match(container_id or ""):
         raise ValueError(f"not a container id: {container_id!r}")
-    return os.path.join(record_dir(environ), f"{container_id}.json")
+    return os.path.join(record_dir(environ), engine_folder(engine), f"{container_id}.json")
 
 
-def save(container_id: str, name: str | None, growths: list[Growth], environ=None) -> None:
-    """Write the container's growths so far (atomically: a reader sees the old list or the new one)."""
+def save(container_id: str, name: str | None, growths: list[Growth], engine: str, started: str | None = None,
+         environ=None) -> None:
+    """Write the container's growths so far (atomically: a reader sees the old list or the new one). `started`: the
+    engine's StartedAt of the run they happened in (a restart mounts a fresh /dev/shm at the created size)."""
     from shmguard.files import write_atomic
 
-    path = record_path(container_id, environ)
+    path = record_path(container_id, engine, environ)
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    write_atomic(path, json.dumps({"container_id": container_id, "name": name,
+    write_atomic(path, json.dumps({"container_id": container_id, "name": name, "engine": engine, "started_at": started,
                                    "shm_growths": [g.json() for g in growths]}))
 
 
-def load(container_id: str, environ=None) -> tuple[Growth, ...]:
-    """The growths `run` recorded for this container; () when none (or a record that cannot be read)."""
+def _read(container_id: str, engine: str, environ=None) -> tuple[tuple[Growth, ...], str | None]:
     try:
-        with open(record_path(container_id, environ)) as f:
+        with open(record_path(container_id, engine, environ)) as f:
             data = json.load(f)
-        return tuple(Growth.from_json(item) for item in data["shm_growths"])
-    except (OSError, ValueError, KeyError, TypeError):
+        started = data.get("started_at")
+        return tuple(Growth.from_json(item) for item in data["shm_growths"]), started if isinstance(started, str) else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return (), None
+
+
+def load(container_id: str, engine: str, started: str | None = None, environ=None) -> tuple[Growth, ...]:
+    """The growths `run` recorded for this container in its current run (`started`: the engine's StartedAt now); ()
+    when none, when they were of an earlier run (issue 43.9: `docker start` after --keep mounts a fresh /dev/shm at
+    the created size), or when the record cannot be read."""
+    growths, recorded = _read(container_id, engine, environ)
+    if recorded is not None and started is not None and recorded != started:
         return ()
+    return growths
 
 
-def remove(container_id: str, environ=None) -> None:
+def earlier(container_id: str, engine: str, started: str | None, environ=None) -> tuple[Growth, ...]:
+    """The growths of an earlier run of this container (restarted since), for explain to say so; () when none."""
+    growths, recorded = _read(container_id, engine, environ)
+    return growths if recorded is not None and started is not None and recorded != started else ()
+
+
+def remove(container_id: str, engine: str, environ=None) -> None:
     try:
-        os.unlink(record_path(container_id, environ))
+        os.unlink(record_path(container_id, engine, environ))
     except (OSError, ValueError):
         pass
 
 
-def prune(existing_ids, environ=None) -> None:
-    """Remove the records of containers that are gone (removed after a --keep run)."""
-    folder = record_dir(environ)
+def prune(existing_ids, engine: str, environ=None) -> None:
+    """Remove the records of this engine's containers that are gone (removed after a --keep run); other engines'
+    records are theirs to prune."""
+    folder = os.path.join(record_dir(environ), engine_folder(engine))
     try:
         names = os.listdir(folder)
     except OSError:
@@ -144,4 +180,4 @@ def prune(existing_ids, environ=None) -> None:
     for file_name in names:
         container_id = file_name.removesuffix(".json")
         if file_name.endswith(".json") and CONTAINER_ID.match(container_id) and container_id not in alive:
-            remove(container_id, environ)
+            remove(container_id, engine, environ)

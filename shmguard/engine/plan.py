@@ -165,6 +165,10 @@ def make_plan(job, options: RunOptions, host_memory: int | None = None, environ=
     if options.ipc_host:
         warnings.append("--ipc host: the host's /dev/shm is used and its pages may be charged outside the container's "
                         "memory limit; --shm-size does not apply")
+    if host_memory is not None and shm > host_memory and options.shm_size is not None:  # the user's size, not the job's
+        raise UsageError(f"--shm-size {format_size(shm)} is more than the {format_size(host_memory)} of memory the Docker "
+                         f"host has in all: leave it out (shmguard sizes /dev/shm for the job: "
+                         f"{docker_size(sizing.shm_size(job))}) or give less")
     if host_memory is not None and shm > host_memory:
         raise RunError(f"the job needs {format_size(shm)} of /dev/shm but the Docker host has {format_size(host_memory)} "
                        f"of memory in all; lower --batch-size, --workers or --prefetch-factor")
@@ -242,14 +246,33 @@ def resource_kwargs(options: RunOptions, mem_limit: int | None) -> dict[str, Any
     return flags.create_kwargs(values)
 
 
+def shm_target(options: RunOptions) -> str | None:
+    """A user's volume, bind or tmpfs at /dev/shm or above it (/dev), as given, which makes /dev/shm not the
+    container's own tmpfs (the engine then does not mount the one --shm-size sizes). Paths are compared as the
+    engine cleans them (`/dev//shm/` is /dev/shm); once the container runs, its mountinfo decides
+    (engine.container_shm)."""
+    for volume in options.volumes:
+        parts = volume.split(":")
+        if len(parts) > 1 and parts[1].startswith("/") and flags.covers_shm(flags.clean_path(parts[1])):
+            return f"-v {volume}"
+    for mount in options.mounts:
+        spec = flags.parse_mount(mount) if isinstance(mount, str) else mount
+        if flags.covers_shm(spec.target):
+            return f"--mount {spec.text()}"
+    return None
+
+
 def describe(plan: RunPlan) -> list[str]:
     job = plan.job
+    target = shm_target(plan.options)
+    shm = (f"/dev/shm: {target} is mounted there, so the {format_size(plan.shm_bytes)} shmguard sizes does not apply"
+           if target else f"/dev/shm: {format_size(plan.shm_bytes)}")
     lines = [
         f"job: {job.procs_per_node} x DataLoader(num_workers={job.workers}, batch_size={job.batch_size}, "
         f"prefetch_factor={job.prefetch_factor}) of {format_size(job.batch_bytes)} batches"
         + (f", each {model.segments_per_batch(job)} shared-memory segments taking "
            f"{format_size(model.batch_segment_bytes(job))} of /dev/shm" if model.segments_per_batch(job) > 2 else ""),
-        f"/dev/shm: {format_size(plan.shm_bytes)} (the job needs {format_size(plan.required_shm)} at its peak)",
+        f"{shm} (the job needs {format_size(plan.required_shm)} at its peak)",
     ]
     if nccl.local_ranks(job):
         lines.append(nccl.describe(job))
@@ -261,11 +284,13 @@ def describe(plan: RunPlan) -> list[str]:
 
 
 def post_mortem(exit_code: int, logs_tail: str, oom_killed: bool, plan: RunPlan,
-                shm_peak: int | None = None) -> Diagnosis | None:
+                shm_peak: int | None = None, shm_unbounded: bool = False) -> Diagnosis | None:
     """What killed the job, with the fix (shmguard.diagnosis, as `shmguard explain`); None when the job ended well
-    or nothing in the evidence says why (its own error is in the log just printed)."""
+    or nothing in the evidence says why (its own error is in the log just printed). `shm_unbounded`: the container's
+    /dev/shm turned out to be the host's (as under --ipc host)."""
+    unbounded = plan.options.ipc_host or shm_unbounded
     evidence = Evidence(exit_code=exit_code, oom_killed=oom_killed, logs=logs_tail,
-                        shm_size=None if plan.options.ipc_host else plan.shm_bytes, shm_unbounded=plan.options.ipc_host,
+                        shm_size=None if unbounded else plan.shm_bytes, shm_unbounded=unbounded,
                         shm_peak=shm_peak, memory_limit=plan.mem_limit, job=plan.job, platform="run",
                         command=shlex.join(plan.options.command) or "its default command")
     found = diagnose(evidence)

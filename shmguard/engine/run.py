@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from shmguard.diagnosis import Diagnosis
-from shmguard.engine import elastic, growths
+from shmguard.engine import container_shm, elastic, growths
 from shmguard.engine.follow import Output, engine_answers, follow, is_engine_loss, lost_engine
 from shmguard.engine.interactive import attach_stream, pump_stdin, raw_terminal
 from shmguard.engine.peak import PeakSampler, ProcessPeakSampler
@@ -259,6 +259,13 @@ def host_shm_path(engine_info: dict, container) -> str | None:
     return path if os.path.isdir(path) else None
 
 
+def engine_address() -> str:
+    """The engine's address (DOCKER_HOST, else the local socket): what `connect` reaches, and the growth records' key."""
+    from shmguard.engine import client
+
+    return client.address()
+
+
 def connect():
     from shmguard.engine import client
 
@@ -326,6 +333,31 @@ class RunResult(Record):
     shm_growths: tuple = ()  # growths.Growth, in order
     shm_next: int | None = None  # the /dev/shm to start with next time, after growths
     elastic_note: str | None = None  # why /dev/shm stopped growing, or could not grow for this container
+    shm_mount: Any = None  # container_shm.ContainerShm when /dev/shm is not the container's own tmpfs (a user's, the host's)
+
+
+class SeenShm(Record):
+    """What is at a running container's /dev/shm, and the size of that filesystem."""
+
+    shm: Any  # container_shm.ContainerShm
+    size: int | None  # statvfs's size (a disk's, when it is not a tmpfs); None: not readable
+
+
+def mounted_shm(container) -> SeenShm | None:
+    """What is really mounted at the running container's /dev/shm (its mountinfo and the host's), or None when its
+    processes cannot be read from here (an engine elsewhere, or it ended already)."""
+    pid = container_pid(container)
+    if not pid:
+        return None
+    try:
+        shm = container_shm.read(pid, container.id)
+    except OSError:
+        return None
+    try:
+        size: int | None = read_tmpfs(f"/proc/{pid}/root/dev/shm").size
+    except OSError:
+        size = None
+    return SeenShm(shm=shm, size=size)
 
 
 def local_image(client, name: str, pull: str | None = None, err=None):
@@ -375,18 +407,38 @@ def start(container, plan: RunPlan) -> None:
     try:
         container.start()
     except docker.errors.APIError as exc:
-        hint = ""
-        if "rlimit" in str(exc) and plan.nofile:
-            hint = (f" (the open-file limit {plan.nofile} the job needs is above the engine's own; raise dockerd's "
-                    f"LimitNOFILE, or use --sharing-strategy file_system)")
-        text = str(exc.explanation or exc)
-        if "could not select device driver" in text:
-            raise RunError(f"--gpus: the Docker engine cannot give this container GPUs ({text}): the host has no GPU, "
-                           f"or no NVIDIA Container Toolkit registered with the engine") from None
-        # As `docker run`: 127 when the command is not found, 126 when it cannot be invoked.
-        code = 127 if ("executable file not found" in text or "no such file or directory" in text) else (
-            126 if "permission denied" in text else EXIT_RUN_FAILED)
-        raise RunError(f"the container did not start: {text}{hint}", exit_code=code) from None
+        raise did_not_start(exc, plan) from None
+
+
+def attach(container, plan: RunPlan):
+    """Attach to the created container before its start, as `docker run` does: (the output stream, the stdin socket
+    or None). Podman prepares the container at attach (its user, its working directory…) and refuses there with a 409
+    what Docker refuses at start: the same one line, the same exit code (issue 44.7)."""
+    import docker
+
+    opts = plan.options
+    try:
+        if opts.interactive and not opts.detach:  # -i: stdin, stdout and stderr on one socket (interactive.py)
+            return attach_stream(container, opts.tty)
+        return container.attach(stdout=True, stderr=True, stream=True, logs=False, demux=True), None
+    except docker.errors.APIError as exc:
+        raise did_not_start(exc, plan) from None
+
+
+def did_not_start(exc, plan: RunPlan) -> RunError:
+    """The engine's refusal to start (or to prepare) a container, as `docker run` says it, with its exit code."""
+    hint = ""
+    if "rlimit" in str(exc) and plan.nofile:
+        hint = (f" (the open-file limit {plan.nofile} the job needs is above the engine's own; raise dockerd's "
+                f"LimitNOFILE, or use --sharing-strategy file_system)")
+    text = str(exc.explanation or exc)
+    if "could not select device driver" in text:
+        return RunError(f"--gpus: the Docker engine cannot give this container GPUs ({text}): the host has no GPU, "
+                        f"or no NVIDIA Container Toolkit registered with the engine")
+    # As `docker run`: 127 when the command is not found, 126 when it cannot be invoked.
+    code = 127 if ("executable file not found" in text or "no such file or directory" in text) else (
+        126 if "permission denied" in text else EXIT_RUN_FAILED)
+    return RunError(f"the container did not start: {text}{hint}", exit_code=code)
 
 
 def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
@@ -415,6 +467,7 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
     watcher: Any = None
     elastic_sampler: Any = None
     elastic_note = None
+    seen: SeenShm | None = None
     lower_bound = False
     output = Output(out, err, maskers=output_maskers(plan))
     note = None
@@ -431,11 +484,7 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
         hold.release()
         # Attached before the start, as `docker run` does: all the output comes live, and no log replay is asked
         # for (an engine whose log driver cannot be read, `none`, answers a replay with an error in the stream).
-        stdin_socket = None
-        if opts.interactive and not opts.detach:  # -i: stdin, stdout and stderr on one socket (interactive.py)
-            stream, stdin_socket = attach_stream(container, opts.tty)
-        else:
-            stream = container.attach(stdout=True, stderr=True, stream=True, logs=False, demux=True)
+        stream, stdin_socket = attach(container, plan)
         if plan.elastic is not None and plan.elastic.on and not opts.detach:
             elastic_sampler = elastic.prepare(plan, container, say)  # its process is up before the job starts
         try:  # from the start on: an interrupt at any point (even before start() returns) stops the container
@@ -445,12 +494,15 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
                 return RunResult(0, container.id, container.name, plan.shm_bytes, None, None, False)
             if stdin_socket is not None:
                 pump_stdin(stdin_socket)
+            seen = None if opts.ipc_host else mounted_shm(container)  # what is really at its /dev/shm
             if elastic_sampler is not None:  # grows /dev/shm as it fills (engine/elastic.py), or says why it cannot
-                watching, elastic_note = elastic.begin(elastic_sampler, container, started_at)
+                watching, elastic_note = elastic.begin(elastic_sampler, container, started_at,
+                                                       seen.shm if seen else None)
                 watcher = elastic_sampler if watching else None
                 if elastic_note:
                     say(f"shmguard: elastic /dev/shm is off: {elastic_note}")
-            if not opts.ipc_host and watcher is None:
+            if not opts.ipc_host and watcher is None and (seen is None or seen.shm.tmpfs):
+                # (a /dev/shm that is not a tmpfs is a folder of a disk: its use is everything else's on that disk)
                 host_path = host_shm_path(engine_info, container)
                 watcher, lower_bound = shm_watcher(container, host_path, None if host_path else container_pid(container))
                 watcher.start()
@@ -479,18 +531,22 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
                 raise
             state = {}
         peak = watcher.peaks["shm"] if watcher else None
-        grown = elastic.outcome(watcher, plan, peak)
+        users = seen if seen is not None and seen.shm.kind != container_shm.OWN else None
+        # A /dev/shm of the user's (or the host's): judged and reported as what it is, not as the size planned.
+        judged = plan.replace(shm_bytes=users.size) if users is not None and users.size is not None else plan
+        grown = elastic.outcome(watcher, judged, peak)
         elastic_note = grown.note or elastic_note
         # A lower bound (sampled through docker exec) is shown, never used as evidence of a low peak.
         diagnosis = None if interrupted else post_mortem(exit_code, output.tail_text(), bool(state.get("OOMKilled")),
-                                                         grown.plan, None if lower_bound else peak)
+                                                         grown.plan, None if lower_bound else peak,
+                                                         shm_unbounded=users is not None and users.shm.kind == container_shm.HOST)
         removed = opts.remove and remove_uninterrupted(container)
         if removed:
-            growths.remove(container.id)
-        return RunResult(exit_code, container.id, container.name, plan.shm_bytes, peak, diagnosis,
+            growths.remove(container.id, engine_address())
+        return RunResult(exit_code, container.id, container.name, judged.shm_bytes, peak, diagnosis,
                          removed=removed, interrupted=interrupted, engine_note=note, peak_lower_bound=lower_bound,
                          shm_final=grown.final, shm_growths=grown.growths, shm_next=grown.next_start,
-                         elastic_note=elastic_note)
+                         elastic_note=elastic_note, shm_mount=users.shm if users is not None else None)
     except Exception as exc:
         if not is_engine_loss(exc):
             raise
@@ -501,7 +557,7 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
                 sampler.stop()
         if opts.remove and not opts.detach:
             if not removed and remove_uninterrupted(container):  # an error skipped the removal above, or it failed
-                growths.remove(container.id)
+                growths.remove(container.id, engine_address())
 
 
 def output_maskers(plan: RunPlan):

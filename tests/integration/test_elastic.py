@@ -79,12 +79,13 @@ def shmguard(*args, env, timeout=900):
 
 
 def records(env) -> list[str]:
+    """The growth records on the host (one folder per engine)."""
     folder = os.path.join(env["XDG_STATE_HOME"], "shmguard", "elastic")
-    return os.listdir(folder) if os.path.isdir(folder) else []
+    return sorted(name for _, _, names in os.walk(folder) for name in names if name.endswith(".json"))
 
 
-def orphan_samplers() -> list[int]:
-    """Elastic sampler processes whose shmguard is gone (they must end with it)."""
+def elastic_samplers() -> list[tuple[int, int]]:
+    """(pid, parent pid) of every elastic sampler process on the host."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -94,9 +95,14 @@ def orphan_samplers() -> list[int]:
                 ppid = int(f.read().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
-        if b"shmguard.engine.shm_sampler" in cmdline and b"--elastic" in cmdline and ppid == 1:
-            found.append(int(pid))
+        if any(b"shmguard.engine.shm_sampler" in part for part in cmdline) and b"--elastic" in cmdline:
+            found.append((int(pid), ppid))
     return found
+
+
+def orphan_samplers() -> list[int]:
+    """Elastic sampler processes whose shmguard is gone (they must end with it)."""
+    return [pid for pid, ppid in elastic_samplers() if ppid == 1]
 
 
 def no_orphan_samplers(seconds: float = 10) -> bool:
@@ -333,6 +339,21 @@ def test_ctrl_c_during_growth_stops_the_job_and_leaves_nothing(docker_client, st
 
 # --- explain ----------------------------------------------------------------------------------------------
 
+def test_explain_of_a_kept_container_started_again_judges_it_at_its_created_size(docker_client, state, name):
+    """Issue 43.9: `docker start` after --keep mounts a fresh /dev/shm at the created size; explain used the earlier
+    run's last growth. It now judges the container at 64 MiB and notes the earlier growths."""
+    proc = shmguard("run", *NO_JOB, "--shm-size", "64m", "--keep", "--name", name, BASE, "--", "python3", "-c",
+                    GROWER, str(32 * MIB), str(96 * MIB), "0.05", "1", env=state)
+    assert proc.returncode == 1 and GROWTH_LINE.findall(proc.stderr), proc.stderr[-3000:]
+    container = docker_client.containers.get(name)
+    container.start()  # the writer runs again in a fresh 64 MiB /dev/shm: it dies at once (No space left on device)
+    container.wait(timeout=120)
+    data = json.loads(shmguard("explain", "--json", name, env=state).stdout)
+    entry = data["diagnoses"][0]
+    assert entry["shm_size_bytes"] == 64 * MIB and entry["shm_growths"] == [], entry
+    assert "grew under an earlier `shmguard run` of it" in json.dumps(entry), entry
+
+
 def test_explain_names_the_growths_of_a_kept_container(docker_client, state, name):
     proc = shmguard("run", *NO_JOB, "--shm-size", "64m", "--keep", "--name", name, BASE, "--", "python3", "-c",
                     GROWER, str(32 * MIB), str(160 * MIB), "0.05", "1", env=state)
@@ -367,6 +388,32 @@ def test_the_demo_job_grows_under_podman(podman, state):
     finally:
         client.close()
     assert records(state) == [] and no_orphan_samplers()
+
+
+def test_an_elastic_run_against_docker_keeps_the_records_of_containers_kept_under_podman(podman, docker_client, state):
+    """Issue 44.6: the growth records of every engine shared one folder: an elastic run against Docker pruned the record
+    of a container kept under Podman (Docker does not list it), and explain then judged it at its created size."""
+    import docker
+
+    env = {**state, **podman}
+    name = f"shmguard-elastic-kept-{uuid.uuid4().hex[:10]}"
+    proc = shmguard("run", *NO_JOB, "--shm-size", "64m", "--keep", "--name", name, DEMO_IMAGE, "--", "python", "-c",
+                    GROWER, str(32 * MIB), str(96 * MIB), "0.05", "1", env=env)
+    client = docker.DockerClient(base_url=podman["DOCKER_HOST"])
+    try:
+        assert proc.returncode == 1 and GROWTH_LINE.findall(proc.stderr), proc.stderr[-3000:]
+        assert len(records(state)) == 1
+        other = shmguard("run", *NO_JOB, "--shm-size", "64m", BASE, "--", "true", env=state)  # against Docker
+        assert other.returncode == 0, other.stderr[-3000:]
+        assert len(records(state)) == 1  # Podman's record kept
+        data = json.loads(shmguard("explain", "--json", name, env=env).stdout)
+        assert data["diagnoses"][0]["shm_growths"], data
+    finally:
+        try:
+            client.containers.get(name).remove(force=True)
+        except docker.errors.NotFound:
+            pass
+        client.close()
 
 
 def test_podman_cannot_raise_a_limit_so_the_growth_stops_at_the_ceiling_and_says_why(podman):
@@ -451,3 +498,79 @@ def test_a_bind_of_the_hosts_dev_leaves_the_hosts_dev_shm_alone(docker_client, s
     assert shm_blocks("/dev/shm") == before
     assert not report["elastic"]["on"] and "-v /dev:/dev" in report["elastic"]["reason"]
     assert gone(docker_client, name) and records(state) == [] and no_orphan_samplers()
+
+
+def elastic_sampler_of(parent: int) -> int | None:
+    """The elastic sampler process a shmguard run started."""
+    return next((pid for pid, ppid in elastic_samplers() if ppid == parent), None)
+
+
+def test_a_sampler_killed_mid_run_is_said_and_the_run_still_reports_a_peak(docker_client, state, name):
+    """Issue 43.7: kill -9 of the elastic sampler (or the OOM killer) was silent: no growth any more, the job met ENOSPC,
+    and --json still said elastic on with no peak. Now it is said on stderr, /dev/shm is watched from then on, and the
+    JSON's note says why it stopped growing."""
+    err_path = state["XDG_STATE_HOME"] + ".stderr"
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "shmguard", "run", *NO_JOB, "--shm-size", "64m", "--json",
+                                 "--name", name, BASE, "--", "python3", "-c", GROWER, str(16 * MIB), str(160 * MIB),
+                                 "0.3"], stdout=subprocess.PIPE, stderr=err, text=True, env=state)
+    try:
+        deadline = time.monotonic() + 120
+        while not GROWTH_LINE.findall(open(err_path).read()):  # it grows: the sampler is at work
+            assert proc.poll() is None and time.monotonic() < deadline, open(err_path).read()[-3000:]
+            time.sleep(0.05)
+        sampler = elastic_sampler_of(proc.pid)
+        assert sampler is not None
+        os.kill(sampler, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    stderr = open(err_path).read()
+    report = json.loads(out)
+    said = [line for line in stderr.splitlines() if "its sampler process was killed (SIGKILL)" in line]
+    assert len(said) == 1, stderr[-3000:]
+    assert report["elastic"]["note"] == said[0].removeprefix("shmguard: ")
+    assert report["peak_shm_bytes"] is not None and report["peak_shm_bytes"] >= 48 * MIB
+    assert proc.returncode == report["exit_code"] == 1 and "No space left on device" in stderr  # it stopped growing
+    assert gone(docker_client, name) and records(state) == [] and no_orphan_samplers()
+
+
+# --- what is really at /dev/shm is what run reports (issue 43.8) -------------------------------------------------
+
+@pytest.fixture
+def volume(docker_client):
+    made = docker_client.volumes.create(f"shmguard-test-{uuid.uuid4().hex[:10]}", labels={TEST_LABEL: SESSION})
+    yield made.name
+    made.remove(force=True)
+
+
+def test_a_named_volume_at_dev_shm_is_reported_as_what_it_is(docker_client, state, name, volume):
+    """Issue 43.8: with a named volume at /dev/shm, run printed 'peak /dev/shm 37.6 GiB of 64.0 MiB (60209%)': the
+    disk's whole use against the size it had planned, which the engine never mounted."""
+    proc = shmguard("run", *NO_JOB, "--shm-size", "64m", "--json", "--name", name, "-v", f"{volume}:/dev/shm", BASE,
+                    "--", "python3", "-c", GROWER, str(4 * MIB), str(8 * MIB), "0.05", env=state)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["shm_mount"]["kind"] == "user" and not report["shm_mount"]["tmpfs"]
+    assert f"/var/lib/docker/volumes/{volume}/_data of the host" in report["shm_mount"]["what"]
+    assert report["peak_shm_bytes"] is None and report["shm_size_bytes"] != 64 * MIB
+    text = shmguard("run", *NO_JOB, "--shm-size", "64m", "-v", f"{volume}:/dev/shm", BASE, "--", "python3", "-c",
+                    GROWER, str(4 * MIB), str(8 * MIB), "0.05", env=state)
+    assert text.returncode == 0, text.stderr[-3000:]
+    assert "peak /dev/shm not measured: it is not a tmpfs" in text.stderr
+    assert "of 64.0 MiB" not in text.stderr, text.stderr
+    assert gone(docker_client, name) and no_orphan_samplers()
+
+
+def test_a_users_tmpfs_at_dev_shm_is_sized_and_watched_as_itself(docker_client, state, name, small_host_tmpfs):
+    proc = shmguard("run", *NO_JOB, "--json", "--name", name, "-v", f"{small_host_tmpfs}:/dev/shm", BASE, "--",
+                    "python3", "-c", GROWER, str(4 * MIB), str(12 * MIB), "0.05", env=state)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["shm_mount"] == {"kind": "user", "what": f"{small_host_tmpfs} of the host (tmpfs shm)", "tmpfs": True}
+    assert report["shm_size_bytes"] == 16 * MIB and 12 * MIB <= report["peak_shm_bytes"] <= 16 * MIB
+    text = shmguard("run", *NO_JOB, "-v", f"{small_host_tmpfs}:/dev/shm", BASE, "--", "sh", "-c",
+                    "head -c 5000000 /dev/zero > /dev/shm/x; sleep 1", env=state)
+    assert re.search(r"peak /dev/shm [\d.]+ MiB of 16\.0 MiB \(\d+%\)", text.stderr), text.stderr
+    assert gone(docker_client, name) and no_orphan_samplers()

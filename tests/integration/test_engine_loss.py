@@ -228,14 +228,14 @@ GROWTH = re.compile(r"^shmguard: /dev/shm [\d.]+ MiB -> [\d.]+ MiB at ", re.MULT
 
 def elastic_leftovers(tmp_path) -> list[str]:
     """Growth records left on the host, and elastic samplers whose shmguard is gone."""
-    left = [str(p) for p in (tmp_path / "shmguard" / "elastic").glob("*")] if (tmp_path / "shmguard").exists() else []
+    left = [str(p) for p in (tmp_path / "shmguard" / "elastic").rglob("*.json")] if (tmp_path / "shmguard").exists() else []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmdline = open(f"/proc/{pid}/cmdline", "rb").read()
             ppid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
-        if b"shm_sampler\0--elastic" in cmdline and ppid == 1:
+        if b"shmguard.engine.shm_sampler" in cmdline and b"\0--elastic\0" in cmdline and ppid == 1:
             left.append(f"sampler {pid}")
     return left
 

@@ -122,3 +122,17 @@ def test_explain_through_podmans_docker_api(podman, client):
         assert shmguard(podman, "explain", container.id).returncode == 1  # DOCKER_HOST is honoured too
     finally:
         container.remove(force=True)
+
+
+def test_podmans_refusal_at_attach_is_the_container_not_starting(podman, client):
+    """Issue 44.7: Podman prepares a container at attach and refuses there (409 'preparing container … for attach',
+    here for a user the image does not have); run said 'internal error: APIError … please report it' (exit 70). It is
+    Docker's refusal at start: one line, 'the container did not start', exit 125; and nothing is left behind."""
+    name = f"shmguard-podman-attach-{SESSION}"
+    proc = shmguard(podman, "run", "--workers", "1", "--batch-size", "1", "--sample-bytes", "1k", "--no-healthcheck",
+                    "--user", "nosuchuser", "--name", name, DEMO_IMAGE, "--", "true")
+    assert proc.returncode == 125, proc.stderr[-3000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("shmguard: error:")]
+    assert len(errors) == 1 and errors[0].startswith("shmguard: error: the container did not start: ")
+    assert "nosuchuser" in errors[0] and "internal error" not in proc.stderr and "Traceback" not in proc.stderr
+    assert not client.containers.list(all=True, filters={"name": name})

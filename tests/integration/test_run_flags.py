@@ -103,3 +103,44 @@ def test_a_closed_stdout_lets_the_job_finish(docker_client, base):
 def test_tty_gives_the_container_a_terminal(base):
     proc = shmguard("-t", base, "--", "sh", "-c", "tty")
     assert proc.returncode == 0 and proc.stdout.startswith("/dev/pts/"), proc.stderr
+
+
+def test_a_quoted_comma_in_a_mount_source_mounts_that_folder_and_the_printed_line_runs(docker_client, base, tmp_path):
+    """Issue 44.1: `"source=/tmp/X,b"` names the folder /tmp/X,b; the SDK got /tmp/X (another folder, read-write),
+    and the printed line was one docker refuses. The container sees X,b; docker itself runs the printed line."""
+    import shlex
+
+    for folder, mark in (("X", "the wrong folder"), ("X,b", "the folder asked for")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "mark").write_text(mark + "\n")
+    mount = f'type=bind,"source={tmp_path}/X,b",target=/data,readonly'
+    proc = shmguard("--mount", mount, base, "--", "cat", "/data/mark")
+    assert proc.returncode == 0 and proc.stdout == "the folder asked for\n", proc.stderr
+    dry = shmguard("--dry-run", "--mount", mount, base, "--", "cat", "/data/mark")
+    line = shlex.split(dry.stdout.strip().splitlines()[-1])
+    assert line[:2] == ["docker", "run"]
+    flag = line.index("--mount")
+    docker = subprocess.run(["docker", "run", "--rm", "--label", f"{TEST_LABEL}={SESSION}", "--mount", line[flag + 1],
+                             base, "cat", "/data/mark"], capture_output=True, text=True, timeout=120)
+    assert docker.returncode == 0 and docker.stdout == "the folder asked for\n", docker.stderr
+
+
+def test_every_volume_field_of_a_mount_reaches_the_engine(docker_client, base):
+    """Issue 44.4: volume-driver, volume-opt and volume-label were accepted and dropped: the volume was a plain folder
+    on disk. With them, the local driver makes the tmpfs they describe, labelled."""
+    volume = f"shmguard-test-{uuid.uuid4().hex[:10]}"
+    try:
+        proc = shmguard("--mount", f"type=volume,source={volume},target=/v,volume-driver=local,volume-opt=type=tmpfs,"
+                        f"volume-opt=device=tmpfs,volume-opt=o=size=8m,volume-label={TEST_LABEL}={SESSION}", base,
+                        "--", "sh", "-c", "stat -f -c '%T %b %S' /v")
+        assert proc.returncode == 0, proc.stderr
+        kind, blocks, block = proc.stdout.split()
+        assert kind == "tmpfs" and int(blocks) * int(block) == 8 * 2**20, proc.stdout
+        assert docker_client.volumes.get(volume).attrs["Labels"] == {TEST_LABEL: SESSION}
+    finally:
+        import docker
+
+        try:
+            docker_client.volumes.get(volume).remove(force=True)
+        except docker.errors.NotFound:
+            pass

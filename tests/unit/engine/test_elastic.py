@@ -84,3 +84,34 @@ def test_a_sampler_that_cannot_see_the_other_elastic_runs_says_so():
     watcher.handle({"event": "uncoordinated", "reason": "/run/shmguard: Permission denied"})
     assert said == ["shmguard: elastic /dev/shm cannot see the other elastic runs on this host (/run/shmguard: "
                     "Permission denied): its growths count only the host's free memory"]
+
+
+def test_a_sampler_that_dies_is_said_and_dev_shm_is_watched_from_then_on(tmp_path):
+    """Issue 43.7: the elastic sampler's death (kill -9, the OOM killer) was silent: no growth any more, and --json
+    said elastic on with no peak. Run hears it end without its last line, says so, and watches /dev/shm from then on
+    with a plain sampler. The 'container' here is this test's own process (its /dev/shm far from any threshold)."""
+    import os
+    import signal
+    import time
+
+    from shmguard.engine.grower import MemoryFiles
+
+    said: list[str] = []
+    watcher = ElasticSampler(Policy(batch_bytes=0), said.append, lambda limit: None, realtime=False,
+                             ledger=str(tmp_path)).spawn()
+    process = watcher._proc
+    try:
+        watcher.start("", os.getpid(), MemoryFiles(levels=()), time.time())
+        assert watcher.ready.wait(30)
+        process.send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while watcher.fallback is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert said == ["shmguard: elastic /dev/shm stopped: its sampler process was killed (SIGKILL): /dev/shm no "
+                        "longer grows, and is only watched from here on"]
+        fallback = watcher.fallback._proc
+        assert fallback is not None and fallback.poll() is None
+    finally:
+        watcher.stop()
+    assert watcher.peaks["shm"] is not None and fallback.poll() is not None  # watched, and nothing left running
+    assert watcher.stopped == said[0].removeprefix("shmguard: ")

@@ -8,10 +8,10 @@ import pytest
 from shmguard import schemas
 from shmguard.commands.explain import container_evidence, report
 from shmguard.commands.run import elastic_json, report_lines, result_json
-from shmguard.engine.elastic import Outcome, outcome, privileged, remote_engine, run_status, shm_target
+from shmguard.engine.elastic import Outcome, outcome, privileged, remote_engine, run_status
 from shmguard.engine.elastic_policy import Policy
 from shmguard.engine.growths import Growth
-from shmguard.engine.plan import RunOptions, make_plan
+from shmguard.engine.plan import RunOptions, make_plan, shm_target
 from shmguard.engine.run import RunResult
 from shmguard.job import make_job
 from shmguard.jsonout import stamp
@@ -131,6 +131,26 @@ def test_explain_names_the_growths_and_judges_the_size_it_ended_with(as_json):
     assert container_evidence(attrs, logs, {}).shm_size == 64 * MIB  # no record: what the engine says
 
 
+def test_explain_of_a_restarted_container_judges_it_at_its_created_size(tmp_path, monkeypatch):
+    """Issue 43.9: explain of a container started again after --keep used the earlier run's last growth, though the
+    remount was gone and the container was back at 64 MiB. The record names its run (the engine's StartedAt)."""
+    from shmguard.commands.explain import recorded_growths
+    from shmguard.engine import growths
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path))
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    growths.save("c" * 64, "train", list(GROWTHS), "unix:///var/run/docker.sock", "2027-01-15T08:00:00.1Z")
+    attrs = {"Id": "c" * 64, "Name": "/train", "State": {"Status": "exited", "ExitCode": 1,
+                                                        "StartedAt": "2027-01-15T09:30:00.5Z"},
+             "HostConfig": {"ShmSize": 64 * MIB}, "Config": {"Env": []}}
+    evidence = container_evidence(attrs, "", {}, *recorded_growths(attrs, None))
+    assert evidence.shm_size == 64 * MIB and evidence.growths == ()
+    assert "its /dev/shm grew under an earlier `shmguard run` of it (to 131.0 MiB); restarted since, it is back at " \
+           "the size it was created with" in evidence.notes
+    same_run = {**attrs, "State": {**attrs["State"], "StartedAt": "2027-01-15T08:00:00.1Z"}}
+    assert container_evidence(same_run, "", {}, *recorded_growths(same_run, None)).shm_size == 131 * MIB
+
+
 def test_a_run_held_at_the_ceiling_advises_what_the_job_wanted_not_its_peak():
     from shmguard.engine.elastic import ElasticSampler
 
@@ -145,3 +165,37 @@ def test_a_run_held_at_the_ceiling_advises_what_the_job_wanted_not_its_peak():
                                 peak_shm=188 * MIB, elastic_note=found.note))
     assert lines[-1] == ("shmguard: /dev/shm grew once, 64.0 MiB -> 188.0 MiB (peak 188.0 MiB), and could not grow as "
                          "far as the job wanted: start with --shm-size 221m next time")
+
+
+def test_a_users_mount_at_dev_shm_is_reported_as_what_it_is():
+    """Issue 43.8: with a named volume at /dev/shm, run reported 'peak /dev/shm 37.6 GiB of 64.0 MiB (60209%)': the
+    disk's use against the size it had planned, which the engine never mounted. Said as what is there, sized as what
+    is there, and no peak for a filesystem that is not a tmpfs (its use is everything else's on that disk)."""
+    from shmguard.commands.run import shm_mount_json
+    from shmguard.engine.container_shm import USERS, ContainerShm
+    from shmguard.probe.mountinfo import Mount
+
+    volume = ContainerShm(USERS, Mount(126, 112, "/var/lib/docker/volumes/data/_data", "/dev/shm", "rw", "ext4",
+                                       "/dev/vda1", "rw", "254:1"), "/var/lib/docker/volumes/data/_data")
+    disk = result(shm_size=200 * 2**30, peak_shm=None, shm_final=None, shm_growths=(), shm_next=None,
+                  shm_mount=volume)
+    lines = report_lines(disk)
+    assert lines == ["shmguard: /dev/shm was /var/lib/docker/volumes/data/_data of the host (ext4 /dev/vda1), not the "
+                     "container's own tmpfs: the size shmguard planned did not apply",
+                     "shmguard: peak /dev/shm not measured: it is not a tmpfs, and its filesystem's use is everything "
+                     "else's on it too"]
+    plan = make_plan(JOB, RunOptions(image="i", volumes=("data:/dev/shm",)))
+    data = stamp(result_json(disk, plan))
+    jsonschema.validate(data, schemas.load("run"))
+    assert data["shm_mount"] == shm_mount_json(volume) == {
+        "kind": "user", "what": "/var/lib/docker/volumes/data/_data of the host (ext4 /dev/vda1)", "tmpfs": False}
+    assert data["shm_size_bytes"] == 200 * 2**30 and data["peak_shm_bytes"] is None
+
+
+def test_the_plan_says_a_users_mount_at_dev_shm_replaces_the_size_it_plans():
+    from shmguard.engine.plan import describe
+
+    plan = make_plan(JOB, RunOptions(image="i", volumes=("data:/dev//shm",)))
+    line = next(line for line in describe(plan) if line.startswith("/dev/shm"))
+    assert line.startswith("/dev/shm: -v data:/dev/shm is mounted there, so the ") and "does not apply" in line
+    assert describe(make_plan(JOB, RunOptions(image="i")))[1].startswith("/dev/shm: 368.0 MiB (the job needs")

@@ -87,7 +87,14 @@ class Fakes:
         self.reads = 0
         self.resized: list[int] = []
         self.events: list[dict] = []
+        self.peaks: list[int] = []  # the peak events, apart: they come as the use rises
         self.fail = fail
+
+    def emit(self, event: dict) -> None:
+        if event["event"] == "peak":
+            self.peaks.append(event["peak"])
+        else:
+            self.events.append(event)
 
     def read(self) -> Memory:
         self.reads += 1
@@ -99,7 +106,7 @@ class Fakes:
         self.resized.append(size)
 
     def grower(self, policy: Policy | None = None) -> Grower:
-        return Grower(3, policy or Policy(batch_bytes=BATCH), self.read, started_at=1000.0, emit=self.events.append,
+        return Grower(3, policy or Policy(batch_bytes=BATCH), self.read, started_at=1000.0, emit=self.emit,
                       resize=self.resize, clock=lambda: self.now, wall=lambda: 1000.0 + self.now)
 
 
@@ -302,3 +309,12 @@ def test_a_limit_changed_by_hand_is_not_named_as_shmguards_raise():
     grow(size - MIB, size)
     last = fakes.events[-1]
     assert last["event"] == "grew" and last["limit_before"] == last["limit_after"] == 8 * GIB
+
+
+def test_the_peak_is_said_as_it_rises_so_that_a_sampler_that_dies_leaves_it_behind():
+    """Issue 43.7: the peak came only in the sampler's last line; a sampler killed took it along."""
+    fakes = Fakes()
+    grow = fakes.grower()
+    for used in (0, 512 * 1024, 3 * MIB, 2 * MIB, 3 * MIB + 1, 40 * MIB, 40 * MIB + 100 * 1024):
+        grow(used, 64 * MIB)
+    assert fakes.peaks == [3 * MIB, 40 * MIB]  # each rise of a MiB (or 1/64) at least, never a fall

@@ -321,3 +321,26 @@ def test_tuning_without_a_result_is_one_clear_error(engine, capsys):
     engine(FakeContainer([(b"{ only a brace\n", None)]))
     with pytest.raises(run_mod.RunError, match="tuning in demo:latest failed"):
         run_mod.tune_in_container(RunOptions(image="demo:latest"), "m:f", 8)
+
+
+def test_a_refusal_at_attach_is_the_container_not_starting(engine, capsys):
+    """Issue 44.7: Podman prepares a container at attach (its user, its working directory) and refuses there with a
+    409 'preparing container … for attach'; that was 'internal error: APIError … please report it' (exit 70) where
+    Docker's refusals at start are one line, 'the container did not start', exit 125."""
+    import docker
+
+    class RefusedAtAttach(FakeContainer):
+        def attach(self, **kwargs):
+            response = SimpleNamespace(status_code=409, reason="Conflict", url="http://podman/attach")
+            raise docker.errors.APIError("409 Client Error", response=response, explanation=(
+                "preparing container 4e4e7e40 for attach: unable to find user nosuchuser: no matching entries in "
+                "passwd file"))
+
+    container = RefusedAtAttach()
+    engine(container)
+    code = main(["run", *P, "--no-healthcheck", "--user", "nosuchuser", "demo:latest"])
+    err = capsys.readouterr().err
+    assert code == 125 and "internal error" not in err and "Traceback" not in err
+    assert ("shmguard: error: the container did not start: preparing container 4e4e7e40 for attach: unable to find user "
+            "nosuchuser") in err
+    assert container.removed >= 1 and container.started == 0

@@ -191,3 +191,18 @@ def test_a_small_shm_size_warns_of_the_bus_error_only_when_nothing_grows_it():
     off = make_plan(JOB, RunOptions(image="demo:latest", shm_size=64 * MIB), host_memory=24 * GIB,
                     elastic=Status(False, "--no-elastic"))
     assert any("expect a Bus error" in w for w in off.warnings)
+
+
+def test_a_shm_size_above_the_hosts_memory_blames_the_flag_not_the_job():
+    """Issue 43.17: `--shm-size 30g` on a 23.5 GiB host said 'the job needs 30.0 GiB … lower --batch-size': it blamed
+    the job for the user's own --shm-size. The refusal is of the flag: one line, exit 2."""
+    from shmguard.errors import UsageError
+
+    host = int(23.5 * 2**30)
+    with pytest.raises(UsageError) as caught:
+        make_plan(make_job(workers=4, batch_size=64, sample_shape="3,224,224"),
+                  RunOptions(image="i", shm_size=30 * 2**30), host_memory=host)
+    message = str(caught.value)
+    assert message == ("--shm-size 30.0 GiB is more than the 23.5 GiB of memory the Docker host has in all: leave it "
+                       "out (shmguard sizes /dev/shm for the job: 368m) or give less")
+    assert caught.value.exit_code == 2 and "\n" not in message
