@@ -13,7 +13,7 @@ code: `summary` is formatted with the pattern's named groups, `fix` is a text or
 function of the context. Verdicts that depend on the facts have a decide function in
 shmguard.diagnosis.decisions; the machinery that reads a log is
 shmguard.diagnosis.machinery. Every pattern is linear by construction (its repeats
-bounded, none nested: machinery.pattern_faults), and tests/unit/test_diagnosis_rules.py
+bounded, none nested: machinery.pattern_faults), and tests/unit/diagnosis/test_rules.py
 holds each to it.
 """
 
@@ -38,8 +38,8 @@ PUBLIC = "tests/data/explain/public/"
 JUDGED = "tests/data/explain/judged/development/"
 # Round 1's held-out logs: written from in round 2 only (tests/data/explain/judged/SPLIT.md).
 ROUND_1 = "tests/data/explain/judged/held-out/"
-TESTS = "tests/unit/test_diagnosis.py::"
-RULE_TESTS = "tests/unit/test_diagnosis_rules.py::"
+TESTS = "tests/unit/diagnosis/test_init.py::"
+RULE_TESTS = "tests/unit/diagnosis/test_rules.py::"
 
 ENOSPC = (d.ENOSPC,)
 # Lines the rules look for beside the signals: where the job used /dev/shm (for an OOM kill under Slurm).

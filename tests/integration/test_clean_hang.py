@@ -18,7 +18,9 @@ import tempfile
 
 import pytest
 
-from tests.integration.conftest import unavailable
+from tests.support.ci import unavailable
+
+pytestmark = [pytest.mark.integration, pytest.mark.needs_root]
 
 MNT_DETACH = 2
 MS_NOSUID, MS_NODEV = 2, 4

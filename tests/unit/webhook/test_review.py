@@ -15,7 +15,7 @@ from shmguard.pod import PodError, read_pod
 from shmguard.units import parse_quantity
 from shmguard.webhook import review as rv
 from shmguard.webhook.mutation import job_of_pod, size_pod
-from tests.unit.webhook.helpers import for_validation, load, patched_pod, with_pod
+from tests.support.webhook import for_validation, load, patched_pod, with_pod
 
 ANNOTATED_JOB = make_job(workers=4, batch_size=64, sample_shape="3,224,224")
 ENV_JOB = make_job(workers=8, batch_size=32, sample_bytes="4m")
