@@ -82,7 +82,7 @@ def says_itself(template: PodTemplate) -> str | None:
             return f"shmguard.io/* annotations on {where}"
     if str(template_labels(template).get(pod.WEBHOOK_LABEL, "")).lower() == "enabled":
         return f"the {pod.WEBHOOK_LABEL}: enabled label"
-    if any(pod.describes_job(c) for c in template.containers):
+    if any(pod.sets_job_variables(c) for c in template.containers):
         return "SHMGUARD_* variables in its env"
     return None
 

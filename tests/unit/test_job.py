@@ -90,9 +90,9 @@ def test_job_options_are_never_rewritten_only_replaced():
     given = {"workers": "4", "batch_size": "8", "sample_bytes": "1k", "image": "kept"}
     options = JobOptions.take(given)
     assert given == {"image": "kept"}  # the job's values are taken out, the command's own stay
-    inferred, notes = options.with_procs(["torchrun", "--nproc_per_node=2", "train.py"], {}, None)
-    assert options.procs_per_node is None and inferred.procs_per_node == "2"
-    assert inferred.resolve().procs_per_node == 2 and notes == [
+    job, notes = options.job(["torchrun", "--nproc_per_node=2", "train.py"], {})
+    assert options.procs_per_node is None
+    assert job.procs_per_node == 2 and notes == [
         "shmguard: 2 processes per node (from --nproc_per_node=2 in the command)"]
 
 

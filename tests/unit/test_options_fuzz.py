@@ -12,9 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shmguard import main
+from shmguard.declared import container_job
 from shmguard.errors import UsageError
 from shmguard.job import ENV_VARS
-from shmguard.manifests.annotations import KEYS, resolve_job
+from shmguard.manifests.annotations import KEYS
 from tests.support import needs
 
 SETTINGS = settings(max_examples=150, derandomize=True, deadline=None,
@@ -59,7 +60,7 @@ def test_health_job_variables_never_crash(monkeypatch, capsys, env):
 @given(st.dictionaries(st.sampled_from(sorted(KEYS.values())), values, max_size=6))
 def test_annotations_give_a_job_none_or_a_usage_error(annotations):
     try:
-        job = resolve_job({}, None, annotations)
+        job = container_job({}, (annotations,)).job
     except UsageError as exc:
         assert str(exc) and "\n" not in str(exc)
         return

@@ -166,8 +166,8 @@ def test_post_mortem_of_an_oom_kill_never_advises_a_limit_below_the_one_that_was
 
 def test_more_workers_than_the_hosts_cpus_warns_without_cpus():
     """Issue 28.4: `run --workers 4` on a 2-CPU host with no --cpus said nothing, where `check` warns (same rule:
-    probe.cpu.workers_for)."""
-    from shmguard.probe.cpu import workers_for
+    sizing.workers_for)."""
+    from shmguard.sizing import workers_for
 
     host = make_plan(JOB, RunOptions(image="demo:latest"), host_memory=24 * GIB, host_cpus=2)
     (warning,) = host.warnings

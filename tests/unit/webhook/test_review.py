@@ -184,7 +184,7 @@ def test_a_pod_it_cannot_understand_follows_on_error(on_error, allowed):
         outcome = rv.decide(ar, rv.Config(on_error=on_error), action)
         response = outcome.response["response"]
         assert outcome.decision == rv.ERROR and response["allowed"] is allowed
-        assert "--workers must be a whole number" in response["status"]["message"]
+        assert "shmguard.io/workers must be a whole number" in response["status"]["message"]
         assert "patch" not in response
         if allowed:
             assert response["warnings"] == [response["status"]["message"]]
