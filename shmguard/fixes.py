@@ -24,6 +24,7 @@ PLATFORMS = (SLURM, KUBERNETES, DOCKER, PODMAN)
 RUN = "run"  # `shmguard run`'s own flags (its post-mortem)
 RAY = "ray"  # Ray's object store lives in /dev/shm (a log that shows Ray)
 CONTAINER_PLATFORMS = (DOCKER, KUBERNETES)  # the likely ones when nothing says which
+SPELLED_FOR = (DOCKER, KUBERNETES, SLURM, RAY)  # the platforms a fix can be asked for (`explain --platform`)
 SHARING_FIX = "torch.multiprocessing.set_sharing_strategy('file_system')"
 
 
