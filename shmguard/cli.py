@@ -316,12 +316,16 @@ def patch(job, in_place, check, follow_symlinks, as_json, kinds, names, labels, 
 
     Finds the pod templates of Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet,
     Job, CronJob, the Kubeflow jobs (PyTorchJob, TFJob, MPIJob, XGBoostJob, PaddleJob,
-    JAXJob), Trainer runtimes, KubeRay, JobSet, Volcano, LeaderWorkerSet, Argo, KServe,
-    Knative and `kind: List`, and of any other object by shape. By default the
-    training templates are sized (a training kind, accelerators in a batch workload,
-    a DataLoader command, SHMGUARD_* env, shmguard.io/* annotations), the rest left
-    alone with the reason (--all-templates sizes them); shmguard.io/skip: "true"
-    leaves one alone. shmguard.io/*
+    JAXJob), Trainer runtimes, KubeRay, JobSet, Volcano (and its JobTemplate, CronJob),
+    LeaderWorkerSet, Argo (and the objects its resource steps create), Tekton, KServe,
+    Knative, Kubeflow Notebook and `kind: List`; inside Katib Experiments and Trials and
+    AppWrappers (read by the wrapped object's kind); compiled Kubeflow Pipelines steps
+    (their need told); and of any other object by shape. By default a template is
+    sized unless affirmative evidence says it does not train (a command that only
+    sleeps or fetches, a database, proxy, operator, hub, exporter or serving image, a
+    serving kind), which the "left alone" line names; with the job options given, a
+    template with no evidence either way is sized (--all-templates sizes every one);
+    shmguard.io/skip: "true" leaves one alone. shmguard.io/*
     annotations on an object or template override the job options. Never lowers a
     limit or a request, never shrinks a /dev/shm. Only the lines that must change are
     changed: comments, order, quoting and layout stay. Patching twice changes nothing.
