@@ -247,6 +247,20 @@ def parse_memory_stat(text: str, keys=None) -> dict[str, int]:
 STAT_KEYS = frozenset(("inactive_file", "total_inactive_file", "shmem", "total_shmem"))
 
 
+def memory_own(root, levels: list[Level], stat: dict[str, int] | None = None) -> Limit:
+    """The processes' own memory: what is charged to the cgroup less its inactive file cache (memory_usage) and less
+    its tmpfs pages, /dev/shm's among them (memory_shmem): what elastic /dev/shm must leave room for beside /dev/shm
+    under the memory limit. stat: its memory.stat already read (memory_stat)."""
+    if stat is None:
+        stat = memory_stat(root, levels)
+    usage = memory_usage(root, levels, stat or {})
+    if usage.value is None:
+        return usage
+    shmem = memory_shmem(root, levels, stat) if stat is not None else Limit()
+    return Limit(value=max(0, int(usage.value) - int(shmem.value or 0)), source=usage.source,
+                 errors=usage.errors + shmem.errors)
+
+
 def memory_stat(root, levels: list[Level]) -> dict[str, int] | None:
     """memory.stat of the process's own cgroup, the lines memory_usage and memory_shmem need; None when it
     cannot be read."""
@@ -304,11 +318,12 @@ def cpu_quota(root, levels: list[Level]) -> Limit:
     return Limit(value=best, source=source, errors=tuple(errors))
 
 
-def read_proc_cgroup(root) -> tuple[list[CgroupEntry], str | None]:
+def read_proc_cgroup(root, pid: int | str = "self") -> tuple[list[CgroupEntry], str | None]:
+    """The cgroups of a process (this one by default) from root's /proc/PID/cgroup, or why they cannot be read."""
     try:
-        return parse_proc_cgroup(root.read("/proc/self/cgroup")), None
+        return parse_proc_cgroup(root.read(f"/proc/{pid}/cgroup")), None
     except (OSError, ValueError) as exc:
-        return [], f"cannot read /proc/self/cgroup: {getattr(exc, 'strerror', None) or exc}"
+        return [], f"cannot read /proc/{pid}/cgroup: {getattr(exc, 'strerror', None) or exc}"
 
 
 # The container's memory: /dev/shm pages are charged to the memory cgroup of the process
@@ -323,16 +338,10 @@ class MemoryInfo(Record):
 
 
 def parse_meminfo_total(text: str) -> int | None:
-    for line in text.splitlines():
-        if line.startswith("MemTotal:"):
-            fields = line.split()
-            try:
-                value = int(fields[1])
-            except (IndexError, ValueError):
-                return None
-            unit = fields[2].lower() if len(fields) > 2 else "kb"
-            return value * 1024 if unit == "kb" else value
-    return None
+    """MemTotal in bytes (shmguard.probe.meminfo, the one parser of /proc/meminfo)."""
+    from shmguard.probe.meminfo import parse_meminfo
+
+    return parse_meminfo(text).total
 
 
 def probe_memory(root, mounts, entries) -> MemoryInfo:
