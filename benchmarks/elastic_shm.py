@@ -46,7 +46,7 @@ from shmguard.engine.elastic import ElasticSampler  # noqa: E402
 from shmguard.engine.elastic_policy import THRESHOLD, Policy  # noqa: E402
 from shmguard.engine.grower import memory_levels  # noqa: E402
 from shmguard.job import make_job  # noqa: E402
-from tests.integration.cpu_burners import burners  # noqa: E402
+from tests.support.burners import burners  # noqa: E402
 
 MIB = 2**20
 BASE = "shmguard-base:bookworm"

@@ -39,7 +39,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from tests.integration.test_exporter import free_port, stop, wait_ready  # noqa: E402
+from tests.support.exporter_process import free_port, stop, wait_ready  # noqa: E402
 
 IMAGE = "shmguard-base:bookworm"
 LABEL = {"org.shmguard.test": "exporter-bench"}

@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from shmguard.exporter.metrics import Reading, Row, Sample, Target, exposition  # noqa: E402
-from tests.unit.exporter.test_metrics import reference_text  # noqa: E402
+from tests.support.exporter import reference_text  # noqa: E402
 
 
 def sample_of(targets: int) -> Sample:

@@ -1,7 +1,7 @@
 """Hostile clients against a webhook server, at the sizes of issue 33 (items 1, 2, 8, 9, 10, 20, 21).
 
 Starts the server as a process for each check (`webhook serve`, or with --server a maintained
-stack of benchmarks/webhook_stacks.py), runs the check (tests/unit/webhook/hostile.py), stops it:
+stack of benchmarks/webhook_stacks.py), runs the check (tests/support/hostile.py), stops it:
 
 - slowloris: 128 connections each sending one header byte a second; a real review must be
   answered, and every slow connection closed within 25 s of its first byte;
@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from webhook_load import STACKS, start_server  # noqa: E402
 
-from tests.unit.webhook import hostile  # noqa: E402
+from tests.support import hostile  # noqa: E402
 
 CHECKS = ("slowloris", "slowloris-sigterm", "big-bodies", "slow-review", "graceful-stop", "strict")
 MEMORY_LIMIT = 256 * 1024 * 1024

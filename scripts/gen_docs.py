@@ -170,7 +170,7 @@ def json_outputs() -> str:
         "",
         "Every `--json` output is one object with a `schema_version` (now 1; it changes when a field is removed or "
         "changes meaning, not when one is added), described by a JSON Schema (draft 2020-12) shipped in the "
-        "package: `shmguard.schemas.load(\"check\")` gives it to Python. `tests/unit/test_schemas.py` validates "
+        "package: `shmguard.schemas.load(\"check\")` gives it to Python. `tests/unit/schemas/test_init.py` validates "
         "each command's real output against its schema. Below, each schema's fields, one level of nesting spelled "
         "out; the schema files themselves are the full reference.",
     ]

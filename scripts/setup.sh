@@ -30,7 +30,7 @@ command -v slurmctld >/dev/null || need_apt+=(slurmctld)
 command -v slurmd >/dev/null || need_apt+=(slurmd)
 command -v sbatch >/dev/null || need_apt+=(slurm-client)
 command -v munged >/dev/null || need_apt+=(munge)
-# The Kubernetes tests (tests/integration/kube_cluster.py): a containerd of their own (Debian's, with runc), PKI made
+# The Kubernetes tests (tests/support/kube_cluster.py): a containerd of their own (Debian's, with runc), PKI made
 # with openssl; the build below needs unzip, patch, and gcc with a static libc for the pause image.
 command -v containerd >/dev/null || need_apt+=(containerd)
 command -v openssl >/dev/null || need_apt+=(openssl)

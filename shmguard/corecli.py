@@ -58,7 +58,7 @@ def check_main(argv: list[str]) -> int:
 
 def check_command(argv: list[str]) -> int:
     from shmguard.commands.check import check
-    from shmguard.job import env_values
+    from shmguard.declared import visible_devices
     from shmguard.options import JobOptions
     from shmguard.probe import Root
 
@@ -66,17 +66,13 @@ def check_command(argv: list[str]) -> int:
         args = vars(check_parser().parse_args(argv))
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
-    # An option on the command line wins over its SHMGUARD_* variable, as with click's envvar.
-    for name, value in env_values().items():
-        if args.get(name) is None:
-            args[name] = value
     as_json, strict, root = args.pop("as_json"), args.pop("strict"), args.pop("root")
     from shmguard.slurm import fill_gpus
 
+    # The options over this container's SHMGUARD_* variables (an option wins over its variable, as with click's
+    # envvar), read as every other part of shmguard reads a container's job.
     given, gpu_notes = fill_gpus(JobOptions.take(args), os.environ)
-    job_options, notes = given.with_procs((), os.environ, given.gpu_count())
-    notes = gpu_notes + notes
-    job = job_options.resolve(nccl_env=os.environ)
-    for line in notes:
+    job, notes = given.job((), os.environ, devices=visible_devices(Root(root), os.environ))
+    for line in gpu_notes + notes:
         print(line, file=sys.stderr)
     return check(job, as_json=as_json, strict=strict, root=Root(root))

@@ -291,11 +291,21 @@ def env_values(environ=None) -> dict[str, str]:
     return {name: environ[var] for name, var in ENV_VARS.items() if environ.get(var, "").strip() != ""}
 
 
+def describes_job(values) -> bool:
+    """Whether job values (option name -> value) describe a job at all: they give a worker count or a batch size.
+    The one test of it: for SHMGUARD_* variables, annotations, options and the layers of shmguard.declared."""
+    return "workers" in values or "batch_size" in values
+
+
 def job_from_env(environ=None) -> Job | None:
-    """The job described by SHMGUARD_* variables, or None when they do not describe one."""
+    """The job described by SHMGUARD_* (and NCCL_*) variables alone, or None when they do not describe one.
+
+    `health`'s standard-library path: it runs where `shmguard run` set SHMGUARD_PROCS_PER_NODE and SHMGUARD_GPUS,
+    so it infers nothing. Everything else that reads a container's job calls shmguard.declared.declared_job,
+    whose environment layer this is."""
     environ = os.environ if environ is None else environ
     values = env_values(environ)
-    if "workers" not in values and "batch_size" not in values:
+    if not describes_job(values):
         return None
     try:
         return make_job(**values, nccl_env=nccl_environ(environ))

@@ -1,8 +1,9 @@
 """The job options, defined once: the click commands and the standard-library `check` are built from this table.
 
 Each option also reads a SHMGUARD_* variable (shmguard.job.ENV_VARS), so a launcher
-can hand the job to the container. `JobOptions` holds the parsed values and resolves
-them into a Job; with --dataset it measures real batches first (that path needs torch).
+can hand the job to the container. `JobOptions` holds the parsed values and builds
+them into a Job (`job`, through shmguard.declared); with --dataset it measures real
+batches first (that path needs torch).
 Standard library only: `pip install shmguard` without extras runs `check`.
 """
 
@@ -52,11 +53,10 @@ JOB_KEYS = tuple(name for _flag, name, _help in JOB_OPTIONS) + ("pin_memory",)
 class JobOptions(Record):
     """The job as it was given (options or SHMGUARD_* variables): raw text, None where not given.
 
-    Made once, right after the command line is parsed, and never rewritten: the steps
-    that complete it (processes per node inferred, `run --tune`'s recommendation)
-    return a new one. `resolve` validates it into the Job `check`, `run` and `render`
-    size; `defaults` gives the values that `patch`, `explain` and the webhook complete
-    from a pod's annotations.
+    Made once, right after the command line is parsed, and never rewritten: a step that
+    completes it (`run --tune`'s recommendation, Slurm's GPUs) returns a new one. `job`
+    builds it into the Job `check`, `run` and `render` size; `defaults` gives the values
+    that `patch`, `explain` and the webhook complete from a pod's annotations.
     """
 
     workers: str | None = None
@@ -86,36 +86,25 @@ class JobOptions(Record):
         """The job values that were given, keyed by option name."""
         return {name: getattr(self, name) for name in JOB_KEYS if getattr(self, name) is not None}
 
-    def gpu_count(self) -> int | None:
-        """--gpus as a count, when it is one (make_job judges it later)."""
-        text = str(self.gpus or "").strip()
-        return int(text) if text.isdigit() else None
-
-    def with_procs(self, command=(), environ=None, gpus: int | None = None) -> tuple[JobOptions, list[str]]:
-        """Processes per node filled in from the command, the environment and the GPUs (shmguard.sizing), unless
-        given; and the lines that say where it came from and where the sources disagree (to show once the job is
-        known to be valid, so that a bad option stays one line)."""
-        from shmguard import sizing
-
-        inferred = sizing.procs_per_node(self.procs_per_node, command, environ, gpus)
-        lines = inferred.messages(given=self.procs_per_node is not None)
-        if self.procs_per_node is None and inferred.source != "default":
-            return self.replace(procs_per_node=str(inferred.value)), lines
-        return self, lines
-
-    def resolve(self, note: Callable[[str], None] | None = None, nccl_env=None) -> Job:
-        """The Job; with --dataset, its batches are measured first (the sample size and the segments).
-
-        nccl_env: the environment the training processes will see (this one for `check`, the -e values
-        for `run` and `render`), whose NCCL_* variables change NCCL's /dev/shm (shmguard.nccl)."""
+    def job(self, command=(), environ=None, note: Callable[[str], None] | None = None,
+            devices=None) -> tuple[Job, list[str]]:
+        """The one JobOptions -> Job builder, of `check`, `run` and `render`: these options over the SHMGUARD_*
+        variables of the environment the training processes see (this one for `check`, the -e values for `run`
+        and `render`), whose NCCL_* variables change NCCL's own /dev/shm; the processes per node, unless given,
+        inferred from the command, that environment and the GPUs (--gpus, else devices: the accelerators `check`
+        sees in its container, a pod.Accelerators). It is shmguard.declared.declared_job, the reader
+        every part of shmguard calls, with these options as the layer given. With --dataset, its batches are
+        measured first. Returns the Job and the lines to show once it is valid (where the processes per node
+        came from, where sources disagree)."""
+        from shmguard.declared import declared_job
         from shmguard.job import make_job
 
-        raw = self.values(note)
-        if not nccl_env or not any(name.startswith("NCCL_") for name in nccl_env):
-            return make_job(**raw)
-        from shmguard.nccl import env_of
-
-        return make_job(**raw, nccl_env=env_of(nccl_env))
+        values = self.values(note)
+        declared = declared_job(env=environ or {}, command=command, devices=devices, given=values)
+        if declared.job is None:
+            make_job(**values)  # raises: the one message that names what is missing
+        assert declared.job is not None
+        return declared.job, declared.lines()
 
     def defaults(self, note: Callable[[str], None] | None = None) -> dict[str, Any]:
         """Job values for commands that complete them per pod or container from its annotations and variables

@@ -32,6 +32,7 @@ Sources: docs/design/kubelet.md (the kubelet's rules, with the Kubernetes source
 from __future__ import annotations
 
 from shmguard.errors import UsageError
+from shmguard.job import describes_job, env_values
 from shmguard.record import Record
 from shmguard.units import MIB, k8s_quantity, parse_quantity
 
@@ -39,7 +40,6 @@ SHM_PATH = "/dev/shm"
 RUNTIME_DEFAULT_SHM = 64 * MIB  # containerd's and CRI-O's /dev/shm for a container with no volume there
 CONTAINER_ANNOTATION = "shmguard.io/container"
 WEBHOOK_LABEL = "shmguard.io/webhook"  # the label that sends a Pod to the webhook: an explicit opt-in
-JOB_VARIABLES = ("SHMGUARD_WORKERS", "SHMGUARD_BATCH_SIZE")  # the variables that describe a job
 
 # Containers that ship logs, proxy traffic or hold credentials: never the DataLoader.
 # Matched against the container's name and its image's repository name.
@@ -183,11 +183,24 @@ def shm_mounts(container) -> list[dict]:
     return [m for m in list_of(container.get("volumeMounts")) if isinstance(m, dict) and is_shm_path(m.get("mountPath"))]
 
 
-def describes_job(container) -> bool:
-    """Whether the container's env sets the SHMGUARD_* variables that describe a job."""
+def env_of(container) -> dict[str, str]:
+    """The container's literal environment (`env` items with a value; valueFrom is not followed): name -> text."""
     env = list_of(container.get("env")) if isinstance(container, dict) else []
-    return any(isinstance(e, dict) and e.get("name") in JOB_VARIABLES and str(e.get("value") or "").strip()
-               for e in env)
+    return {item["name"]: str(item["value"]) for item in env
+            if isinstance(item, dict) and isinstance(item.get("name"), str)
+            and isinstance(item.get("value"), (str, int, float))}
+
+
+def command_of(container) -> list[str]:
+    """The container's command and args, as words."""
+    if not isinstance(container, dict):
+        return []
+    return [str(word) for key in ("command", "args") if isinstance(container.get(key), list) for word in container[key]]
+
+
+def sets_job_variables(container) -> bool:
+    """Whether the container's env describes a job through SHMGUARD_* variables (shmguard.job.describes_job)."""
+    return describes_job(env_values(env_of(container)))
 
 
 def quantity(value, where: str) -> int:
@@ -252,7 +265,7 @@ def dataloader_containers(containers: list, wanted=None) -> tuple[tuple[int, ...
             raise PodError(f"no container named {missing[0]} (shmguard.io/container or --container); "
                            f"the containers are {', '.join(name_of(c) for c in containers) or 'none'}")
         return tuple(i for i, c in enumerate(containers) if name_of(c, "") in names), "annotation"
-    described = tuple(i for i, c in enumerate(containers) if describes_job(c))
+    described = tuple(i for i, c in enumerate(containers) if sets_job_variables(c))
     if described:
         return described, "env"
     main = [i for i, c in enumerate(containers) if not is_sidecar(c)]

@@ -296,7 +296,7 @@ def slurm_tasks_on_node(environ) -> tuple[int, str] | None:
 
 
 def procs_per_node(given=None, command=(), environ=None, gpus: int | None = None,
-                   devices: str | None = None) -> ProcsPerNode:
+                   devices: str | None = None, given_source: str | None = None) -> ProcsPerNode:
     """How many training processes run in the container, and from what.
 
     Sources, first found wins: the explicit value (--procs-per-node or SHMGUARD_PROCS_PER_NODE); a literal
@@ -306,13 +306,14 @@ def procs_per_node(given=None, command=(), environ=None, gpus: int | None = None
     SLURM_TASKS_PER_NODE: srun's ranks share the job's memory cgroup); the GPU count (one process per GPU, as torchrun is used); else 1.
     A warning for each source that disagrees with the one used (fewer Slurm tasks than processes is torchrun's
     way, not a disagreement). devices: how to name the GPU count's source when the devices are other
-    accelerators (`8 huawei.com/Ascend910`).
+    accelerators (`8 huawei.com/Ascend910`); given_source: how to name where the explicit value came from
+    (default `--procs-per-node N`).
     """
     environ = {} if environ is None else environ
     found: list[tuple[int, str]] = []
     explicit = _count(given) if given is not None else None
     if explicit is not None:
-        found.append((explicit, f"--procs-per-node {given}"))
+        found.append((explicit, given_source or f"--procs-per-node {given}"))
     nproc = nproc_in_command(command)
     if nproc is not None:
         text = nproc.strip().lower()

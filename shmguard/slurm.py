@@ -17,17 +17,25 @@ Pure: no I/O; the probe of the job's environment is shmguard.probe.slurm.
 
 from __future__ import annotations
 
+import re
 import shlex
 
 from shmguard import model, sizing
 from shmguard.errors import UsageError
+from shmguard.job import ENV_VARS
 from shmguard.record import Record
 from shmguard.units import MIB, format_size, slurm_size
 
 SRUN, TORCHRUN = "srun", "torchrun"
 LAUNCHERS = (SRUN, TORCHRUN)
 RDZV_PORT = 29500  # torchrun's default rendezvous port, on the job's first node
-PYTHONS = ("python", "python3")
+PYTHON = re.compile(r"python(\d+(\.\d+)*)?")  # python, python3, python3.11: an interpreter by its file name
+ENVS = ("env", "/usr/bin/env", "/bin/env")
+# Interpreter options torchrun cannot pass to the processes it starts, and the variable that does the same (or None).
+PYTHON_FLAGS = {"-u": ("PYTHONUNBUFFERED", "1"), "-B": ("PYTHONDONTWRITEBYTECODE", "1"), "-O": ("PYTHONOPTIMIZE", "1"),
+                "-OO": ("PYTHONOPTIMIZE", "2")}
+# Variables the script sets for the rendezvous; the user's own (-e) stand instead.
+RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT")
 
 
 class SbatchRequest(Record):
@@ -152,25 +160,76 @@ def sbatch_script(job, command: list[str], launcher: str = SRUN, name: str = "tr
         lines.append(f"#SBATCH --partition={_sbatch_value('partition', partition)}")
     lines += ["", "set -euo pipefail", "", "# The job, for `shmguard check` and `shmguard health` (and the API) in "
               "every task."]
-    environment = {**job.to_env(), **(env or {})}
-    lines += [_export(key, value) for key, value in environment.items()]
+    env = dict(env or {})
+    job_env = job.to_env()
+    described = sorted(set(env) & set(ENV_VARS.values()))
+    if described:
+        option = "--" + next(name for name, var in ENV_VARS.items() if var == described[0]).replace("_", "-")
+        raise UsageError(f"-e {described[0]}: the job is what its options say, and the #SBATCH header is sized for "
+                         f"it: give {option} instead")
+    if "MASTER_PORT" in env:
+        port = env["MASTER_PORT"].strip()
+        if not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+            raise UsageError(f"-e MASTER_PORT={env['MASTER_PORT']!r}: a TCP port, from 1 to 65535")
+    script = torchrun_script(command) if launcher == TORCHRUN else None
+    if script is not None:
+        env = {**script[1], **env}
+    lines += [_export(key, value) for key, value in {**job_env, **env}.items()]
+    if "MASTER_ADDR" not in env:
+        lines.append('export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"')
+    if "MASTER_PORT" not in env:
+        lines.append(f"export MASTER_PORT={RDZV_PORT}")
     lines += [
-        'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
-        f"export MASTER_PORT={RDZV_PORT}",
         "",
         "# Preflight: stop here, with the fix, before the allocation is spent (SHMGUARD: how to call shmguard).",
         '${SHMGUARD:-shmguard} check || { echo "shmguard: preflight check failed: not starting the job" >&2; exit 1; }',
         "",
     ]
-    if launcher == TORCHRUN:
-        script = list(command)
-        if script and script[0].rsplit("/", 1)[-1] in PYTHONS:
-            script = script[1:]  # torchrun runs the script with its own python
-        if not script:
-            raise UsageError("--launcher torchrun needs the training script after --, e.g. -- train.py")
-        lines.append(f"srun --ntasks-per-node=1 torchrun --nnodes=\"$SLURM_JOB_NUM_NODES\" "
+    if script is not None:
+        runner, _, words = script
+        lines.append(f"srun --ntasks-per-node=1 {runner} --nnodes=\"$SLURM_JOB_NUM_NODES\" "
                      f"--nproc-per-node={job.procs_per_node} --rdzv-backend=c10d "
-                     f"--rdzv-endpoint=\"$MASTER_ADDR:$MASTER_PORT\" {shlex.join(script)}")
+                     f"--rdzv-endpoint=\"$MASTER_ADDR:$MASTER_PORT\" {shlex.join(words)}")
     else:
         lines.append(f"srun {shlex.join(command)}")
     return "\n".join(lines) + "\n"
+
+
+def torchrun_script(command: list[str]) -> tuple[str, dict[str, str], list[str]]:
+    """How torchrun runs `command` (a python command line): (the launcher, the variables the interpreter's options
+    become, torchrun's script and arguments). torchrun starts each process with its own interpreter, so the
+    command's interpreter is dropped: a bare `python`/`python3` (or through `env`) runs as `torchrun`, a named one
+    (`python3.11`, `/opt/venv/bin/python`) as `<it> -m torch.distributed.run`, which is torchrun in that
+    interpreter; `-m MODULE` becomes torchrun's own `-m`, and the options with a variable that does the same (-u:
+    PYTHONUNBUFFERED) become that variable, which the processes inherit. Others are refused (one line)."""
+    words = list(command)
+    if words and words[0] in ENVS:
+        words = words[1:]
+        if words and ("=" in words[0] or words[0].startswith("-")):
+            raise UsageError(f"--launcher torchrun: give env's {words[0]!r} as -e NAME=VALUE, not in the command")
+    if not words or not PYTHON.fullmatch(words[0].rsplit("/", 1)[-1]):
+        if not words:
+            raise UsageError("--launcher torchrun needs the training script after --, e.g. -- train.py")
+        return "torchrun", {}, words  # a script, or torchrun's own options: as given
+    interpreter, words = words[0], words[1:]
+    runner = "torchrun" if interpreter in ("python", "python3") else f"{shlex.quote(interpreter)} -m torch.distributed.run"
+    variables: dict[str, str] = {}
+    module: list[str] = []
+    while words and words[0].startswith("-") and words[0] != "-":
+        flag = words.pop(0)
+        if flag == "-m" or (flag.startswith("-m") and len(flag) > 2):
+            name = flag[2:] or (words.pop(0) if words else "")
+            if not name:
+                raise UsageError("--launcher torchrun: -m needs the module to run")
+            module = ["-m", name]
+            break
+        if flag in PYTHON_FLAGS:
+            variable, value = PYTHON_FLAGS[flag]
+            variables[variable] = value
+            continue
+        raise UsageError(f"--launcher torchrun: torchrun starts python itself and cannot pass it {flag!r}: set the "
+                         f"matching PYTHON* variable with -e, or use --launcher srun")
+    script = module + words
+    if not script:
+        raise UsageError("--launcher torchrun needs the training script after --, e.g. -- train.py")
+    return runner, variables, script

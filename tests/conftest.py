@@ -1,13 +1,14 @@
-"""Shared test settings: integration tests are marked by folder, and CI=true makes a missing engine a failure."""
+"""Shared test settings: what a test needs is a marker (tests/support/needs.py), checked before it runs; CI=true
+makes a missing component a failure, never a skip."""
 
 from __future__ import annotations
 
 import signal
-from pathlib import Path
 
 import pytest
 
-INTEGRATION_DIR = Path(__file__).parent / "integration"
+from tests.support.ci import unavailable
+from tests.support.needs import NEEDS, missing
 
 # Tests press Ctrl-C on `shmguard run` (SIGINT) and close its terminal (SIGHUP), in this process and in the
 # ones they start. A test run started in the background by a script (`pytest &`) or under nohup inherits
@@ -21,7 +22,14 @@ if signal.getsignal(signal.SIGHUP) == signal.SIG_IGN:
     signal.signal(signal.SIGHUP, lambda signum, frame: None)
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if INTEGRATION_DIR in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.integration)
+def pytest_configure(config: pytest.Config) -> None:
+    for name, (what, _check) in NEEDS.items():
+        config.addinivalue_line("markers", f"{name}: needs {what} (a skip locally, a failure in CI)")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for marker in item.iter_markers():
+        if marker.name in NEEDS:
+            reason = missing(marker.name)
+            if reason:
+                unavailable(reason)

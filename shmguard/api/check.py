@@ -18,6 +18,7 @@ nothing per batch beyond a generator's `yield from` (shmguard/api/guarded.py).
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
@@ -26,8 +27,9 @@ from shmguard.api import batch, fit, guarded
 from shmguard.api.guarded import GuardedLoader
 from shmguard.api.loader import Settings, rebuild, settings_of
 from shmguard.api.messages import shortfall_message, size_to_ask, unmeasured_note
+from shmguard.declared import declared_job, visible_devices
 from shmguard.errors import ShmguardError, ShmguardWarning, ShmTooSmall, UsageError
-from shmguard.job import ENV_VARS, Job, env_values, job_from_env
+from shmguard.job import ENV_VARS, Job, env_values
 from shmguard.probe.snapshot import Snapshot
 from shmguard.record import Record
 from shmguard.units import docker_size, format_size
@@ -35,6 +37,8 @@ from shmguard.verdict import Report, evaluate
 
 if TYPE_CHECKING:
     from torch.utils.data import DataLoader
+
+    from shmguard.pod import Accelerators
 
 OnShort = Literal["raise", "warn", "fit"]
 
@@ -57,8 +61,11 @@ class Known(Record):
     options: str | None = None  # the job options that stood in for the batch
 
 
-def know(loader: Any, procs_per_node: int | None = None) -> Known:
-    """The loader's job from one measured batch, else from the job options, else none (reason says why)."""
+def know(loader: Any, procs_per_node: int | None = None, root: str | None = None) -> Known:
+    """The loader's job from one measured batch, else from the job options, else none (reason says why).
+
+    The loader's settings, its measured batch and its processes are facts; over what this container declares
+    (SHMGUARD_*, NCCL_* and the accelerators it sees), read by shmguard.declared as every reader reads a job."""
     settings = settings_of(loader)
     procs = fit.procs_per_node(procs_per_node)
     measured = batch.measure(loader)
@@ -69,34 +76,40 @@ def know(loader: Any, procs_per_node: int | None = None) -> Known:
             workers=settings.workers, batch_size=settings.batch_size or measured.samples,
             prefetch_factor=settings.prefetch_factor, tensor_sizes=list(measured.sizes), procs=procs,
             pin_memory=settings.pin_memory, sharing_strategy=settings.sharing_strategy)
-        return Known(job=job, settings=settings, procs=procs)
-    stand_in, options = options_job(settings, procs)
+        facts = {name: value for name, value in job.to_values().items() if name != "gpus"}
+        declared = declared_job(env=os.environ, given=facts, devices=visible_devices(root, os.environ)).job
+        return Known(job=declared, settings=settings, procs=procs)
+    stand_in, options = options_job(settings, procs, devices=visible_devices(root, os.environ))
     return Known(job=stand_in, settings=settings, procs=procs, reason=measured.reason, options=options)
 
 
 def options_job(settings: Settings, procs: int, environ: Mapping[str, str] | None = None,
-                ) -> tuple[Job | None, str | None]:
+                devices: Accelerators | None = None) -> tuple[Job | None, str | None]:
     """The loader's settings with the sample the job options (SHMGUARD_*) describe: (the Job, the variables used),
-    or (None, None) when they describe no sample or the loader's batch size is unknown."""
+    or (None, None) when they describe no sample or the loader's batch size is unknown. devices: the accelerators
+    the process sees (pod.Accelerators)."""
+    environ = os.environ if environ is None else environ
     values = env_values(environ)
     sample = {name: values[name] for name in SAMPLE_OPTIONS if name in values}
     batch_size = settings.batch_size or (int(values["batch_size"]) if values.get("batch_size", "").isdigit() else None)
     if ("sample_bytes" not in sample and "sample_shape" not in sample) or batch_size is None:
         return None, None
     if "batch_segments" in sample and values.get("batch_size") != str(batch_size):
-        del sample["batch_segments"]  # measured at another batch size: the per-sample size stands
+        # measured at another batch size: the per-sample size stands
+        environ = {name: value for name, value in environ.items() if name != ENV_VARS["batch_segments"]}
+        del sample["batch_segments"]
+    # The loader's own settings and processes are facts: given, over what the variables say of them.
     loader_values = {"workers": settings.workers, "batch_size": batch_size, "procs_per_node": procs,
                      "prefetch_factor": settings.prefetch_factor or fit.DEFAULT_PREFETCH,
                      "pin_memory": str(settings.pin_memory).lower(), "sharing_strategy": settings.sharing_strategy}
-    variables = {ENV_VARS[name]: str(value) for name, value in {**sample, **loader_values}.items()}
-    job = job_from_env(variables)  # its errors name the SHMGUARD_* variable
+    job = declared_job(env=environ, given=loader_values, devices=devices).job
     return job, ", ".join(f"{ENV_VARS[name]}={value}" for name, value in sample.items())
 
 
-def loader_job(loader: Any, procs_per_node: int | None = None) -> Job:
+def loader_job(loader: Any, procs_per_node: int | None = None, root: str | None = None) -> Job:
     """The Job of a real DataLoader: its settings and the measured tensors of its first batch (or the job options'
-    sample, with a warning). Raises ShmguardError when neither is there."""
-    known = know(loader, procs_per_node)
+    sample, with a warning). Raises ShmguardError when neither is there. root: where the accelerators are seen."""
+    known = know(loader, procs_per_node, root)
     if known.job is None:
         raise ShmguardError(unmeasured_note(known.reason, None, "it cannot be checked"))
     if known.reason:
@@ -129,7 +142,7 @@ def check_loader(loader: DataLoader[Any], *, procs_per_node: int | None = None, 
     `--shm-size` and Kubernetes `sizeLimit` to ask for, when /dev/shm cannot hold
     the loader's batches; other FAIL findings (e.g. a memory limit) are in the report.
     """
-    job = loader_job(loader, procs_per_node)
+    job = loader_job(loader, procs_per_node, root)
     snapshot = guarded.read_container(root)
     report = evaluate(job, snapshot)
     error = _too_small(job, snapshot, report)
@@ -147,7 +160,7 @@ def recommend_workers(loader: DataLoader[Any], *, procs_per_node: int | None = N
     0 means not even one worker fits in /dev/shm. When the batch cannot be measured
     nor described by the job options, the CPUs alone decide, with a ShmguardWarning.
     """
-    known = know(loader, procs_per_node)
+    known = know(loader, procs_per_node, root)
     snapshot = guarded.read_container(root)
     if known.reason:
         warnings.warn(unmeasured_note(known.reason, known.options, "the CPUs alone decide the number of workers"),
@@ -179,7 +192,7 @@ def guard(loader: DataLoader[Any], on_short: OnShort = "raise", *, procs_per_nod
     ShmTooSmall with the diagnosis: what /dev/shm holds, what the job needs, the fix.
     """
     fit.check_mode(on_short)
-    known = know(loader, procs_per_node)
+    known = know(loader, procs_per_node, root)
     snapshot = guarded.read_container(root)
     if known.reason:
         warnings.warn(unmeasured_note(known.reason, known.options), ShmguardWarning, stacklevel=2)

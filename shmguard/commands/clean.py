@@ -6,11 +6,13 @@ Slurm node without job_container/tmpfs, every job's leftovers; on a Docker host,
 
 - it is a regular file directly in DIR whose name is one of PyTorch's segments (SEGMENT_KINDS);
 - its owner is the given user (SLURM_JOB_UID in an Epilog; by default the caller);
-- no process this one can see has it open or mapped (matched by device and inode, across namespaces);
+- no process this one can see has it open or mapped (matched by device and inode, across namespaces; a
+  process whose main thread has exited is read through its live threads: shmguard.probe.holders);
 - for names that carry their creator's pid (torch_<pid>_…): that pid is gone (or a zombie);
 - and nothing it cannot see could hold it: this process sees the host's pids (a container's pid namespace
-  hides the processes outside it, and pids in names may be another namespace's), and every process that could
-  open the file (its owner's, or anyone's when the file's mode lets others in) could be inspected.
+  hides the processes outside it, and pids in names may be another namespace's), every process that could
+  open the file (its owner's, or anyone's when the file's mode lets others in) could be inspected, and the
+  look at every process ended before its deadline (a read of /proc that hangs must not hang an Epilog).
 
 Everything else is kept, and what could not be decided is said so, with the reason. A pid in a name that is
 alive again as another process (pid reuse) keeps its file until that process exits: being wrong the other way
@@ -23,6 +25,7 @@ just before unlinking it). Standard library only: it runs as a Slurm Epilog on b
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -31,6 +34,7 @@ import stat as stat_module
 from shmguard.errors import UsageError
 from shmguard.jsonout import stamp
 from shmguard.probe import Root
+from shmguard.probe import holders as holders_module
 from shmguard.probe.holders import Holders, scan
 from shmguard.probe.shm import printable
 from shmguard.record import Record
@@ -40,6 +44,15 @@ DEFAULT_DIR = "/dev/shm"
 # A process's start time is known to about a second (/proc/stat's btime is whole seconds, and moves with the clock).
 CLOCK_SLACK = 2.0
 REMOVE, KEEP, UNDECIDED = "remove", "keep", "undecided"
+MAX_UID = 2**32 - 2  # uid_t is 32 bits and (uid_t)-1 means "no uid"
+# Why a process could not be inspected, by what this one lacks (shmguard.probe.holders.what_is_lacking).
+BLIND_BECAUSE = {
+    "root": "run as root",
+    "CAP_SYS_PTRACE": "kept, because a non-dumpable process can only be inspected with CAP_SYS_PTRACE, which this "
+                      "root process lacks (a container's root: add --cap-add SYS_PTRACE)",
+    None: "kept, because even root with CAP_SYS_PTRACE was refused: a security module (AppArmor, SELinux) or the "
+          "kernel protects that process",
+}
 
 # (kind, pattern, what made it); a `pid` group names the creator's pid.
 SEGMENT_KINDS = (
@@ -117,6 +130,10 @@ def decide(candidate: Candidate, holders: Holders) -> Decision:
 
     if (candidate.device, candidate.inode) in holders.held:
         return decision(KEEP, "in use: a process has it open or mapped")
+    if not holders.finished:
+        stuck = f" (pid {holders.unfinished[0]} did not answer in time)" if holders.unfinished else ""
+        return decision(UNDECIDED, f"not every process could be looked at within {holders_module.DEADLINE:g} s"
+                                   f"{stuck}: what it holds cannot be known")
     if candidate.pid is not None and candidate.pid in holders.alive:
         started = holders.started.get(candidate.pid)
         if started is not None and started > candidate.modified + CLOCK_SLACK:
@@ -132,7 +149,7 @@ def decide(candidate: Candidate, holders: Holders) -> Decision:
     if unseen:
         return decision(UNDECIDED, f"{len(unseen)} process{'es' if len(unseen) > 1 else ''} that could hold it "
                                    f"could not be inspected (pid {', '.join(map(str, unseen[:3]))}"
-                                   f"{' …' if len(unseen) > 3 else ''}): run as root")
+                                   f"{' …' if len(unseen) > 3 else ''}): {BLIND_BECAUSE[holders.lacks]}")
     gone = f"pid {candidate.pid} is gone; " if candidate.pid is not None else ""
     return decision(REMOVE, f"{gone}no process holds it")
 
@@ -145,10 +162,22 @@ def candidate_of(name: str, st: os.stat_result) -> Candidate | None:
                      bytes=st.st_blocks * 512, device=st.st_dev, inode=st.st_ino, modified=st.st_mtime)
 
 
+def directory_path(directory: str, cwd: str | None = None) -> str:
+    """--dir as the folder it names: relative to the current directory, without the trailing `/` or `/.` that
+    would make the kernel follow a symlink O_NOFOLLOW refuses (`link/` is `link`: refused alike). `..` and the
+    folders above are left to the kernel (a symlink there is followed, as anywhere but in the last component)."""
+    path = directory if directory.startswith("/") else os.path.join(cwd or os.getcwd(), directory)
+    while path.endswith(("/", "/.")) and path not in ("/", "/."):
+        path = path[:-1] if path.endswith("/") else path[:-2]
+    return path if path != "/." else "/"
+
+
 def _open_dir(root: Root, directory: str) -> int:
     try:
         return os.open(root.join(directory), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(root.join(directory)):
+            raise UsageError(f"--dir {directory} is a symbolic link: give the folder it points to") from None
         raise UsageError(f"--dir {directory}: {exc.strerror}") from None
 
 
@@ -173,7 +202,7 @@ def survey(directory: str, uid: int, root: Root) -> Survey:
     finally:
         os.close(dir_fd)
     return Survey(directory=directory, uid=uid, candidates=tuple(mine), others=others,
-                  holders=scan(root, device) if mine else None)
+                  holders=scan(root, device, {c.inode for c in mine}) if mine else None)
 
 
 def notes_for(survey_: Survey) -> tuple[str, ...]:
@@ -226,19 +255,24 @@ def clean(directory: str, uid: int, dry_run: bool = False, root: Root | None = N
 
 def parse_uid(value: str | None, environ) -> int:
     """--uid: a number or a user name; else SLURM_JOB_UID (an Epilog's job owner); else the caller's uid."""
+    source = "--uid"
     if value is None:
         value = (environ.get("SLURM_JOB_UID") or "").strip() or None
+        source = "SLURM_JOB_UID"
         if value is None:
             return os.getuid()
     text = str(value).strip()
-    if text.isdigit():
-        return int(text)
+    if text.isascii() and text.isdigit():  # str.isdigit also takes '²' and '١٠٠٠', which are no uid
+        uid = int(text)
+        if uid > MAX_UID:
+            raise UsageError(f"{source} {text}: a uid is at most {MAX_UID}")
+        return uid
     try:
         import pwd
 
         return pwd.getpwnam(text).pw_uid
-    except (KeyError, ImportError):
-        raise UsageError(f"--uid {value!r} is neither a number nor a user here") from None
+    except (KeyError, ImportError, ValueError):  # ValueError: a NUL in the name
+        raise UsageError(f"{source} {printable(str(value))!r} is neither a number nor a user here") from None
 
 
 def as_dict(outcome: Outcome) -> dict:
@@ -271,6 +305,6 @@ def run(directory: str | None, uid: str | None, dry_run: bool, as_json: bool, ro
         environ=None, echo=print) -> int:
     """The command: 0 when every file to remove was removed (or nothing was to be), 1 when one could not be."""
     environ = os.environ if environ is None else environ
-    outcome = clean(directory or DEFAULT_DIR, parse_uid(uid, environ), dry_run, Root(root))
+    outcome = clean(directory_path(directory or DEFAULT_DIR), parse_uid(uid, environ), dry_run, Root(root))
     echo(json.dumps(as_dict(outcome), indent=2) if as_json else as_text(outcome))
     return 1 if outcome.errors else 0

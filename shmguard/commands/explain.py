@@ -11,7 +11,7 @@ functions here; the engine and stdin are read by the thin `explain` below):
   termination (state, else lastState: exit code, reason OOMKilled, the message),
   the volume mounted at /dev/shm (an emptyDir's medium and sizeLimit; none: the
   runtime's 64 MiB), its memory limit, and the job from shmguard.io/* annotations
-  and SHMGUARD_* env (shmguard.manifests.annotations.resolve_job);
+  and SHMGUARD_* env, its command and accelerators (shmguard.declared, as for `patch`);
 - anything else on stdin is a log, with --shm-size, --memory-limit, --exit-code
   and --oom-killed saying what the log cannot. stdin is read in bounded memory:
   a Pod object whole, a log as its last --tail lines (read_stdin).
@@ -30,9 +30,10 @@ import re
 from collections import deque
 from typing import Any
 
+from shmguard.declared import container_job, declared_job, inspect_env, inspect_job
 from shmguard.diagnosis import Diagnosis, Evidence, diagnose
 from shmguard.errors import EXIT_FAIL, EXIT_OK, ShmguardError, UsageError
-from shmguard.job import ENV_VARS, env_values, make_job
+from shmguard.job import env_values
 from shmguard.jsonout import stamp
 from shmguard.record import Record
 from shmguard.terminal import printable
@@ -46,25 +47,17 @@ class ExplainError(ShmguardError):
     """The evidence could not be read: no engine, no such container, an unreadable Pod."""
 
 
-def job_for(flag_values: dict, own_values: dict, where: str, notes: list[str] | None = None):
-    """The Job from the container's own values over the flags' (None when neither describes one).
+def job_for(declare, own: bool, where: str, notes: list[str] | None = None):
+    """The Job a container declares (declare: a call of shmguard.declared, the one reader), or None.
 
-    Bad flags are a UsageError; a container whose own description does not make a job (incomplete, a bad
-    value) is still explained, without the job, and `notes` says why.
+    own: whether the container itself says anything of its job (SHMGUARD_* env, shmguard.io/* annotations). Bad
+    options are a UsageError; a container whose own description does not make a job (incomplete, a bad value) is
+    still explained, without the job, and `notes` says why.
     """
-    values = {k: v for k, v in flag_values.items() if v is not None}
-    values.update(own_values)
-    if own_values.get("sample_bytes") is not None and "sample_shape" not in own_values:
-        values.pop("sample_shape", None)
-        values.pop("dtype", None)
-    elif own_values.get("sample_shape") is not None and "sample_bytes" not in own_values:
-        values.pop("sample_bytes", None)
-    if "workers" not in values and "batch_size" not in values:
-        return None
     try:
-        return make_job(**{k: v for k, v in values.items() if k in ENV_VARS})
+        return declare().job
     except UsageError as exc:
-        if not own_values or notes is None:
+        if not own or notes is None:
             raise UsageError(f"{where}: {exc}") from None
         notes.append(f"job not used ({where}: {exc}; the job options can complete it)")
         return None
@@ -114,10 +107,10 @@ def container_evidence(attrs: dict, logs: str, flag_values: dict, shm_growths: t
     state = attrs.get("State") or {}
     host = attrs.get("HostConfig") or {}
     config = attrs.get("Config") or {}
-    environ = dict(item.split("=", 1) for item in config.get("Env") or [] if "=" in item)
     name = str(attrs.get("Name") or attrs.get("Id") or "the container").lstrip("/")
     notes: list[str] = []
-    job = job_for(flag_values, env_values(environ), f"{name}'s SHMGUARD_* variables", notes)
+    own = bool(env_values(inspect_env(attrs)))
+    job = job_for(lambda: inspect_job(attrs, flag_values), own, f"{name}'s SHMGUARD_* variables", notes)
     shm, unbounded = container_shm(attrs)
     if shm_growths:
         shm = shm_growths[-1].to_bytes
@@ -183,7 +176,6 @@ def pod_evidence(pod: dict, flag_values: dict) -> list[tuple[str, Evidence]]:
     """Evidence for each container of a Pod object, read by the one pod reader (shmguard.pod)."""
     from shmguard import pod as pods
     from shmguard.manifests.annotations import annotation_values
-    from shmguard.manifests.annotations import env_values as container_env_values
 
     metadata, spec, status = (pods.dict_of(pod.get(key)) for key in ("metadata", "spec", "status"))
     pod_name = metadata.get("name") or "the pod"
@@ -204,13 +196,14 @@ def pod_evidence(pod: dict, flag_values: dict) -> list[tuple[str, Evidence]]:
     for index, container in enumerate(containers):
         name = pods.name_of(container)
         where = f"pod {pod_name}, container {name}"
-        own = container_env_values(container)
+        own = bool(env_values(pods.env_of(container)))
         notes: list[str] = []
-        if index in reading.loaders:
-            own.update(annotation_values(annotations))
-            job = job_for(flag_values, own, f"{where}'s shmguard.io/* annotations or SHMGUARD_* env", notes)
+        if index in reading.loaders:  # the pod's annotations and the options describe the DataLoader's container
+            own = own or bool(annotation_values(annotations))
+            job = job_for(lambda: container_job(container, (annotations,), flag_values), own,
+                          f"{where}'s shmguard.io/* annotations or SHMGUARD_* env", notes)
         else:
-            job = job_for({}, own, f"{where}'s SHMGUARD_* env", notes)
+            job = job_for(lambda: container_job(container), own, f"{where}'s SHMGUARD_* env", notes)
         shm, memory = per_container[index]
         shm_size, unbounded = pod_shm(shm)
         if shm.kind == pods.MEMORY and shm.capped_by == pods.BY_NODE and reading.memory.unlimited:
@@ -419,7 +412,7 @@ def stdin_items(text: str, flag_values: dict, stdin_facts: dict, note: str | Non
                 items += [(f"{pod_name}/{name}" if len(pods) > 1 else name, ev)
                           for name, ev in pod_evidence(pod, flag_values)]
             return "pod", pods[0].get("metadata", {}).get("name") if len(pods) == 1 else None, items
-    job = job_for(flag_values, {}, "the job options")
+    job = job_for(lambda: declared_job(flag_values), False, "the job options")
     evidence = Evidence(exit_code=stdin_facts["exit_code"], oom_killed=bool(stdin_facts["oom_killed"]), logs=text,
                         shm_size=stdin_facts["shm_size"], memory_limit=stdin_facts["memory_limit"], job=job,
                         platform=stdin_facts.get("platform"), notes=(note,) if note else ())

@@ -107,7 +107,7 @@ def patch(defaults, paths: list[str], in_place: bool, check: bool, follow_symlin
 def given_job(options: PatchOptions, defaults) -> PatchOptions:
     """The options, saying whether the job was given for these manifests (patch's job options, fn's
     functionConfig): then a template with no evidence either way is sized for it (shmguard.manifests.scope)."""
-    from shmguard.manifests.annotations import describes_job
+    from shmguard.job import describes_job
     from shmguard.manifests.podspec import defaults_dict
 
     return options.replace(job_given=describes_job(defaults_dict(defaults)))

@@ -34,8 +34,7 @@ def target(job_options: JobOptions, image: str, name: str, cpus: float | None, m
         if not key or not eq:
             raise UsageError(f"-e {item!r}: use NAME=VALUE")
         variables[key] = value
-    job_options, notes = job_options.with_procs(command, variables, job_options.gpu_count())
-    job = job_options.resolve(note=say, nccl_env=variables)
+    job, notes = job_options.job(command, variables, note=say)
     for line in notes:
         say(line)
     memory_bytes = parse_bytes("--memory", memory) if memory is not None else None

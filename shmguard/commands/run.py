@@ -38,16 +38,14 @@ def run(job_options: JobOptions, image: str, command: tuple, container_options: 
                       elastic=elastic, **{k: v for k, v in values.items() if v is not None})
     container_env = {**{k: v for path in opts.env_files for k, v in flags.read_env_file(path).items()},
                      **parse_env(opts.env, os.environ)}
-    job_options, notes = job_options.with_procs(command, container_env, request.known_count if request else None)
-    if request is not None and request.known_count is None and int(job_options.procs_per_node or 1) > 1:
-        # --gpus all: N training processes drive N GPUs (NCCL's shm)
-        job_options = job_options.replace(gpus=job_options.procs_per_node)
     if tune_first and (not job_options.dataset or job_options.batch_size is None):
         raise UsageError("--tune needs --dataset and --batch-size: the sweep runs your DataLoader in the image")
     with stop_signals_interrupt() as signals:  # SIGTERM/SIGHUP stop the tuning container too, not only the job's
         if tune_first:
             job_options = tuned(job_options, opts, signals)
-        job = job_options.resolve(note=say, nccl_env=container_env)
+        job, notes = job_options.job(command, container_env, note=say)
+        if request is not None and request.known_count is None and job.procs_per_node > 1:
+            job = job.replace(gpus=job.procs_per_node)  # --gpus all: N training processes drive N GPUs (NCCL's shm)
         for line in notes:
             say(line)
         return launch(job, opts, dry_run=dry_run, as_json=as_json)

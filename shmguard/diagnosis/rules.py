@@ -7,7 +7,7 @@ typical of shared memory but prove nothing. The same order classifies each log l
 a line is the kind of the first rule whose pattern matches it.
 
 A new signature is one entry here and one log under tests/data/explain/public/ (its
-`case`), which tests/unit/test_explain_public.py scores. An entry with a fixed verdict
+`case`), which tests/unit/diagnosis/test_rules_public.py scores. An entry with a fixed verdict
 needs no code: `summary` is formatted with the pattern's named groups, `fix` is a text
 or one of the advice functions. Only verdicts that depend on the facts (a /dev/shm
 peak, the OOM flag, what NCCL said of the failure) have a `decide` function below.
@@ -611,7 +611,7 @@ RULES: tuple[Rule, ...] = (
          fix="read the engine's own log (journalctl -u docker, or dockerd's output) for why it refused.",
          case=PUBLIC + "coreos-2427-mounting-shm-tmpfs.log"),
     Rule("disk-full", kind="enospc-elsewhere", patterns=(ENOSPC,), where=enospc_is("enospc-elsewhere"),
-         decide=disk_full, case="tests/unit/test_diagnosis.py::test_enospc_is_placed_by_its_path"),
+         decide=disk_full, case="tests/unit/diagnosis/test_init.py::test_enospc_is_placed_by_its_path"),
     Rule("disk-full", kind="enospc-checkpoint", patterns=(ENOSPC,), where=enospc_is("enospc-checkpoint"),
          decide=disk_full, case="checkpoint-disk-full/logs.txt"),
     Rule("disk-full", NOT_SHARED_MEMORY, kind="checkpoint-write",
@@ -669,19 +669,19 @@ RULES: tuple[Rule, ...] = (
     Rule("", kind="workers-exited", where=lambda m, line, before: {"pids": m.group("pids").strip()},
          patterns=compile_all(r"DataLoader worker \(pid\(s\) (?P<pids>[\d, ]+)\) exited unexpectedly")),
     Rule("enospc", kind="enospc-unplaced", patterns=(ENOSPC,), where=enospc_is("enospc-unplaced"),
-         decide=enospc_unplaced, case="tests/unit/test_diagnosis.py::test_enospc_without_a_path_is_not_shm_when_shm_stayed_low"),
+         decide=enospc_unplaced, case="tests/unit/diagnosis/test_init.py::test_enospc_without_a_path_is_not_shm_when_shm_stayed_low"),
     # The DataLoader's own timeout (DataLoader(timeout=N)): no batch came. With /dev/shm full, a worker's batch
     # that could not be written was lost (the error hits the queue's feeder thread, not the worker loop), and the
     # trainer waits for it: a hang, not a crash (seen in the integration tests on a loaded machine).
     Rule("loader-timeout", kind="loader-timeout", decide=loader_timeout,
          where=lambda m, line, before: {"seconds": float(m.group("seconds"))},
          patterns=compile_all(r"DataLoader timed out after (?P<seconds>[\d.]+) seconds"),
-         case="tests/unit/test_diagnosis.py::test_a_dataloader_timeout_is_shm_when_shm_was_full_and_not_when_it_stayed_low"),
+         case="tests/unit/diagnosis/test_init.py::test_a_dataloader_timeout_is_shm_when_shm_was_full_and_not_when_it_stayed_low"),
     Rule("ray-object-store", kind="ray-object-store", decide=ray_object_store, where=ray_asked,
          patterns=compile_all(r"The object store is using \S+ instead of /dev/shm because /dev/shm has only "
                               r"(?P<available>\d+) bytes available(?:.*--shm-size=(?P<gb>[\d.]+)gb)?"),
          case=PUBLIC + "llmaz-238-ray-object-store-tmp.log"),
-    Rule("shm-full", decide=shm_full, case="tests/unit/test_diagnosis.py::test_a_failure_after_shm_filled_up_is_likely_shm_even_without_a_message"),
+    Rule("shm-full", decide=shm_full, case="tests/unit/diagnosis/test_init.py::test_a_failure_after_shm_filled_up_is_likely_shm_even_without_a_message"),
     # 5. What is left: a process killed from outside, an error nothing above names, or no failure at all.
     Rule("killed", kind="sigkill", decide=killed, always=True,
          patterns=compile_all(r"^\s*Killed\s*$", r"\bline \d+: +\d+ Killed\b", r"exited on signal 9 \(Killed\)",
@@ -698,5 +698,5 @@ RULES: tuple[Rule, ...] = (
          patterns=compile_all(r"Traceback \(most recent call last\)", r"^\s*[\w.]*(?:Error|Exception)\b: ",
                               r"Segmentation fault|core dumped|Fatal Python error|terminate called after throwing",
                               r"^\s*(?:ERROR|FATAL|CRITICAL)\b"),
-         case="tests/unit/test_diagnosis.py::test_nothing_found"),
+         case="tests/unit/diagnosis/test_init.py::test_nothing_found"),
 )

@@ -54,20 +54,16 @@ def first_label(labels: dict, keys) -> str:
 def describe(attrs: dict) -> tuple[Target, int | None]:
     """A container's Target (names and the declared job's need, no readings yet) and its init pid, from its
     `docker inspect` (pure)."""
+    from shmguard.declared import inspect_job
     from shmguard.errors import UsageError
-    from shmguard.job import job_from_env
     from shmguard.model import shm_bytes
 
     config = attrs.get("Config") or {}
     labels = config.get("Labels") or {}
-    env = {}
-    for item in config.get("Env") or ():
-        name, _, value = str(item).partition("=")
-        env[name] = value
     errors = []
     required = None
     try:
-        job = job_from_env(env)
+        job = inspect_job(attrs).job  # its env, command and GPUs, read as everything else reads a container's job
     except UsageError as exc:
         errors.append(f"the container's job: {exc}")
     else:

@@ -2,9 +2,9 @@
 
 Which containers mount the volume at /dev/shm and which of them run the DataLoader, its
 sizeLimit, whether the kubelet caps its tmpfs by anything but the node (the pod's memory fully
-limited or not), the job those containers declare (their SHMGUARD_* env and the pod's
-shmguard.io/* annotations, resolved as `patch` and the webhook resolve them): every answer comes
-from shmguard.pod and shmguard.manifests.annotations; this module only puts them on a Target.
+limited or not), the job those containers declare (their env, command and accelerators and the
+pod's shmguard.io/* annotations, by shmguard.declared as `patch` and the webhook read them): every
+answer comes from shmguard.pod and shmguard.declared; this module only puts them on a Target.
 """
 
 from __future__ import annotations
@@ -67,14 +67,14 @@ def job_need(loaders: list[dict], annotations: dict) -> tuple[int | None, list[s
     the errors of those whose job cannot be read."""
     from shmguard import model
     from shmguard import pod as pods
-    from shmguard.manifests.annotations import resolve_job
+    from shmguard.declared import container_job
 
     errors: list[str] = []
     required = 0
     declared = False
     for container in loaders:  # the shm is the pod's: each DataLoader container that mounts it needs its share
         try:
-            job = resolve_job({}, container, annotations)
+            job = container_job(container, (annotations,)).job
         except UsageError as exc:
             errors.append(f"the job of container {pods.name_of(container)}: {exc}")
             continue

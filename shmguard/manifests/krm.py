@@ -19,8 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from shmguard.errors import UsageError
-from shmguard.job import ENV_VARS, make_job, parse_flag
-from shmguard.manifests.annotations import describes_job
+from shmguard.job import ENV_VARS, describes_job, make_job, parse_flag
 from shmguard.manifests.podspec import PatchOptions, asked_memory, patch_documents
 from shmguard.manifests.templates import label_of
 from shmguard.pod import dict_of

@@ -386,35 +386,20 @@ class Sizer:
         return pod.accelerators({"resources": merged})
 
     def job(self, container: dict):
-        values = dict(self.defaults)
-        merged = ann.merged_values(values, container, self.t.object_annotations, self.t.template_annotations)
+        """The job the container declares (shmguard.declared: the one reader), with the devices it really gets."""
+        from shmguard.declared import container_job
+
         if self.t.run_time_patch_note:
             self.note(self.t.run_time_patch_note)
-        devices = self.accelerators(container)
-        if "procs_per_node" not in merged:
-            held = processes_placeholder(container)
-            if held:
-                raise UsageError(f"{self.name_in(container)}: its training processes come from {held}, a placeholder: "
-                                 f"the size depends on it; render the template first (envsubst), or say how many "
-                                 f"with --procs-per-node or shmguard.io/procs-per-node")
-            command = [str(w) for key in ("command", "args") if isinstance(container.get(key), list)
-                       for w in container[key]]
-            env = {str(e.get("name")): str(e.get("value")) for e in pod.list_of(container.get("env"))
-                   if isinstance(e, dict) and isinstance(e.get("value"), (str, int, float))}
-            named = f"one per {devices.resource}" if devices.count else None
-            procs = sizing.procs_per_node(None, command, env, devices.count or None, named)
-            if procs.value > 1:
-                values["procs_per_node"] = procs.value
-                self.note(f"{procs.value} training processes ({procs.source}); "
-                          f"--procs-per-node or shmguard.io/procs-per-node overrides")
-                for warning in procs.warnings:
-                    self.note(warning)
-            if devices.resource.startswith("aws.amazon.com/neuron") and devices.resource != "aws.amazon.com/neuroncore":
-                self.note(f"{devices.resource} counts devices, of 2 (Trn1, Inf2) to 8 (Trn2) NeuronCores each: when "
-                          f"each core runs a process, shmguard.io/procs-per-node says how many")
-        if "gpus" not in merged and devices.count and devices.nccl:
-            values["gpus"] = devices.count
-        return ann.resolve_job(values, container, self.t.object_annotations, self.t.template_annotations)
+        declared = container_job(container, self.layers, self.defaults, self.accelerators(container))
+        held = processes_placeholder(container) if declared.job is not None and not declared.procs_given else None
+        if held:
+            raise UsageError(f"{self.name_in(container)}: its training processes come from {held}, a placeholder: "
+                             f"the size depends on it; render the template first (envsubst), or say how many "
+                             f"with --procs-per-node or shmguard.io/procs-per-node")
+        for text in declared.manifest_notes():
+            self.note(text)
+        return declared.job
 
     def asked(self) -> int | None:
         value = ann.setting(ann.MEMORY, *self.layers)

@@ -29,7 +29,7 @@ import re
 
 from shmguard import pod
 from shmguard.manifests.annotations import PREFIX
-from shmguard.manifests.templates import BATCH, NOTEBOOK, SERVING, TRAINING, PodTemplate
+from shmguard.manifests.templates import BATCH, NOTEBOOK, SERVING, TRAINING, PodTemplate, launcher_trains
 from shmguard.pod import dict_of
 
 DATALOADER_COMMAND = re.compile(
@@ -82,7 +82,7 @@ def says_itself(template: PodTemplate) -> str | None:
             return f"shmguard.io/* annotations on {where}"
     if str(template_labels(template).get(pod.WEBHOOK_LABEL, "")).lower() == "enabled":
         return f"the {pod.WEBHOOK_LABEL}: enabled label"
-    if any(pod.describes_job(c) for c in template.containers):
+    if any(pod.sets_job_variables(c) for c in template.containers):
         return "SHMGUARD_* variables in its env"
     return None
 
@@ -170,6 +170,14 @@ def programs(container) -> list[str] | None:
     return [first]
 
 
+MPI_LAUNCHERS = ("mpirun", "mpiexec", "orterun", "prterun")
+
+
+def mpi_launcher(container) -> str | None:
+    """The MPI launcher a container's command starts (mpirun, mpiexec), or None."""
+    return next((p for p in programs(container) or [] if p in MPI_LAUNCHERS), None)
+
+
 def idle(container) -> str | None:
     """The evidence that a container runs only waiting, printing or setting-up programs (`sleep 600`), or None."""
     ran = programs(container)
@@ -231,6 +239,11 @@ def judge(template: PodTemplate, accelerators: pod.Accelerators, loaders=(), job
     if said:
         return True, said
     main = [i for i, c in enumerate(template.containers) if not pod.is_sidecar(c)] or list(range(len(template.containers)))
+    first = ([i for i in loaders if i < len(template.containers)] or main[:1])[0]
+    launcher = mpi_launcher(template.containers[first])
+    if launcher and not pod.accelerators(template.containers[first]).count and not launcher_trains(template.obj):
+        return False, (f"not a training job: {template.container_name(first)} starts {launcher}, with no accelerators: "
+                       f"the MPI launcher, whose workers run the DataLoader (--all-templates sizes it)")
     for index in main:
         match = DATALOADER_COMMAND.search(words(template.containers[index]))
         if match:

@@ -126,6 +126,8 @@ LONG_RUNNING_KINDS = {("apps", "Deployment"), ("apps", "StatefulSet"), ("apps", 
                       ("", "ReplicationController"), ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"),
                       ("extensions", "Deployment"), ("extensions", "DaemonSet"), ("apps", "Deployment")}
 NOTEBOOK_KINDS = {("kubeflow.org", "Notebook")}
+# KServe, KFServing (its former name), Seldon Core: every kind of theirs serves models.
+SERVING_GROUPS = {"serving.kserve.io", "serving.kubeflow.org", "machinelearning.seldon.io", "mlops.seldon.io"}
 BATCH_KINDS = {("", "Pod"), ("batch", "Job"), ("batch", "CronJob"), ("jobset.x-k8s.io", "JobSet"),
                ("batch.volcano.sh", "Job")}
 # A Pod's controller, from its ownerReferences: a Pod made by a ReplicaSet serves.
@@ -641,7 +643,7 @@ def workload_of(group: str | None, kind) -> str:
             ("elastic.pytorch.org", "ElasticJob"),  # TorchElastic's controller
             ("mindxdl.gitee.com", "AscendJob")):  # Huawei MindCluster's training job (Ascend/mind-cluster)
         return TRAINING
-    if (group, kind) in SERVING_KINDS or group == "serving.kserve.io":
+    if (group, kind) in SERVING_KINDS or group in SERVING_GROUPS:
         return SERVING
     if (group, kind) in NOTEBOOK_KINDS:
         return NOTEBOOK

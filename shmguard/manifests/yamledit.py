@@ -163,13 +163,15 @@ def is_json(text: str) -> bool:
         return False  # YAML flow (unquoted keys, trailing commas), not JSON
 
 
-def render_flow(value: Any) -> str:
-    """A value in flow style ({a: b, c: [d]}), for insertion into a flow collection."""
+def render_flow(value: Any, key_quote: str = "", value_quote: str = "") -> str:
+    """A value in flow style ({a: b, c: [d]}), for insertion into a flow collection; keys and string values quoted
+    as given (the document's own quoting, _Style)."""
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{render_scalar(k)}: {render_flow(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{render_scalar(k, key_quote)}: {render_flow(v, key_quote, value_quote)}"
+                               for k, v in value.items()) + "}"
     if isinstance(value, list):
-        return "[" + ", ".join(render_flow(v) for v in value) + "]"
-    return render_scalar(value)
+        return "[" + ", ".join(render_flow(v, key_quote, value_quote) for v in value) + "]"
+    return render_scalar(value, value_quote if isinstance(value, str) else "")
 
 
 class _Style(Record):
@@ -301,7 +303,10 @@ class _DocumentEditor:
         return _json(value) if self.json else render_scalar(value, style)
 
     def flow(self, value: Any) -> str:
-        return _json(value) if self.json else render_flow(value)
+        if self.json:
+            return _json(value)
+        style = self.style()
+        return render_flow(value, style.key_quote, style.value_quote)
 
     # -- finding nodes ----------------------------------------------------------------------------------
     def find(self, path: tuple, replacing: bool = False) -> tuple[Node, Node | None, Node | None, bool]:
@@ -372,6 +377,19 @@ class _DocumentEditor:
         if node.kind == ALIAS and not isinstance(value, (dict, list)):
             self.edits.append((node.start, node.end, self.scalar(value)))
             return
+        if node.kind == ALIAS and value and not flow and parent is not None and parent.kind == MAPPING and key_node is not None:
+            # `key: *c` whose use changes differently from the anchor's others: this use is written out in full
+            # under its key (the anchor and its other aliases stay as they are).
+            if self.text.find("\n", key_node.end, node.start) >= 0:
+                raise _Unsafe(f"the alias at {_path_text(path)} is not on its key's line")
+            start = node.start
+            while start > key_node.end and self.text[start - 1] in " \t":
+                start -= 1
+            self.edits.append((start, node.end, ""))
+            style = self.style()
+            indent = self.column(key_node.start) + (style.step if isinstance(value, dict) else style.sequence)
+            self.lines_at(node.end, render_block(value, indent, style))
+            return
         if node.kind != SCALAR:
             raise _Unsafe(f"the patch replaced the {node.kind} at {_path_text(path)}")
         if node.tagged or node.anchor is not None:
@@ -415,7 +433,7 @@ class _DocumentEditor:
         if not isinstance(key, str):
             raise _Unsafe(f"the patch added a key that is not a string to {_path_text(path)}")
         if flow:
-            entry = f"{self.scalar(key)}: {self.flow(value)}"
+            entry = f"{_json(key) if self.json else render_scalar(key, self.style().key_quote)}: {self.flow(value)}"
             self._flow_insert(node, entry, "{", path)
             return
         indent = self.column(node.value[0][0].start)
@@ -557,7 +575,7 @@ def _through_anchor(root: Node, container: tuple) -> tuple[Node, tuple] | None:
     return found
 
 
-def _share_anchored(root: Node, ops: list[Op], strict: bool = True) -> tuple[list[Op], set[int]]:
+def _share_anchored(root: Node, ops: list[Op], strict: bool = True, after: Any = None) -> tuple[list[Op], set[int]]:
     """The operations with those that go through an anchored node folded into one edit at its definition, when
     the uses of it that change (the definition, each alias, each mapping that merges it) all get the same change;
     and the nodes the folded edits may pass through (the anchored node, and any anchored node its definition sits
@@ -596,12 +614,33 @@ def _share_anchored(root: Node, ops: list[Op], strict: bool = True) -> tuple[lis
             raise _Unsafe(f"the anchored node &{node.anchor} is not written where the change goes")
         if any(c != first for c in changes.values()) or (strict and set(changes) != set(uses.get(target, []))):
             how = "a merge key (<<) uses it" if target in merged else "used through an alias elsewhere"
-            raise _Unsafe(f"{where} is anchored (&{node.anchor}) and {how}, and not every use of it gets the same "
-                          f"change")
+            unsafe = _Unsafe(f"{where} is anchored (&{node.anchor}) and {how}, and not every use of it gets the same "
+                             f"change")
+            if after is None or target in merged:
+                raise unsafe
+            # The anchor gets its own use's change; every other use that changes differently is written out in
+            # full where its alias is (the document is read back by the caller).
+            own = changes.get(definitions[target], [])
+            folded += [Op(o.kind, definitions[target] + o.path, o.key, o.value) for o in own]
+            for use in uses.get(target, []):
+                if use != definitions[target] and changes.get(use, []) != own:
+                    folded.append(Op(SET, use, None, _data_at(after, use, unsafe)))
+            passable.add(target)
+            passable.update(_anchored_on(root, definitions[target]))
+            continue
         folded += [Op(o.kind, definitions[target] + o.path, o.key, o.value) for o in first]
         passable.add(target)
         passable.update(_anchored_on(root, definitions[target]))
     return folded, passable
+
+
+def _data_at(data: Any, path: tuple, unsafe: _Unsafe) -> Any:
+    for step in path:
+        try:
+            data = data[step]
+        except (KeyError, IndexError, TypeError):
+            raise unsafe from None
+    return data
 
 
 def _anchored_on(root: Node, path: tuple) -> set[int]:
@@ -716,7 +755,8 @@ def edit_text(text: str, documents: list[Document], before: list, after: list) -
                 # Anchors and merge keys: the changes that go through an anchored node are made once, at it, when
                 # the uses that change agree; the document is then read back to check it says what it should.
                 try:
-                    doc_edits = _edit_document(text, document, ops, newline, file_style, as_json, strict=False)
+                    doc_edits = _edit_document(text, document, ops, newline, file_style, as_json, strict=False,
+                                               after=new)
                 except _Unsafe:
                     raise exc from None
                 if not _reads_back(text, document, doc_edits, new):
@@ -739,11 +779,12 @@ def edit_text(text: str, documents: list[Document], before: list, after: list) -
 
 
 def _edit_document(text: str, document: Document, ops: list[Op], newline: str, file_style, as_json: bool,
-                   strict: bool) -> list[tuple[int, int, str]]:
-    """The text edits of one document's operations, sorted; _Unsafe when one cannot be placed safely."""
+                   strict: bool, after: Any = None) -> list[tuple[int, int, str]]:
+    """The text edits of one document's operations, sorted; _Unsafe when one cannot be placed safely. Not
+    strict, with the data wanted (after): uses of an anchor that change differently are written out in full."""
     assert document.node is not None  # an empty document is re-dumped before this
     editor = _DocumentEditor(text, document, newline, file_style, as_json)
-    ops, editor.shared = _share_anchored(document.node, ops, strict)
+    ops, editor.shared = _share_anchored(document.node, ops, strict, None if strict else after)
     for op in ops:
         editor.apply(op)
     doc_edits = sorted(editor.edits, key=lambda edit: edit[0])  # stable: same place keeps op order

@@ -20,7 +20,7 @@ class Root:
     """A directory standing for `/`: real by default, a fixture tree in tests.
 
     Not a Record (shmguard.record): it is the filesystem the probes read, an object with behaviour that
-    tests replace with fakes carrying their own state (tests/unit/conftest.py FakeRoot), not data.
+    tests replace with fakes carrying their own state (tests/support/roots.py FakeRoot), not data.
     """
 
     def __init__(self, path: str | None = None) -> None:

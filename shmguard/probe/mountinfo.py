@@ -110,3 +110,21 @@ def read_mountinfo(root, keep=None) -> tuple[list[Mount], str | None]:
         return [], f"cannot read /proc/self/mountinfo: {exc.strerror if isinstance(exc, OSError) else exc}"
     mounts, _bad = parse_mountinfo(text, keep)
     return mounts, None
+
+
+def mount_devices(text: str) -> dict[int, int]:
+    """Each mount's id and the device (st_dev) of its filesystem, from mountinfo's third field (`0:27`). Mount ids
+    are unique across mount namespaces, so the maps of several namespaces can be merged."""
+    import os
+
+    devices = {}
+    for line in text.splitlines():
+        parsed = _split(line)
+        if parsed is None:
+            continue
+        major, _, minor = parsed[0][2].partition(":")
+        try:
+            devices[parsed[2]] = os.makedev(int(major), int(minor))
+        except ValueError:
+            continue
+    return devices

@@ -1,42 +1,21 @@
-"""Fixtures for tests against the real Docker engine.
+"""Fixtures for tests against the real Docker engine (the constants and helpers they use are in tests/support/).
 
 Outside CI a missing engine or image skips these tests with the reason; with
 CI=true it fails them, because a green CI that skipped the engine proves nothing.
-Every container a test creates carries the label below and is removed when the
-test ends, pass or fail.
+Every container a test creates carries the label tests.support.containers.TEST_LABEL
+and is removed when the test ends, pass or fail.
 """
 
 from __future__ import annotations
 
-import os
 import sys
-import uuid
 from typing import Any, Callable, Iterator
 
 import pytest
 
-from shmguard.record import Record
-
-DEMO_IMAGE = os.environ.get("SHMGUARD_DEMO_IMAGE", "shmguard-demo:latest")
-TEST_LABEL = "org.shmguard.test"
-SESSION = uuid.uuid4().hex[:12]
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
-
-
-def unavailable(reason: str) -> None:
-    """Skip locally, fail in CI."""
-    if in_ci():
-        pytest.fail(f"{reason} (CI=true: integration tests must run, not skip)", pytrace=False)
-    pytest.skip(reason)
-
-
-class RunResult(Record):
-    exit_code: int
-    logs: str
-    attrs: dict[str, Any]  # `docker inspect` of the container after it stopped
+from tests.support.ci import unavailable
+from tests.support.containers import BASE_IMAGE, DEMO_IMAGE, SESSION, TEST_LABEL, RunResult
+from tests.support.podman import missing, podman_service
 
 
 @pytest.fixture(scope="session")
@@ -92,14 +71,24 @@ def run_container(docker_client: Any) -> Iterator[Callable[..., RunResult]]:
             pass
 
 
-# ---- the single-node Kubernetes (tests/integration/kube_cluster.py): one per test session, shared ----
+# Podman's service with the demo image loaded, once per module that asks for it (tests/support/podman.py).
+@pytest.fixture(scope="module")
+def podman(tmp_path_factory, demo_image):
+    reason = missing()
+    if reason:
+        unavailable(reason)
+    with podman_service(tmp_path_factory.mktemp("podman"), images=(DEMO_IMAGE,)) as env:
+        yield env
+
+
+# ---- the single-node Kubernetes (tests/support/kube_cluster.py): one per test session, shared ----
 
 @pytest.fixture(scope="session")
 def kube(request: pytest.FixtureRequest) -> Iterator[Any]:
     """The session's Kubernetes v1.20.2 cluster (a KubeCluster): brought up on first use, torn down at the end.
 
     It takes the machine's cluster lock for its whole life; a second session waits, and says so on the terminal."""
-    from tests.integration import kube_cluster
+    from tests.support import kube_cluster
 
     reason = kube_cluster.missing()
     if reason:
@@ -119,3 +108,15 @@ def kube_demo_image(kube: Any, demo_image: str) -> str:
     """The demo image (torch and shmguard) in the cluster's containerd, imported once; Pods use it with
     `imagePullPolicy: Never`."""
     return kube.import_image(demo_image)
+
+
+# The base image (Debian with python3), for containers that need no torch.
+@pytest.fixture
+def base_image(docker_client) -> str:
+    import docker
+
+    try:
+        docker_client.images.get(BASE_IMAGE)
+    except docker.errors.ImageNotFound:
+        unavailable(f"image {BASE_IMAGE} is missing: build it with docker/build.sh")
+    return BASE_IMAGE

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,17 +17,20 @@ import pytest
 from shmguard import sizing
 from shmguard.api import fit
 from shmguard.units import docker_size, parse_size
-from tests.integration import shm_death
-from tests.integration.conftest import SESSION, TEST_LABEL
+from tests.support import death as shm_death
+from tests.support.containers import SESSION, TEST_LABEL
+from tests.support.paths import CHECKOUT
 
 MIB = 2**20
 IMAGE = 3 * 224 * 224 * 4
-README = Path(__file__).resolve().parents[2] / "README.md"
-API_GUIDE = Path(__file__).resolve().parents[2] / "docs" / "guides" / "python-api.md"
+README = CHECKOUT / "README.md"
+API_GUIDE = CHECKOUT / "docs" / "guides" / "python-api.md"
 
 PRELUDE = r'''
 import gc, json, sys, warnings, torch, shmguard
 from torch.utils.data import DataLoader, Dataset
+
+pytestmark = [pytest.mark.integration, pytest.mark.needs_docker]
 
 class Images(Dataset):
     def __len__(self): return 100_000

@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import re
 
-from tests.integration.shm_death import form
+import pytest
 
-JOB = [
-    "python", "/app/train.py",
-    "--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224", "--dtype", "float32",
-    "--prefetch-factor", "2", "--steps", "20",
-    # A worker whose queue thread fails to allocate shm loses its batch and the trainer would wait
-    # forever (PyTorch's default); with a timeout that hang ends too, after the shm error is logged.
-    "--timeout", "20",
-]
+from tests.support.death import JOB, form
+
+pytestmark = [pytest.mark.integration, pytest.mark.needs_docker]
+
 MIB = 2**20
 
 
@@ -27,7 +23,7 @@ def test_default_shm_kills_the_dataloader(run_container, demo_image):
     assert result.attrs["HostConfig"]["ShmSize"] == 64 * MIB, "expected Docker's default /dev/shm"
     # A worker's failed shm allocation surfaces as a RuntimeError in the trainer, as a worker killed by
     # SIGBUS, or as a lost batch and the DataLoader's timeout (exit 1 all); a SIGBUS in the trainer would be
-    # 128 + 7. Which one comes depends on the machine's load (tests/integration/shm_death.py).
+    # 128 + 7. Which one comes depends on the machine's load (tests/support/death.py).
     assert result.exit_code in (1, 135), result.logs[-2000:]
     assert form(result.logs, exit_code=result.exit_code), result.logs[-2000:]
     assert "demo: completed" not in result.logs

@@ -6,6 +6,8 @@ import json
 
 import pytest
 
+pytestmark = [pytest.mark.integration, pytest.mark.needs_docker]
+
 MIB, GIB = 2**20, 2**30
 JOB_ENV = {"SHMGUARD_WORKERS": "4", "SHMGUARD_BATCH_SIZE": "64", "SHMGUARD_SAMPLE_SHAPE": "3,224,224"}
 

@@ -27,12 +27,11 @@ from typing import Any
 
 import pytest
 
-from tests.integration import test_podman
-from tests.integration.conftest import DEMO_IMAGE, SESSION, TEST_LABEL, unavailable
-from tests.integration.cpu_burners import burners
+from tests.support.burners import burners
+from tests.support.ci import unavailable
+from tests.support.containers import DEMO_IMAGE, SESSION, TEST_LABEL
 
-pytestmark = pytest.mark.integration
-podman = test_podman.podman  # its Podman service (module-scoped fixture), for the Podman tests here
+pytestmark = [pytest.mark.integration, pytest.mark.needs_docker, pytest.mark.needs_root]
 
 MIB = 2**20
 BASE = "shmguard-base:bookworm"

@@ -1,6 +1,6 @@
 """The Docker engine dies under `shmguard run` (SIGKILL, as a crash or the OOM killer would).
 
-These run on a throwaway engine of their own (tests/integration/throwaway_engine.py), never on
+These run on a throwaway engine of their own (tests/support/throwaway_engine.py), never on
 the machine's. What a real dockerd does here, and what `run` must do about it:
 - restarted with live-restore: the container kept running; `run` follows it again, and its
   output arrives whole and once, exit code passed through;
@@ -24,8 +24,10 @@ import uuid
 
 import pytest
 
-from tests.integration.conftest import unavailable
-from tests.integration.throwaway_engine import EngineError, ThrowawayEngine
+from tests.support.ci import unavailable
+from tests.support.throwaway_engine import EngineError, ThrowawayEngine
+
+pytestmark = [pytest.mark.integration, pytest.mark.needs_docker, pytest.mark.needs_root]
 
 IMAGE = "shmguard-base:bookworm"
 LINES = 30

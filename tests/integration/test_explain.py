@@ -11,8 +11,11 @@ import sys
 import uuid
 
 import jsonschema
+import pytest
 
 from shmguard import schemas
+
+pytestmark = [pytest.mark.integration, pytest.mark.needs_docker]
 
 JOB_ENV = {"SHMGUARD_WORKERS": "4", "SHMGUARD_BATCH_SIZE": "64", "SHMGUARD_SAMPLE_SHAPE": "3,224,224"}
 TRAIN = ["python", "/app/train.py", "--steps", "20", "--timeout", "20"]

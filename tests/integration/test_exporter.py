@@ -12,152 +12,23 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.parse
-import urllib.request
 import uuid
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Any, Iterator
 
 import pytest
-import yaml
 
-from shmguard.exporter import rules
-from tests.integration.conftest import SESSION, TEST_LABEL, unavailable
+from tests.support.ci import unavailable
+from tests.support.containers import SESSION, TEST_LABEL
+from tests.support.exporter_process import exporter
+from tests.support.paths import CHECKOUT
+from tests.support.prometheus import prometheus
 
-pytestmark = pytest.mark.integration
-REPO = Path(__file__).resolve().parents[2]
-IMAGE = os.environ.get("SHMGUARD_BASE_IMAGE", "shmguard-base:bookworm")
+pytestmark = [pytest.mark.integration, pytest.mark.needs_docker, pytest.mark.needs_prometheus]
+REPO = CHECKOUT
 MIB = 2**20
 WAIT = 120  # seconds: generous bounds on a busy machine, never a timing assertion
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def wait_ready(url: str, proc: subprocess.Popen, why=lambda: "", timeout: float = WAIT) -> None:
-    """Until url answers 200 (AssertionError when proc exits first or the time is up, with why())."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=5) as answer:
-                if answer.status == 200:
-                    return
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise AssertionError(f"{url} never answered: {why()}")
-        time.sleep(0.2)
-
-
-@contextmanager
-def exporter(*args: str, env: dict | None = None) -> Iterator[int]:
-    """`shmguard exporter` from this tree on a free port; yields the port; stopped (SIGTERM, exit 0) after."""
-    environment = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-    proc = subprocess.Popen([sys.executable, "-m", "shmguard", "exporter", "--address", "127.0.0.1", "--port", "0",
-                             *args], stderr=subprocess.PIPE, text=True, env=environment, cwd=REPO)
-    try:
-        line = proc.stderr.readline()
-        assert "serving http://127.0.0.1:" in line, line + proc.stderr.read() if proc.poll() is not None else line
-        yield int(line.split("127.0.0.1:")[1].split("/")[0])
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
-    finally:
-        stop(proc)
-        proc.stderr.close()
-
-
-def http_json(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as answer:
-        return json.load(answer)
-
-
-class Prometheus:
-    def __init__(self, port: int) -> None:
-        self.base = f"http://127.0.0.1:{port}"
-
-    def query(self, expr: str) -> list[dict]:
-        data = http_json(f"{self.base}/api/v1/query?{urllib.parse.urlencode({'query': expr})}")
-        assert data["status"] == "success", data
-        return data["data"]["result"]
-
-    def value(self, expr: str) -> float | None:
-        result = self.query(expr)
-        return float(result[0]["value"][1]) if result else None
-
-    def alerts(self) -> list[dict]:
-        return http_json(f"{self.base}/api/v1/alerts")["data"]["alerts"]
-
-    def wait_for(self, what: str, check, timeout: float = WAIT):
-        deadline = time.monotonic() + timeout
-        while True:
-            result = check()
-            if result:
-                return result
-            if time.monotonic() > deadline:
-                raise AssertionError(f"Prometheus did not show {what} in {timeout:g} s")
-            time.sleep(0.5)
-
-
-@contextmanager
-def prometheus(target_port: int, workdir: Path) -> Iterator[Prometheus]:
-    """Debian's Prometheus on a free port, scraping the exporter every second, with the exporter's alerts (the
-    near-full alert's `for` shortened to 3 s: its minute is unit-tested with promtool)."""
-    binary = shutil.which("prometheus")
-    if binary is None:
-        unavailable("prometheus is missing: scripts/setup.sh installs Debian's prometheus package")
-    file = rules.rule_file()
-    for rule in file["groups"][0]["rules"]:
-        if rule["alert"] == "ShmguardShmNearlyFull":
-            rule["for"] = "3s"
-    (workdir / "rules.yaml").write_text(yaml.safe_dump(file))
-    (workdir / "prometheus.yml").write_text(yaml.safe_dump({
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": ["rules.yaml"],
-        "scrape_configs": [{"job_name": "shmguard", "static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}]}],
-    }))
-    port = free_port()
-    log = open(workdir / "prometheus.log", "w")
-    proc = subprocess.Popen([binary, f"--config.file={workdir / 'prometheus.yml'}",
-                             f"--storage.tsdb.path={workdir / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
-    try:
-        server = Prometheus(port)
-        wait_ready(f"{server.base}/-/ready", proc, lambda: (workdir / "prometheus.log").read_text()[-3000:])
-        yield server
-    finally:
-        stop(proc)
-        log.close()
-
-
-@pytest.fixture
-def base_image(docker_client) -> str:
-    import docker
-
-    try:
-        docker_client.images.get(IMAGE)
-    except docker.errors.ImageNotFound:
-        unavailable(f"image {IMAGE} is missing: build it with docker/build.sh")
-    return IMAGE
 
 
 def shm_used_inside(container) -> int:
@@ -253,7 +124,7 @@ def test_once_json_and_a_container_that_exits_mid_pass(docker_client, base_image
 
 
 def test_podman_through_its_docker_api(tmp_path, base_image):
-    from tests.integration.podman_engine import missing, podman_service
+    from tests.support.podman import missing, podman_service
 
     reason = missing()
     if reason:

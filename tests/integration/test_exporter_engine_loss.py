@@ -1,5 +1,5 @@
 """The engine goes away under `shmguard exporter` and comes back: on a throwaway engine of the tests' own
-(tests/integration/throwaway_engine.py), never the machine's. The exporter keeps serving, says
+(tests/support/throwaway_engine.py), never the machine's. The exporter keeps serving, says
 `shmguard_engine_up 0`, and keeps sampling the container that outlives the engine (live-restore); when the
 engine is back it is 1 again and a container started meanwhile shows up.
 """
@@ -13,11 +13,12 @@ import urllib.request
 
 import pytest
 
-from tests.integration.conftest import SESSION, TEST_LABEL, unavailable
-from tests.integration.test_exporter import exporter
-from tests.integration.throwaway_engine import EngineError, ThrowawayEngine
+from tests.support.ci import unavailable
+from tests.support.containers import SESSION, TEST_LABEL
+from tests.support.exporter_process import exporter
+from tests.support.throwaway_engine import EngineError, ThrowawayEngine
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.needs_docker, pytest.mark.needs_root]
 IMAGE = "shmguard-base:bookworm"
 WAIT = 120
 

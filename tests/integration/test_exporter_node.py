@@ -1,6 +1,6 @@
 """Node mode on real tmpfs mounts laid out as the kubelet lays out pod volumes
 (<kubelet root>/pods/<uid>/volumes/kubernetes.io~empty-dir/<name>), with the Kubernetes API answered by a local
-server from recorded answers (there is no cluster here: tests/unit/exporter/recorded.py says what they are).
+server from recorded answers (there is no cluster here: tests/support/recorded_pods.py says what they are).
 Needs root (mount). Every mount is unmounted, the server and the exporter stopped, pass or fail.
 """
 
@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import unavailable
-from tests.integration.test_exporter import exporter
-from tests.unit.exporter.recorded import KUARD_UID, NODE, PADDLE_UID, TRAIN_UID, pod_list
-from tests.unit.exporter.test_kubelet import RecordedAPI
+from tests.support.ci import unavailable
+from tests.support.exporter import RecordedAPI
+from tests.support.exporter_process import exporter
+from tests.support.paths import CHECKOUT
+from tests.support.recorded_pods import KUARD_UID, NODE, PADDLE_UID, TRAIN_UID, pod_list
 
-pytestmark = pytest.mark.integration
-REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.integration, pytest.mark.needs_root]
+REPO = CHECKOUT
 MIB = 2**20
 
 

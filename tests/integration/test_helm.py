@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helm import Helm, helm_binary
-from tests.integration.conftest import unavailable
+from tests.support.ci import unavailable
+from tests.support.helm import Helm, helm_binary
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.needs_helm]
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "shmguard"
 ALL_PARTS = ["--set", "exporter.serviceMonitor.enabled=true", "--set", "exporter.prometheusRule.enabled=true",
@@ -54,7 +54,7 @@ def test_lint(helm):
 
 
 def test_every_object_is_valid_strictly(helm):
-    from tests.unit.exporter.test_render import validate
+    from tests.support.crds import validate
 
     docs = template(helm, *ALL_PARTS, "--set", "webhook.certs.mode=cert-manager")
     kinds = sorted(d["kind"] for d in docs)

@@ -15,51 +15,11 @@ import yaml
 from shmguard.job import make_job
 from shmguard.sizing import pod_shm_size
 from shmguard.units import k8s_quantity
-from tests.helm import Helm, helm_binary
-from tests.integration.conftest import unavailable
+from tests.support.ci import unavailable
+from tests.support.helm import PLUGIN, RECIPE, TRAIN_CHART, Helm, helm_binary, write_tree
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.needs_helm]
 REPO = Path(__file__).resolve().parents[2]
-RECIPE = "#!/bin/sh\nexec shmguard patch --workers 4 --batch-size 64 --sample-shape 3,224,224\n"
-PLUGIN = """\
-apiVersion: v1
-type: postrenderer/v1
-name: shmguard
-version: 0.1.0
-runtime: subprocess
-runtimeConfig:
-  platformCommand:
-  - command: "${HELM_PLUGIN_DIR}/shm-post-render"
-"""
-TRAIN_CHART = {
-    "Chart.yaml": "apiVersion: v2\nname: train\nversion: 0.1.0\n",
-    "templates/deployment.yaml": """\
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {{ .Release.Name }}
-spec:
-  replicas: 0
-  selector:
-    matchLabels: {app: train}
-  template:
-    metadata:
-      labels: {app: train}
-    spec:
-      containers:
-      - name: trainer
-        image: {{ .Values.image }}
-        command: [python, train.py]
-""",
-    "values.yaml": "image: shmguard-demo:latest\n",
-}
-
-
-def write_tree(base: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        (base / rel).parent.mkdir(parents=True, exist_ok=True)
-        (base / rel).write_text(text)
-    return base
 
 
 @pytest.fixture

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.paths import CHECKOUT
+
+ROOT = CHECKOUT
 DEPS_CACHE = Path(os.environ.get("SHMGUARD_CACHE", Path.home() / ".cache/shmguard")) / "wheels/deps"
 JOB = ["--workers", "1", "--batch-size", "1", "--sample-bytes", "1k"]
 HEAVY = ("click", "docker", "yaml", "kubernetes", "requests", "torch")

@@ -16,9 +16,12 @@ from shmguard import main, sizing
 from shmguard.job import make_job
 from shmguard.manifests import render
 from shmguard.units import parse_quantity
-from tests.integration.conftest import unavailable
+from tests.support.ci import unavailable
+from tests.support.paths import CHECKOUT
 
-ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.integration, pytest.mark.needs_docker, pytest.mark.needs_kubectl]
+
+ROOT = CHECKOUT
 DEMO_JOB = make_job(workers=4, batch_size=64, sample_shape="3,224,224")
 
 

@@ -13,9 +13,9 @@ import yaml
 from shmguard import sizing
 from shmguard.job import make_job
 from shmguard.units import k8s_quantity
-from tests.integration.conftest import unavailable
+from tests.support.ci import unavailable
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.needs_kpt]
 JOB = {"workers": "4", "batch-size": "64", "sample-shape": "3,224,224"}
 
 

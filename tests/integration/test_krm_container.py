@@ -9,16 +9,19 @@ from __future__ import annotations
 import shutil
 import subprocess
 import uuid
-from pathlib import Path
 
 import pytest
 import yaml
 
 from shmguard.manifests import krm
-from tests.integration.conftest import SESSION, TEST_LABEL, unavailable
+from tests.support.ci import unavailable
+from tests.support.containers import SESSION, TEST_LABEL
+from tests.support.paths import CHECKOUT, DATA
 
-ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "tests" / "data" / "manifests"
+pytestmark = [pytest.mark.integration, pytest.mark.needs_docker, pytest.mark.needs_kubectl]
+
+ROOT = CHECKOUT
+MANIFESTS = DATA / "manifests"
 SETTINGS = {"workers": "4", "batch-size": "64", "sample-shape": "3,224,224"}
 FILES = ["kuberay-rayjob-resources.yaml", "training-operator-pytorchjob-mnist-nccl.yaml"]
 
@@ -36,7 +39,7 @@ def test_kustomize_runs_the_container_function(tmp_path, fn_image):
     if shutil.which("kubectl") is None:
         unavailable("kubectl is not installed (kubectl kustomize runs the function)")
     for name in FILES:
-        shutil.copy(DATA / name, tmp_path / name)
+        shutil.copy(MANIFESTS / name, tmp_path / name)
     transformer = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "shmguard", "annotations": {
         "config.kubernetes.io/function": yaml.safe_dump({"container": {"image": fn_image}})}}, "data": SETTINGS}
     (tmp_path / "shmguard.yaml").write_text(yaml.safe_dump(transformer))
@@ -45,7 +48,7 @@ def test_kustomize_runs_the_container_function(tmp_path, fn_image):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     built = [d for d in yaml.safe_load_all(proc.stdout) if d]
-    items = [d for name in FILES for d in yaml.safe_load_all((DATA / name).read_text()) if d]
+    items = [d for name in FILES for d in yaml.safe_load_all((MANIFESTS / name).read_text()) if d]
     expected, code = krm.run({"kind": "ResourceList", "items": items, "functionConfig": transformer})
     assert code == 0
     def body(doc):

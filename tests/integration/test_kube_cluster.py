@@ -1,4 +1,4 @@
-"""The harness itself (tests/integration/kube_cluster.py): the cluster is the version it claims, runs a Pod on its
+"""The harness itself (tests/support/kube_cluster.py): the cluster is the version it claims, runs a Pod on its
 kubelet, sizes a memory emptyDir as a 1.20 kubelet with SizeMemoryBackedVolumes does, and leaves the host's sysctls
 as they were. What the other Kubernetes tests rest on is checked here first, in one small Pod."""
 
@@ -9,9 +9,9 @@ import os
 
 import pytest
 
-from tests.integration.kube_cluster import K8S_VERSION, KubeCluster, host_sysctls, mounts_under
+from tests.support.kube_cluster import K8S_VERSION, KubeCluster, host_sysctls, mounts_under
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.needs_cluster]
 
 BASE_IMAGE = os.environ.get("SHMGUARD_BASE_IMAGE", "shmguard-base:bookworm")
 # Print the tmpfs, then stay until the test says so (through `kubectl exec`), at most a minute.

@@ -1,4 +1,4 @@
-"""The exporter's node mode on the real kubelet (Kubernetes v1.20.2, tests/integration/kube_cluster.py), run on the
+"""The exporter's node mode on the real kubelet (Kubernetes v1.20.2, tests/support/kube_cluster.py), run on the
 host with the DaemonSet's arguments (`exporter render k8s`: --kubelet-root, --containerd-state) and the API through
 `kubectl proxy`:
 
@@ -25,9 +25,10 @@ import pytest
 
 from shmguard.job import make_job
 from shmguard.model import shm_bytes
-from tests.integration.test_exporter import exporter, prometheus
+from tests.support.exporter_process import exporter
+from tests.support.prometheus import prometheus
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.needs_cluster, pytest.mark.needs_prometheus]
 REPO = Path(__file__).resolve().parents[2]
 MIB = 2**20
 JOB = make_job(workers=4, batch_size=64, sample_shape="3,224,224")
@@ -87,7 +88,7 @@ def node(request, kube):
     if request.param == "/":
         yield kube
         return
-    from tests.integration.kube_cluster import kubelet_cgroup_root
+    from tests.support.kube_cluster import kubelet_cgroup_root
 
     with kubelet_cgroup_root(kube, "own") as cluster:
         yield cluster

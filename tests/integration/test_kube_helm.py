@@ -26,11 +26,10 @@ from shmguard.job import make_job
 from shmguard.model import shm_bytes
 from shmguard.sizing import pod_shm_size
 from shmguard.units import k8s_quantity, parse_quantity
-from tests.helm import Helm, helm_binary
-from tests.integration.conftest import unavailable
-from tests.integration.test_helm_post_renderer import PLUGIN, RECIPE, TRAIN_CHART, write_tree
+from tests.support.ci import unavailable
+from tests.support.helm import PLUGIN, RECIPE, TRAIN_CHART, Helm, helm_binary, write_tree
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.needs_cluster, pytest.mark.needs_helm]
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "shmguard"
 WEBHOOK_IMAGE = os.environ.get("SHMGUARD_WEBHOOK_IMAGE", "shmguard-webhook:latest")

@@ -13,10 +13,15 @@ in a directory mounted on the container's PYTHONPATH.
 from __future__ import annotations
 
 import json
-from pathlib import Path
+
+import pytest
+
+from tests.support.paths import CHECKOUT
+
+pytestmark = [pytest.mark.integration, pytest.mark.needs_docker]
 
 MIB = 2**20
-SOURCE = Path(__file__).resolve().parents[2]
+SOURCE = CHECKOUT
 MOUNT = {"volumes": {str(SOURCE): {"bind": "/src", "mode": "ro"}}, "environment": {"PYTHONPATH": "/src"}}
 
 

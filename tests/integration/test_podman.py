@@ -1,6 +1,6 @@
 """shmguard against Podman's Docker-compatible API (#19 item 2): the failure and the fix, for real.
 
-Podman 4.3.1 from Debian, through `podman system service` (tests/integration/podman_engine.py).
+Podman 4.3.1 from Debian, through `podman system service` (tests/support/podman.py).
 Differences from Docker that users meet, and that these tests pin down: the default
 /dev/shm is 65,536,000 bytes (62.5 MiB), not 64 MiB; `--shm-size` is applied the same way.
 """
@@ -13,23 +13,12 @@ import sys
 
 import pytest
 
-from tests.integration.conftest import DEMO_IMAGE, SESSION, TEST_LABEL, unavailable
-from tests.integration.podman_engine import missing, podman_service
-from tests.integration.shm_death import form
-from tests.integration.test_bus_error import JOB
+from tests.support.containers import DEMO_IMAGE, SESSION, TEST_LABEL
+from tests.support.death import JOB, form
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.needs_podman]
 MIB = 2**20
 PODMAN_DEFAULT_SHM = 65_536_000
-
-
-@pytest.fixture(scope="module")
-def podman(tmp_path_factory, demo_image):
-    reason = missing()
-    if reason:
-        unavailable(reason)
-    with podman_service(tmp_path_factory.mktemp("podman"), images=(DEMO_IMAGE,)) as env:
-        yield env
 
 
 @pytest.fixture(scope="module")

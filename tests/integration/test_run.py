@@ -17,6 +17,8 @@ from shmguard import model
 from shmguard.job import make_job
 from shmguard.units import MIB
 
+pytestmark = [pytest.mark.integration, pytest.mark.needs_docker]
+
 JOB = ["--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224"]
 TRAIN = ["python", "/app/train.py", "--timeout", "20"]
 

@@ -13,6 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+pytestmark = [pytest.mark.integration, pytest.mark.needs_docker]
+
 JOB = ["--workers", "2", "--batch-size", "8", "--sample-shape", "3,32,32"]
 
 

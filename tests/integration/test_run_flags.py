@@ -11,7 +11,9 @@ import uuid
 
 import pytest
 
-from tests.integration.conftest import SESSION, TEST_LABEL
+from tests.support.containers import SESSION, TEST_LABEL
+
+pytestmark = [pytest.mark.integration, pytest.mark.needs_docker]
 
 BASE = "shmguard-base:bookworm"
 P = ["--workers", "1", "--batch-size", "1", "--sample-bytes", "1k", "--no-healthcheck",

@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+from tests.support.paths import CHECKOUT
 
-ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.integration, pytest.mark.needs_docker]
+
+ROOT = CHECKOUT
 # Detection-style batches: 1,024 samples of (image, boxes, labels), kept per sample by tuple(zip(*b)): 3,072
 # segments a batch: one process may hold 24,832 descriptors (the trainer, batches out of order), 9,472 in order.
 JOB = ["--workers", "4", "--batch-size", "1024", "--sample-shape", "3,8,8", "--dtype", "uint8", "--collate", "list",

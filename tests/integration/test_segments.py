@@ -16,6 +16,8 @@ from shmguard import model, sizing
 from shmguard.job import make_job
 from shmguard.units import docker_size, format_size
 
+pytestmark = [pytest.mark.integration, pytest.mark.needs_docker]
+
 # 32 samples of 256 bytes a batch: 8 KiB of payload, but 32 segments of a page each (128 KiB) in /dev/shm.
 # The batch is kept small in handles on purpose: the workers' batches reach the trainer through one pipe
 # (64 KiB), and each tensor pickles to ~74 bytes (its fd handle). With 128 tensors a batch the pipe held only

@@ -20,13 +20,15 @@ import pytest
 from shmguard import model, sizing
 from shmguard.job import make_job
 from shmguard.units import format_size, slurm_size
-from tests.integration.conftest import SESSION, unavailable
-from tests.integration.daemons import wait_until as wait_for
-from tests.integration.slurm_cluster import JOB_USER, Cluster, missing, slurm_cluster
+from tests.support.ci import unavailable
+from tests.support.containers import SESSION
+from tests.support.daemons import wait_until as wait_for
+from tests.support.paths import CHECKOUT
+from tests.support.slurm_cluster import JOB_USER, Cluster, missing, slurm_cluster
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.needs_slurm, pytest.mark.needs_torch]
 
-SOURCE = Path(__file__).resolve().parents[2]
+SOURCE = CHECKOUT
 LOADER = SOURCE / "tests" / "data" / "slurm" / "loader_job.py"
 SHM = Path("/dev/shm")
 # The Epilog of docs/commands/clean.md, its JSON kept where the tests read it (the Epilog runs as root: this interpreter will do).

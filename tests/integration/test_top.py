@@ -18,10 +18,10 @@ import pytest
 from shmguard.job import make_job
 from shmguard.model import shm_bytes
 from shmguard.units import format_size
-from tests.integration.conftest import SESSION, TEST_LABEL, unavailable
-from tests.integration.test_exporter import base_image  # noqa: F401 - the fixture
+from tests.support.ci import unavailable
+from tests.support.containers import SESSION, TEST_LABEL
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.needs_docker, pytest.mark.needs_tmux]
 REPO = Path(__file__).resolve().parents[2]
 WAIT = 60.0
 

@@ -7,6 +7,10 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.needs_docker]
+
 
 def test_tune_measures_the_speedup_and_recommends_by_its_rule(run_container, demo_image):
     """Each sample costs a sleep (I/O-bound loading), so the speedup of more workers does not depend on how fast

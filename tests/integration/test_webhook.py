@@ -9,8 +9,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
@@ -25,75 +23,25 @@ from shmguard.pod import read_pod
 from shmguard.units import parse_quantity
 from shmguard.webhook.deploy import render_webhook
 from shmguard.webhook.mutation import job_of_pod
-from tests.integration.conftest import SESSION, TEST_LABEL, unavailable
-from tests.unit.webhook.helpers import DATA, for_validation, load, patched_pod, with_pod
+from tests.support.ci import unavailable
+from tests.support.containers import SESSION, TEST_LABEL
+from tests.support.paths import CHECKOUT
+from tests.support.webhook import DATA, Running, for_validation, load, patched_pod, webhook_process, with_pod
 
-ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.integration, pytest.mark.needs_docker]
+
+ROOT = CHECKOUT
 WEBHOOK_IMAGE = os.environ.get("SHMGUARD_WEBHOOK_IMAGE", "shmguard-webhook:latest")
 REVIEWS = sorted(p.stem for p in DATA.glob("*.json"))
-
-
-def shmguard(*args: str, env_extra: dict | None = None, **kwargs) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env_extra or {})}
-    return subprocess.Popen([sys.executable, "-m", "shmguard", *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kwargs)
 
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory) -> Path:
     directory = tmp_path_factory.mktemp("certs")
-    proc = shmguard("webhook", "certs", str(directory), "--san", "localhost", "--san", "127.0.0.1")
+    proc = webhook_process("webhook", "certs", str(directory), "--san", "localhost", "--san", "127.0.0.1")
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     return directory
-
-
-class Running:
-    """A `shmguard webhook serve` process on 127.0.0.1, on a port it picked (read from its first log line)."""
-
-    def __init__(self, certs: Path, *args: str, env_extra: dict | None = None) -> None:
-        self.certs = certs
-        self.proc = shmguard("webhook", "serve", "--host", "127.0.0.1", "--port", "0", "--tls-cert", str(certs / "tls.crt"),
-                             "--tls-key", str(certs / "tls.key"), *args, env_extra=env_extra)
-        first = json.loads(self.proc.stderr.readline())
-        assert first["event"] == "listening", first
-        self.url = f"https://localhost:{first['port']}"
-        # The log is read as it comes: a full pipe would block the server's next log line, and its review.
-        self.log_lines = [first]
-        self.reader = threading.Thread(target=lambda: self.log_lines.extend(self.proc.stderr), daemon=True)
-        self.reader.start()
-        self.session = requests.Session()
-        self.session.trust_env = False  # REQUESTS_CA_BUNDLE would override verify, a proxy would intercept
-        self.session.verify = str(certs / "ca.crt")
-
-    def post(self, path: str, body, **kwargs) -> requests.Response:
-        data = body if isinstance(body, (bytes, str)) else json.dumps(body)
-        headers = kwargs.pop("headers", {"Content-Type": "application/json"})
-        return self.session.post(self.url + path, data=data, headers=headers, timeout=30, **kwargs)
-
-    def wait_for_event(self, event: str, timeout: float = 30.0) -> None:
-        """Until the server has logged `event` (ready flags change before their log line is written)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            lines = [line for line in list(self.log_lines)[1:] if line.startswith("{")]
-            if any(json.loads(line).get("event") == event for line in lines):
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"the server did not log {event!r} within {timeout:.0f} s")
-
-    def stop(self) -> tuple[int, list[dict]]:
-        self.session.close()
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()  # a server that does not stop fails the test, and is not left behind
-            self.proc.wait()
-            raise
-        self.reader.join(30)
-        return self.proc.returncode, [line if isinstance(line, dict) else json.loads(line)
-                                      for line in self.log_lines if isinstance(line, dict) or line.startswith("{")]
 
 
 @pytest.fixture(scope="module")
@@ -253,7 +201,7 @@ def test_process_stops_gracefully_on_sigterm_finishing_what_it_was_asked(certs):
 
 
 def test_process_refuses_a_missing_certificate_in_one_line(tmp_path):
-    proc = shmguard("webhook", "serve", "--port", "0", "--tls-cert", str(tmp_path / "no.crt"), "--tls-key", str(tmp_path / "no.key"))
+    proc = webhook_process("webhook", "serve", "--port", "0", "--tls-cert", str(tmp_path / "no.crt"), "--tls-key", str(tmp_path / "no.key"))
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2
     assert "cannot serve" in err and "Traceback" not in err
@@ -376,7 +324,7 @@ def test_a_second_server_with_processes_refuses_a_busy_port(certs):
     first = Running(certs, "--processes", "2")
     try:
         port = first.url.rsplit(":", 1)[1]
-        second = shmguard("webhook", "serve", "--host", "127.0.0.1", "--port", port, "--tls-cert",
+        second = webhook_process("webhook", "serve", "--host", "127.0.0.1", "--port", port, "--tls-cert",
                           str(certs / "tls.crt"), "--tls-key", str(certs / "tls.key"), "--processes", "2")
         try:
             _, err = second.communicate(timeout=60)
@@ -398,7 +346,7 @@ def test_process_refuses_an_encrypted_key_in_one_line(certs, tmp_path):
     key = ec.generate_private_key(ec.SECP256R1())
     (tmp_path / "tls.key").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                           serialization.BestAvailableEncryption(b"secret")))
-    proc = shmguard("webhook", "serve", "--port", "0", "--tls-cert", str(certs / "tls.crt"), "--tls-key",
+    proc = webhook_process("webhook", "serve", "--port", "0", "--tls-cert", str(certs / "tls.crt"), "--tls-key",
                     str(tmp_path / "tls.key"), stdin=subprocess.DEVNULL)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 2 and "is encrypted" in err and len(err.strip().splitlines()) == 1, err
@@ -409,7 +357,7 @@ def test_process_survives_hostile_clients(certs):
     import asyncio
     import ssl
 
-    from tests.unit.webhook import hostile
+    from tests.support import hostile
 
     running = Running(certs, "--timeout", "2", "--max-connections", "8")
     try:

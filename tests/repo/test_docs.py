@@ -8,11 +8,11 @@ import runpy
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-CHECKOUT = Path(__file__).resolve().parents[2]
+from tests.support.paths import CHECKOUT
+
 GEN_DOCS = CHECKOUT / "scripts" / "gen_docs.py"
 
 

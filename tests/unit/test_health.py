@@ -8,8 +8,9 @@ import pytest
 
 from shmguard.health import assess, main
 from shmguard.job import make_job
-from tests.unit.conftest import MIB, SHM_LINE, mountinfo
-from tests.unit.test_health_imports import health_imports
+from shmguard.units import MIB
+from tests.support.health import HEAVY, health_imports, top_level
+from tests.support.roots import SHM_LINE, mountinfo
 
 JOB = make_job(workers=4, batch_size=64, sample_shape="3,224,224")  # needs 367.7 MiB
 
@@ -52,7 +53,7 @@ def test_full_shm_is_unhealthy(tree):
 
 
 def test_read_only_shm_is_unhealthy(tree, tmp_path):
-    from tests.unit.conftest import FakeRoot
+    from tests.support.roots import FakeRoot
 
     tree(base="docker-v1")
     healthy, message = assess(None, JOB, FakeRoot(tmp_path, shm=(2**30, 2**30), readonly=True))
@@ -107,14 +108,6 @@ def test_bad_job_environment_exits_2(capsys, monkeypatch):
 def test_help(capsys):
     assert main(["--help"]) == 0
     assert "usage: shmguard health" in capsys.readouterr().out
-
-
-HEAVY = {"click", "docker", "kubernetes", "yaml", "torch", "requests", "urllib3", "dataclasses", "typing", "inspect",
-         "re", "enum", "json"}
-
-
-def top_level(modules: set[str]) -> set[str]:
-    return {name.split(".")[0] for name in modules}
 
 
 def test_imports_no_heavy_module():

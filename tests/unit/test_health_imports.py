@@ -17,28 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.conftest import DATA, MIB
-
-CHECKOUT = Path(__file__).resolve().parents[2]
-
-# Run in a child without site (-S: on some machines site's .pth files import typing or re themselves); /dev/shm's
-# statvfs answers with given sizes, as tests/unit/conftest.FakeRoot's does (a tmp dir cannot be a tmpfs).
-# An empty root: this machine's own /proc, /sys and /dev/shm, unchanged.
-CHILD = r"""
-import os, sys
-root, total, free = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-if root:
-    shm = os.path.join(root, "dev/shm")
-    statvfs = os.statvfs
-    class Shm:
-        f_frsize, f_blocks, f_bfree, f_bavail, f_flag = 4096, total // 4096, free // 4096, free // 4096, 0
-    os.statvfs = lambda path: Shm if path == shm else statvfs(path)
-before = set(sys.modules)
-from shmguard import main
-code = main(["health", *(["--root", root] if root else []), *sys.argv[4:]])
-print(code)
-print(" ".join(sorted(set(sys.modules) - before)))
-"""
+from shmguard.units import MIB
+from tests.support.health import health_child, health_imports
+from tests.support.paths import CHECKOUT, DATA
 
 # Every run of health.
 BASE = {"shmguard", "shmguard.health", "shmguard.probe", "shmguard.probe.mountinfo", "shmguard.record",
@@ -51,26 +32,6 @@ MEMORY = {"shmguard.probe.cgroup"}
 SEGMENTS = {"shmguard.probe.shm"}
 
 JOB_ENV = {"SHMGUARD_WORKERS": "4", "SHMGUARD_BATCH_SIZE": "64", "SHMGUARD_SAMPLE_SHAPE": "3,224,224"}  # 367.7 MiB
-
-
-def health_child(root: Path | None, total: int, free: int, *args: str,
-                 env: dict | None = None) -> tuple[int, set[str], str]:
-    """(exit code, modules imported, stderr) of `shmguard health --root ROOT ARGS` in a fresh interpreter without
-    site; with no root, of `shmguard health ARGS` on this machine as it is (total and free are then unused)."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SHMGUARD_", "SLURM_", "NCCL_"))}
-    clean.update(env or {}, PYTHONPATH=str(CHECKOUT))
-    proc = subprocess.run([sys.executable, "-S", "-c", CHILD, str(root or ""), str(total), str(free), *args],
-                          capture_output=True, text=True, env=clean)
-    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
-    code, imported = proc.stdout.splitlines()[-2:]
-    return int(code), set(imported.split()), proc.stderr
-
-
-def health_imports(root: Path | None, total: int, free: int, *args: str,
-                   env: dict | None = None) -> tuple[int, set[str]]:
-    """(exit code, modules imported) of health_child."""
-    code, imported, _ = health_child(root, total, free, *args, env=env)
-    return code, imported
 
 
 @pytest.fixture

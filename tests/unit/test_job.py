@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from shmguard.errors import UsageError
 from shmguard.job import ENV_VARS, job_from_env, make_job
+from tests.support import needs
+from tests.support.paths import CHECKOUT
 
 
 def test_shape_and_dtype_give_sample_bytes():
@@ -90,22 +90,23 @@ def test_job_options_are_never_rewritten_only_replaced():
     given = {"workers": "4", "batch_size": "8", "sample_bytes": "1k", "image": "kept"}
     options = JobOptions.take(given)
     assert given == {"image": "kept"}  # the job's values are taken out, the command's own stay
-    inferred, notes = options.with_procs(["torchrun", "--nproc_per_node=2", "train.py"], {}, None)
-    assert options.procs_per_node is None and inferred.procs_per_node == "2"
-    assert inferred.resolve().procs_per_node == 2 and notes == [
+    job, notes = options.job(["torchrun", "--nproc_per_node=2", "train.py"], {})
+    assert options.procs_per_node is None
+    assert job.procs_per_node == 2 and notes == [
         "shmguard: 2 processes per node (from --nproc_per_node=2 in the command)"]
 
 
+@pytest.mark.needs_torch
 def test_patch_and_render_with_dataset_size_the_same_job(tmp_path, capsys, monkeypatch):
     """Issue 27.7: `patch --dataset` carried only part of the measured job (not its segments, collate, tensors
     per sample or NCCL transport), so it sized another job than `render --dataset`."""
-    pytest.importorskip("torch")
+    needs.module("torch")
     import yaml
 
     from shmguard import main
 
-    monkeypatch.chdir(Path(__file__).resolve().parents[2])
-    job = ["--dataset", "tests.data.measure_datasets:detection", "--collate-fn", "tests.data.measure_datasets:zip_collate",
+    monkeypatch.chdir(CHECKOUT)
+    job = ["--dataset", "tests.support.datasets:detection", "--collate-fn", "tests.support.datasets:zip_collate",
            "--batch-size", "4", "--workers", "2",
            "--collate", "list", "--tensors-per-sample", "2", "--nccl-transport", "p2p", "--gpus", "2"]
     assert main(["render", "k8s", *job, "--image", "x", "--kind", "pod"]) == 0

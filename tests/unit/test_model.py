@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from shmguard import model
 from shmguard.job import make_job
+from tests.support.paths import BENCHMARK_RESULTS
 
-RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+RESULTS = BENCHMARK_RESULTS
 
 
 def job(**kw):

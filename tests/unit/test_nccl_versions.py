@@ -18,9 +18,9 @@ from __future__ import annotations
 import pytest
 
 from shmguard import nccl
+from shmguard.declared import container_job
 from shmguard.errors import UsageError
 from shmguard.job import job_from_env, make_job
-from shmguard.manifests.annotations import resolve_job
 
 PAGE = 4096
 
@@ -386,6 +386,6 @@ def test_a_bad_environment_version_names_the_variable():
 def test_the_annotation_says_the_version():
     container = {"name": "train", "env": [{"name": "SHMGUARD_NCCL_VERSION", "value": "2.30.3"}]}
     defaults = {"workers": 0, "batch_size": 1, "sample_bytes": 1, "gpus": 8, "procs_per_node": 8}
-    assert resolve_job(defaults, container).nccl_version == "2.30.3"
-    job = resolve_job(defaults, container, {"shmguard.io/nccl-version": "2.21.5"})
+    assert container_job(container, (), defaults).job.nccl_version == "2.30.3"
+    job = container_job(container, ({"shmguard.io/nccl-version": "2.21.5"},), defaults).job
     assert job.nccl_version == "2.21.5" and nccl.shm_bytes(job) == 348258304

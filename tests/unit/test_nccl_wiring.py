@@ -9,8 +9,8 @@ import yaml
 
 from shmguard import model, nccl
 from shmguard.cli import main
+from shmguard.declared import container_job
 from shmguard.job import make_job
-from shmguard.manifests.annotations import resolve_job
 from shmguard.probe.cgroup import MemoryInfo
 from shmguard.probe.cpu import CpuInfo
 from shmguard.probe.gpu import GpuInfo
@@ -131,8 +131,8 @@ def test_bad_nccl_value_is_one_line_and_exit_2(capsys):
 ])
 def test_annotations_take_the_containers_nccl_env(env, expected):
     container = {"name": "train", "env": [{"name": "SHMGUARD_GPUS", "value": "8"}, *env]}
-    job = resolve_job({"workers": 0, "batch_size": 1, "sample_bytes": 1, "procs_per_node": 8, "nccl_version": "2.27"},
-                      container)
+    job = container_job(container, (), {"workers": 0, "batch_size": 1, "sample_bytes": 1, "procs_per_node": 8,
+                                        "nccl_version": "2.27"}).job
     assert nccl.shm_bytes(job) == expected * nccl.connection_bytes(nccl.buff_sizes({}))
 
 

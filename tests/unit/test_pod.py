@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
 from shmguard import pod
 from shmguard.units import GIB, MIB
+from tests.support.paths import CHECKOUT, DATA
 
-MANIFESTS = Path(__file__).parents[1] / "data" / "manifests"
+MANIFESTS = DATA / "manifests"
 
 
 def container(name, memory=None, env=None, mounts=(), image=None, **extra):
@@ -148,4 +148,4 @@ def test_the_reader_imports_without_pyyaml():
             "from shmguard import pod\n"
             "assert pod.read_pod({'spec': {'containers': [{'name': 'c'}]}}).shm.kind == pod.RUNTIME\n"
             "assert 'yaml' not in [m for m in sys.modules if sys.modules[m] is not None]\n")
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=CHECKOUT)

@@ -8,6 +8,7 @@ import pytest
 
 from shmguard import main
 from shmguard.progress import Reporter, wanted
+from tests.support import needs
 
 
 class Tty(io.StringIO):
@@ -38,9 +39,10 @@ def test_reporter_counts_elapsed_and_throttles():
     assert silent.getvalue() == ""
 
 
+@pytest.mark.needs_torch
 def test_measure_progress_only_when_asked_in_a_pipe(capsys):
-    pytest.importorskip("torch")
-    args = ["measure", "--dataset", "tests.data.measure_datasets:fixed", "--batch-size", "4", "--samples", "8"]
+    needs.module("torch")
+    args = ["measure", "--dataset", "tests.support.datasets:fixed", "--batch-size", "4", "--samples", "8"]
     assert main(args) == 0
     assert "shmguard measure: [" not in capsys.readouterr().err  # stderr is not a terminal here
     assert main([*args, "--progress"]) == 0
@@ -48,9 +50,10 @@ def test_measure_progress_only_when_asked_in_a_pipe(capsys):
     assert "shmguard measure: [8/8] samples read" in err
 
 
+@pytest.mark.needs_torch
 def test_tune_progress_says_done_total_and_best_so_far(capsys):
-    pytest.importorskip("torch")
-    args = ["tune", "--dataset", "tests.data.measure_datasets:fixed", "--batch-size", "4", "--workers", "0",
+    needs.module("torch")
+    args = ["tune", "--dataset", "tests.support.datasets:fixed", "--batch-size", "4", "--workers", "0",
             "--batches", "2", "--json"]
     assert main(args) == 0
     assert "shmguard tune: [" not in capsys.readouterr().err  # --json and a pipe: quiet

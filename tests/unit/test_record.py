@@ -7,12 +7,12 @@ import json
 import pickle
 import subprocess
 import sys
-from pathlib import Path
 from typing import ClassVar
 
 import pytest
 
 from shmguard.record import Record, field, fields
+from tests.support.paths import CHECKOUT
 
 
 class Point(Record):
@@ -300,7 +300,7 @@ def test_records_without_future_annotations(tmp_path):
     assert namespace["Plain"].LIMIT == 3
 
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = CHECKOUT
 STDLIB_HEAVY = ("typing", "dataclasses", "inspect", "enum", "re", "typing_extensions")
 
 

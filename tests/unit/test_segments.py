@@ -13,6 +13,8 @@ import pytest
 from shmguard import model, segments, sizing
 from shmguard.errors import UsageError
 from shmguard.job import job_from_env, make_job
+from tests.support import needs
+from tests.support.paths import BENCHMARK_RESULTS
 
 
 def test_page_rounding_and_empty_segments():
@@ -127,7 +129,7 @@ def test_collate_options_validate_and_round_trip_through_the_environment():
 
 @pytest.fixture
 def torch():
-    return pytest.importorskip("torch")
+    return needs.module("torch")
 
 
 def test_nested_structures_are_walked_and_non_tensors_skipped(torch):
@@ -163,9 +165,8 @@ def test_views_of_one_storage_count_once(torch):
 def test_the_arithmetic_is_what_was_measured_in_the_container():
     """benchmarks/results/segment-costs.json: per-leaf costs and the DataLoader's own segments, both strategies."""
     import json
-    from pathlib import Path
 
-    data = json.loads((Path(__file__).resolve().parents[2] / "benchmarks/results/segment-costs.json").read_text())
+    data = json.loads((BENCHMARK_RESULTS / "segment-costs.json").read_text())
     leaves = [r for r in data["rows"] if r["what"] == "leaf" and r["shm_per_leaf"] is not None]
     loaders = [r for r in data["rows"] if r["what"] == "loader"]
     assert len(leaves) >= 20 and len(loaders) == 8
@@ -180,9 +181,8 @@ def test_the_arithmetic_is_what_was_measured_in_the_container():
 def test_open_files_cover_what_real_jobs_held_and_not_far_over():
     """benchmarks/fd_count.py: the most descriptors one process of a real job held at once (demo container)."""
     import json
-    from pathlib import Path
 
-    rows = json.loads((Path(__file__).resolve().parents[2] / "benchmarks/results/fd-count.json").read_text())["rows"]
+    rows = json.loads((BENCHMARK_RESULTS / "fd-count.json").read_text())["rows"]
     assert len(rows) >= 8 and any(row["data"] == "detection" for row in rows)
     for row in rows:
         job = make_job(workers=row["workers"], batch_size=row["batch_size"], prefetch_factor=row["prefetch_factor"],

@@ -111,3 +111,66 @@ def test_the_platform(tmp_path):
     assert detect_platform(root, {}) == "podman"
     assert detect_platform(root, {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}) == "kubernetes"
     assert detect_platform(root, {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "SLURM_JOB_ID": "3"}) == "slurm"
+
+
+# ---- issue 43.14: render slurm's command, variables and rendezvous ----
+
+def last_line(command, **kwargs) -> str:
+    return sbatch_script(JOB, command, launcher="torchrun", **kwargs).splitlines()[-1]
+
+
+TORCHRUN = ('srun --ntasks-per-node=1 {runner} --nnodes="$SLURM_JOB_NUM_NODES" --nproc-per-node=2 --rdzv-backend=c10d '
+            '--rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" {script}')
+
+
+@pytest.mark.parametrize("command, runner, script, exported", [
+    (["python", "-u", "train.py", "--lr", "1"], "torchrun", "train.py --lr 1", ["export PYTHONUNBUFFERED=1"]),
+    (["python3", "-u", "-B", "train.py"], "torchrun", "train.py",
+     ["export PYTHONUNBUFFERED=1", "export PYTHONDONTWRITEBYTECODE=1"]),
+    (["/usr/bin/env", "python", "train.py"], "torchrun", "train.py", []),
+    (["python3.11", "train.py"], "python3.11 -m torch.distributed.run", "train.py", []),
+    (["/opt/venv/bin/python", "-m", "pkg.train", "--x"], "/opt/venv/bin/python -m torch.distributed.run",
+     "-m pkg.train --x", []),
+    (["python", "-mpkg.train"], "torchrun", "-m pkg.train", []),
+    (["train.py", "--epochs", "3"], "torchrun", "train.py --epochs 3", []),
+])
+def test_the_torchrun_line_runs_what_python_would(command, runner, script, exported):
+    """`torchrun … -u train.py` (python's -u passed on as torchrun's script) made torchrun refuse the job after
+    its allocation; `python3.11` was run as the script; `/usr/bin/env python` too."""
+    text = sbatch_script(JOB, command, launcher="torchrun")
+    assert text.splitlines()[-1] == TORCHRUN.format(runner=runner, script=script)
+    assert all(line in text.splitlines() for line in exported)
+
+
+@pytest.mark.parametrize("command, message", [
+    (["python", "-X", "dev", "train.py"], "cannot pass it '-X'"),
+    (["python3.11", "-W", "ignore", "t.py"], "cannot pass it '-W'"),
+    (["python", "-c", "print(1)"], "cannot pass it '-c'"),
+    (["python", "-u"], "training script"),
+    (["env", "A=1", "python", "t.py"], "-e NAME=VALUE"),
+])
+def test_what_torchrun_cannot_run_is_refused(command, message):
+    with pytest.raises(UsageError, match=message):
+        sbatch_script(JOB, command, launcher="torchrun")
+
+
+def test_the_jobs_variables_are_the_options_not_e(capsys):
+    """`-e SHMGUARD_WORKERS=64` was exported after the job's own 2: the preflight judged a job the header was not
+    sized for."""
+    with pytest.raises(UsageError, match="give --workers instead"):
+        sbatch_script(JOB, ["python", "t.py"], env={"SHMGUARD_WORKERS": "64"})
+    assert main(["render", "slurm", *J, "-e", "SHMGUARD_BATCH_SIZE=9", "--", "python", "t.py"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("shmguard: error: -e SHMGUARD_BATCH_SIZE") and err.count("\n") == 1
+
+
+def test_the_users_master_port_stands():
+    """`-e MASTER_PORT=1` was silently overridden by the script's own 29500."""
+    lines = sbatch_script(JOB, ["python", "t.py"], launcher="torchrun", env={"MASTER_PORT": "31000"}).splitlines()
+    assert "export MASTER_PORT=31000" in lines and not any(line.startswith("export MASTER_PORT=29500") for line in lines)
+    assert sum(line.startswith("export MASTER_PORT=") for line in lines) == 1
+    default = sbatch_script(JOB, ["python", "t.py"], launcher="torchrun").splitlines()
+    assert "export MASTER_PORT=29500" in default
+    for bad in ("0", "70000", "http", "1 2"):
+        with pytest.raises(UsageError, match="MASTER_PORT"):
+            sbatch_script(JOB, ["python", "t.py"], env={"MASTER_PORT": bad})

@@ -10,9 +10,9 @@ from shmguard import model, sizing
 from shmguard.api import fit
 from shmguard.job import make_job
 from shmguard.probe.snapshot import take_snapshot
-from shmguard.units import format_size, slurm_size
+from shmguard.units import MIB, format_size, slurm_size
 from shmguard.verdict import FAIL, PASS, WARN, evaluate, usable_workers
-from tests.unit.conftest import DATA, MIB
+from tests.support.paths import DATA
 
 GIB = 2**30
 

@@ -9,7 +9,7 @@ import pytest
 from shmguard import main
 from shmguard.commands.check import check
 from shmguard.job import make_job
-from tests.unit.conftest import MIB
+from shmguard.units import MIB
 
 JOB = make_job(workers=4, batch_size=64, sample_shape="3,224,224")
 

@@ -116,8 +116,15 @@ class World:
             (d / "maps").write_text(maps)
         else:
             (d / "maps").mkdir()  # unreadable: reading a directory fails, as EACCES would
+        (d / "fdinfo").mkdir()
+        mounts = []
         for i, target in enumerate(fds):
             os.symlink(target, d / "fd" / str(i))
+            st = os.stat(target)
+            mount_id = 500 + i
+            (d / "fdinfo" / str(i)).write_text(f"pos:\t0\nflags:\t02\nmnt_id:\t{mount_id}\nino:\t{st.st_ino}\n")
+            mounts.append(f"{mount_id} 1 {os.major(st.st_dev)}:{os.minor(st.st_dev)} / /x rw - tmpfs tmpfs rw")
+        (d / "mountinfo").write_text("".join(line + "\n" for line in mounts))
 
     def maps_line(self, path):
         st = os.stat(path)
@@ -233,3 +240,201 @@ def test_a_missing_dir_is_one_line_and_exit_2(world, capsys):
     assert main(["clean", "--root", str(world.root.path), "--dir", "/nowhere"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("shmguard: error: --dir /nowhere") and "Traceback" not in err
+
+
+# ---- issue 43.4: a process whose main thread has exited still holds its files ----
+
+THREADS_HOLD = r"""
+import ctypes, mmap, os, sys, threading, time
+folder = sys.argv[1]
+def make(name):
+    path = os.path.join(folder, name)
+    with open(path, "wb") as f:
+        f.write(b"x" * 4096)
+    return path
+mapped, opened, named = make("nccl-Mapped"), make("nccl-Opened"), make(f"torch_{os.getpid()}_1_0")
+ready = threading.Event()
+def hold():
+    fd = os.open(mapped, os.O_RDWR)
+    memory = mmap.mmap(fd, 4096)  # held by the mapping alone
+    os.close(fd)
+    kept = open(opened, "rb")  # held by the open file alone
+    ready.set()
+    time.sleep(120)
+threading.Thread(target=hold).start()
+ready.wait()
+print("ready", flush=True)
+ctypes.CDLL(None).pthread_exit(None)  # the main thread ends; the other one goes on holding both files
+"""
+
+
+def test_a_process_whose_main_thread_exited_keeps_its_files(tmp_path):
+    """The leader of a process whose main thread called pthread_exit shows Z, with empty fd and maps, while its
+    other threads hold and map the files: clean read it as gone and removed a live segment (issue 43.4)."""
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    folder = tempfile.mkdtemp(prefix="shmguard-test-clean-", dir="/dev/shm")
+    child = subprocess.Popen([sys.executable, "-c", THREADS_HOLD, folder], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        for _ in range(200):  # the main thread's exit is seen in /proc a moment after it is asked for
+            with open(f"/proc/{child.pid}/stat") as f:
+                if f.read().rpartition(")")[2].split()[0] == "Z":
+                    break
+            time.sleep(0.01)
+        assert os.listdir(f"/proc/{child.pid}/fd") == []  # what the old scan read: nothing held
+        outcome = clean(folder, ME, root=Root("/"))
+        actions = {d.name: d.action for d in outcome.decisions}
+        assert actions == {"nccl-Mapped": KEEP, "nccl-Opened": KEEP, f"torch_{child.pid}_1_0": KEEP}
+        assert sorted(os.listdir(folder)) == sorted(actions)
+    finally:
+        child.kill()
+        child.wait()
+        for name in os.listdir(folder):
+            os.unlink(os.path.join(folder, name))
+        os.rmdir(folder)
+
+
+def test_a_zombie_leader_with_a_live_thread_is_alive(world):
+    world.process(50, state="Z")
+    (world.proc / "50" / "task" / "51").mkdir(parents=True)
+    (world.proc / "50" / "task" / "51" / "stat").write_text("51 (python) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 9 0 0")
+    world.process(60, state="Z")
+    assert 50 in scan(world.root, 1).alive and 60 not in scan(world.root, 1).alive
+
+
+# ---- issue 43.5: never ask another filesystem, and never wait for ever ----
+
+def test_the_scan_never_follows_an_open_files_link(world, monkeypatch):
+    """stat of /proc/PID/fd/N asks the file's filesystem: a FUSE or NFS mount that does not answer hung clean for
+    ever. The file is told from fdinfo and mountinfo instead (tests/integration/test_clean_hang.py: a real one)."""
+    held = world.segment("torch_30_1_0")
+    world.process(40, fds=[str(held)])
+    real_stat = os.stat
+
+    def no_following(path, *args, **kwargs):
+        assert "/fd/" not in str(path), f"stat followed {path}"
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "stat", no_following)
+    outcome = clean("/dev/shm", ME, root=world.root)
+    assert [(d.action, d.reason) for d in outcome.decisions] == [(KEEP, "in use: a process has it open or mapped")]
+
+
+def test_a_file_on_another_filesystem_is_not_looked_at(world, tmp_path):
+    """An fd on another mount (another device in the mountinfo) is skipped by its device alone."""
+    stale = world.segment("torch_30_1_0")
+    world.process(40, fds=[str(stale)])
+    (world.proc / "40" / "mountinfo").write_text("500 1 0:999 / /nfs rw - nfs server:/x rw\n")
+    outcome = clean("/dev/shm", ME, root=world.root)
+    assert [d.action for d in outcome.decisions] == [REMOVE]
+
+
+class StuckRoot(Root):
+    """A root where reading one process's maps blocks (a process stuck in a page fault holds its map's lock)."""
+
+    def __init__(self, path, stuck_pid):
+        super().__init__(path)
+        import threading
+
+        self.stuck = f"/proc/{stuck_pid}/maps"
+        self.release = threading.Event()
+
+    def read(self, path):
+        if path == self.stuck:
+            self.release.wait()
+        return super().read(path)
+
+
+def test_the_scan_has_a_deadline(world):
+    stale = world.segment("torch_30_1_0")
+    world.process(70)
+    world.process(71, fds=[str(stale)])
+    root = StuckRoot(world.root.path, 70)
+    try:
+        seen = scan(root, os.stat(world.shm).st_dev, deadline=0.2)
+        assert not seen.finished and seen.unfinished[:2] == (70, 71)
+        decision = decide(candidate(), seen)
+        assert decision.action == UNDECIDED and "pid 70 did not answer in time" in decision.reason
+    finally:
+        root.release.set()
+
+
+# ---- issue 44.10: what a root process lacks, said as it is ----
+
+@pytest.mark.parametrize("lacks, said", [
+    ("root", "run as root"),
+    ("CAP_SYS_PTRACE", "CAP_SYS_PTRACE"),
+    (None, "a security module"),
+])
+def test_why_a_process_could_not_be_inspected(lacks, said):
+    seen = Holders(alive=frozenset(), held=frozenset(), blind=((77, ME),), host_pids=True, lacks=lacks)
+    decision = decide(candidate(), seen)
+    assert decision.action == UNDECIDED and said in decision.reason
+    assert ("run as root" in decision.reason) == (lacks == "root")
+
+
+@pytest.mark.parametrize("uid, caps, lacks", [
+    (1000, "000001ffffffffff", "root"),
+    (0, "000001ffffffffff", None),
+    (0, "00000000a80425fb", "CAP_SYS_PTRACE"),  # Docker's default set: no CAP_SYS_PTRACE
+])
+def test_what_this_process_lacks(world, uid, caps, lacks):
+    from shmguard.probe.holders import what_is_lacking
+
+    (world.proc / "self").mkdir()
+    (world.proc / "self" / "status").write_text(f"Name:\tshmguard\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\nCapEff:\t{caps}\n")
+    assert what_is_lacking(world.root) == lacks
+
+
+# ---- issue 43.12: --dir and --uid ----
+
+def test_dir_with_a_trailing_slash_is_refused_as_the_link_itself(world, tmp_path, capsys):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "torch_30_1_0").write_bytes(b"x")
+    os.symlink(elsewhere, world.shm / "link")
+    for spelling in ("/dev/shm/link", "/dev/shm/link/", "/dev/shm/link//", "/dev/shm/link/."):
+        assert main(["clean", "--root", str(world.root.path), "--dir", spelling]) == 2
+        err = capsys.readouterr().err
+        assert err == "shmguard: error: --dir /dev/shm/link is a symbolic link: give the folder it points to\n"
+    assert (elsewhere / "torch_30_1_0").exists()
+
+
+def test_a_relative_dir_is_the_current_directorys(tmp_path, monkeypatch):
+    from shmguard.commands.clean import directory_path
+
+    monkeypatch.chdir(tmp_path)
+    assert directory_path("shm") == f"{tmp_path}/shm"
+    assert directory_path("./shm/") == f"{tmp_path}/./shm"
+    assert directory_path("/") == "/" and directory_path("/dev/shm/.") == "/dev/shm"
+
+
+def test_a_relative_dir_is_not_taken_from_the_root(tmp_path, monkeypatch, capsys):
+    """`--dir shm` in /work was read as /shm."""
+    here = tmp_path / "here"
+    (here / "shm").mkdir(parents=True)
+    (here / "shm" / "torch_999999_1_0").write_bytes(b"x")
+    monkeypatch.chdir(here)
+    assert main(["clean", "--dir", "shm", "--uid", str(ME), "--dry-run", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["dir"] == f"{here}/shm" and [item["name"] for item in data["undecided"] + data["removed"]] == \
+        ["torch_999999_1_0"]
+
+
+@pytest.mark.parametrize("value", ["²", "١٠٠٠", "4294967295", "4294967296", "99999999999999999999", "1\x00"])
+def test_a_uid_that_is_no_uid_is_one_line_and_exit_2(world, value, capsys):
+    assert main(["clean", "--root", str(world.root.path), "--uid", value]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("shmguard: error: --uid") and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_bad_slurm_job_uid_is_named():
+    from shmguard.errors import UsageError
+
+    with pytest.raises(UsageError, match="SLURM_JOB_UID"):
+        parse_uid(None, {"SLURM_JOB_UID": "²"})
+    assert parse_uid("4294967294", {}) == 4294967294

@@ -11,8 +11,7 @@ from shmguard import main
 from shmguard.commands import explain as explaining
 from shmguard.commands.explain import container_evidence, container_shm, pod_evidence, pods_in
 from shmguard.units import GIB, MIB
-
-from ..conftest import DATA
+from tests.support.paths import DATA
 
 CAPTURED = DATA / "explain"
 PODS = CAPTURED / "pods"

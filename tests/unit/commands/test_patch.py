@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import io
 import json
-from pathlib import Path
 
 import pytest
 import yaml
 
 from shmguard import main
+from tests.support.paths import CHECKOUT, DATA
 
 JOB = ["--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224"]
 MANIFEST = """\
@@ -185,7 +185,7 @@ def run_cli(args: list[str], stdin: bytes, timeout: float = 60):
     import subprocess
     import sys
 
-    root = str(__import__("pathlib").Path(__file__).resolve().parents[3])
+    root = str(CHECKOUT)
     env = dict(os.environ, PYTHONPATH=root)
     return subprocess.run([sys.executable, "-m", "shmguard", *args], input=stdin, capture_output=True,
                           timeout=timeout, env=env)
@@ -387,7 +387,7 @@ def test_mounts_shared_through_an_anchor_with_an_init_container_are_not_changed_
 def test_27_7_patch_dataset_sizes_the_job_render_dataset_sizes(tmp_path, capsys):
     """The measured batch segments, the collate, the tensors per sample and the NCCL transport travel to patch as
     they do to render: both write the same /dev/shm and memory limit for the same options."""
-    options = ["--dataset", "tests.data.measure_datasets:dicts", "--batch-size", "8", "--workers", "6",
+    options = ["--dataset", "tests.support.datasets:dicts", "--batch-size", "8", "--workers", "6",
                "--gpus", "2", "--procs-per-node", "2", "--nccl-transport", "p2p"]
     assert main(["render", "k8s", *options, "--image", "train:1", "--kind", "job"]) == 0
     rendered = yaml.safe_load(capsys.readouterr().out)["spec"]["template"]["spec"]
@@ -403,7 +403,7 @@ def test_27_7_patch_dataset_sizes_the_job_render_dataset_sizes(tmp_path, capsys)
                                  "memory": rendered["containers"][0]["resources"]["limits"]["memory"]}
 
 
-JSON_FILE = Path(__file__).parents[2] / "data" / "manifests" / "json" / "kubernetes-multi-resource-rclist.json"
+JSON_FILE = DATA / "manifests" / "json" / "kubernetes-multi-resource-rclist.json"
 
 
 def test_33_13_a_json_manifest_stays_json(tmp_path, capsys):
@@ -428,7 +428,7 @@ def test_33_13_a_json_manifest_stays_json(tmp_path, capsys):
 def test_33_26_cr_only_line_ends_are_kept_and_mixed_ones_refused(tmp_path, capsys):
     """The JobSet ResNet example (tests/data/manifests) saved with CR-only line ends: patched, it still parses, to
     the patched documents, with CR line ends; a file that mixes them with LF is refused, exit 2, nothing written."""
-    real = (Path(__file__).parents[2] / "data" / "manifests" / "jobset-pytorch-resnet.yaml").read_text()
+    real = (DATA / "manifests" / "jobset-pytorch-resnet.yaml").read_text()
     path = tmp_path / "cr.yaml"
     path.write_bytes(real.replace("\n", "\r").encode())
     assert main(["patch", *JOB, "-i", str(path)]) == 0
@@ -448,7 +448,7 @@ def test_33_26_cr_only_line_ends_are_kept_and_mixed_ones_refused(tmp_path, capsy
     assert "mixes line ends" in capsys.readouterr().err and mixed.read_bytes() == real.replace("\n", "\r", 5).encode()
 
 
-CORPUS = Path(__file__).parents[2] / "data" / "manifests"
+CORPUS = DATA / "manifests"
 FOUR = ["jobset-pytorch-resnet.yaml", "training-operator-pytorchjob-mnist-nccl.yaml", "mpi-operator-mpijob-pi.yaml",
         "kuberay-rayjob-resources.yaml"]
 

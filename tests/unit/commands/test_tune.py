@@ -63,7 +63,7 @@ def test_a_step_beyond_the_cpus_does_not_print_torchs_worker_warning(recwarn):
         pytest.skip("torch is not installed")
     from shmguard.commands.tune import run_step
     from shmguard.probe import Root
-    from tests.data.measure_datasets import fixed
+    from tests.support.datasets import fixed
 
     workers = (os.cpu_count() or 1) + 1
     rate, peak_shm, _ = run_step(fixed(), default_collate, 4, workers, 2, 4, Root("/"), None)

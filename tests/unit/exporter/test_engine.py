@@ -12,7 +12,7 @@ from shmguard.exporter.metrics import flatten, with_peaks
 from shmguard.job import make_job
 from shmguard.probe.shm import ShmInfo
 from shmguard.verdict import check_shm
-from tests.unit.exporter.conftest import MIB, cid
+from tests.support.exporter import MIB, cid
 
 JOB_ENV = ["SHMGUARD_WORKERS=8", "SHMGUARD_BATCH_SIZE=64", "SHMGUARD_SAMPLE_SHAPE=3,224,224", "PATH=/usr/bin"]
 
@@ -109,7 +109,7 @@ def test_a_container_that_exits_mid_read_is_not_reported(host, engine):
     host.add(cid(2), 102)
     engine.add(cid(1), 101)
     engine.add(cid(2), 102)
-    host.root.on_statvfs = lambda pid: host.stop(pid) if pid == 101 else None  # gone while its shm is read
+    host.root.on_statvfs = lambda path: host.stop(101) if path == "/proc/101/root/dev/shm" else None  # gone mid-read
     sample = source(host, engine).sample()
     assert [row.target.key for row in sample.rows] == [cid(2)]
 
@@ -218,7 +218,7 @@ def wait_until(condition) -> None:
 
 
 def test_with_events_the_engine_is_listed_only_when_something_changed(host_v1):
-    from tests.unit.exporter.conftest import FakeEngine
+    from tests.support.exporter import FakeEngine
 
     engine, clock = FakeEngine(with_events=True), Clock()
     host_v1.add(cid(1), 101)
@@ -243,7 +243,7 @@ def test_with_events_the_engine_is_listed_only_when_something_changed(host_v1):
 
 
 def test_with_events_an_engine_that_goes_away_ends_the_stream_and_is_marked_down(host_v1):
-    from tests.unit.exporter.conftest import FakeEngine
+    from tests.support.exporter import FakeEngine
 
     engine = FakeEngine(with_events=True)
     host_v1.add(cid(1), 101)
@@ -267,7 +267,7 @@ def test_with_events_an_engine_that_goes_away_ends_the_stream_and_is_marked_down
 def test_with_events_a_container_restarted_before_a_pass_is_back_in_the_next(host_v1):
     """Its die and start events came before the pass that lists it, while the old process was known: the pass
     drops the old pid; the next one lists again and finds it under its new pid."""
-    from tests.unit.exporter.conftest import FakeEngine
+    from tests.support.exporter import FakeEngine
 
     engine = FakeEngine(with_events=True)
     host_v1.add(cid(1), 101)

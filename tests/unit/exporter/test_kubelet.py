@@ -5,8 +5,6 @@ PodList), and the API going away."""
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -14,8 +12,10 @@ import pytest
 from shmguard.errors import UsageError
 from shmguard.exporter.kubelet import KubeAPI, Volume, memory_volumes, parse_volume_path, pod_cgroup, source_for_node
 from shmguard.probe import Root
+from tests.support.exporter import RecordedAPI
+from tests.support.paths import DATA
 
-DATA = Path(__file__).parents[2] / "data" / "exporter"
+EXPORTER_DATA = DATA / "exporter"
 UID = "d8aa9a47-ad0f-4bbe-bc12-ab31605d3211"
 PODS = "/var/lib/kubelet/pods"
 
@@ -58,34 +58,6 @@ def test_the_pods_memory_cgroup(tmp_path, version, driver, path):
     assert pod_cgroup(Root("/"), str(tmp_path), "another-uid") == []
 
 
-class RecordedAPI:
-    """A local HTTP server answering /api/v1/pods with a recorded PodList (or an error), noting each request."""
-
-    def __init__(self, body: bytes, status: int = 200) -> None:
-        self.body, self.status, self.requests = body, status, []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802
-                outer.requests.append((self.path, self.headers.get("Authorization")))
-                self.send_response(outer.status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(outer.body)))
-                self.end_headers()
-                self.wfile.write(outer.body)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def pod_list(path: Path) -> bytes:
     """A recorded `kubectl get pods -o json` as the API answers it: kind PodList instead of kubectl's List."""
     data = json.loads(path.read_text())
@@ -96,7 +68,7 @@ def pod_list(path: Path) -> bytes:
 def test_the_node_pods_are_listed_with_a_field_selector_and_the_token(tmp_path):
     token = tmp_path / "token"
     token.write_text("secret-token\n")
-    api = RecordedAPI(pod_list(DATA / "kuard-minikube-pods.json"))
+    api = RecordedAPI(pod_list(EXPORTER_DATA / "kuard-minikube-pods.json"))
     try:
         pods = KubeAPI(api.url, token_path=str(token)).node_pods("minikube")
         assert [p["metadata"]["uid"] for p in pods] == [UID]
@@ -133,7 +105,7 @@ def test_node_mode_options(tmp_path, monkeypatch):
 # --- the pod's memory cgroup under any kubelet cgroupRoot (issue 37: node mode reported no memory when the
 # kubelet's cgroupRoot was not /) -------------------------------------------------------------------------------
 
-TREES = DATA / "cgroup-trees"
+TREES = EXPORTER_DATA / "cgroup-trees"
 
 
 def lay_out(base: Path, paths) -> None:

@@ -6,6 +6,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from shmguard.exporter.metrics import Reading, Row, Sample, Target, as_json, exposition, with_peaks
 from shmguard.exporter.server import Exporter
+from tests.support.exporter import Replay, reference_text
 
 
 def row(key: str, used: int | None = 10, memory: tuple = (None, None, None), errors: tuple = (), **more) -> Row:
@@ -13,21 +14,6 @@ def row(key: str, used: int | None = 10, memory: tuple = (None, None, None), err
     return Row(Target(key=key, id=key[:12], name=f"c-{key}", **more),
                Reading(shm_size=100, shm_used=used, memory_limit=limit, memory_usage=usage, memory_shmem=shmem,
                        errors=errors))
-
-
-class Replay:
-    """A source that answers with the samples given, one per pass."""
-
-    mode = "engine"
-
-    def __init__(self, *samples: Sample) -> None:
-        self.samples = list(samples)
-
-    def sample(self) -> Sample:
-        return self.samples.pop(0)
-
-    def close(self) -> None:
-        pass
 
 
 def parsed(exporter: Exporter) -> dict:
@@ -81,39 +67,6 @@ def test_json_names_every_field():
     data = as_json(Sample(rows=(row("a", 3, errors=("x",)),), source_up=True, taken_at=5.0, duration=0.01))
     assert data["targets"][0]["shm_used"] == 3 and data["targets"][0]["errors"] == ["x"]
     assert data["source_up"] is True and data["mode"] == "engine"
-
-
-def reference_text(sample: Sample) -> str:
-    """The same sample written by prometheus_client (the format's reference), family by family."""
-    from prometheus_client import CollectorRegistry, generate_latest
-    from prometheus_client.core import GaugeMetricFamily
-
-    from shmguard.exporter.metrics import IDENTITY_LABELS, INFO_HELP, INFO_LABELS, METRICS, UP
-
-    families = [GaugeMetricFamily("shmguard_container_info", INFO_HELP, labels=INFO_LABELS)]
-    for r in sample.rows:
-        families[0].add_metric([getattr(r.target, label) or "" for label in INFO_LABELS], 1)
-    for metric in METRICS:
-        family = GaugeMetricFamily(metric.name, metric.help, labels=IDENTITY_LABELS)
-        for r in sample.rows:
-            if metric.value(r) is not None:
-                family.add_metric([getattr(r.target, label) or "" for label in IDENTITY_LABELS], metric.value(r))
-        families.append(family)
-    families += [GaugeMetricFamily(*UP[sample.mode], value=1 if sample.source_up else 0),
-                 GaugeMetricFamily("shmguard_exporter_targets", "/dev/shm mounts reported in the last pass.",
-                                   value=len(sample.rows)),
-                 GaugeMetricFamily("shmguard_exporter_pass_seconds", "How long the last sampling pass took.",
-                                   value=sample.duration),
-                 GaugeMetricFamily("shmguard_exporter_last_pass_timestamp_seconds",
-                                   "When the last pass ended (Unix time).", value=sample.taken_at)]
-
-    class Fixed:
-        def collect(self):
-            return families
-
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(Fixed())
-    return generate_latest(registry).decode()
 
 
 def as_parsed(text: str) -> list:

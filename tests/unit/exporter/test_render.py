@@ -8,41 +8,16 @@ import json
 import subprocess
 
 import jsonschema
-import kubernetes_validate
 import pytest
 import yaml
 
 from shmguard.cli import main
 from shmguard.exporter import dashboard, render, rules
-from tests.unit.exporter.test_rules import promtool  # noqa: F401 - the fixture
-from tests.unit.manifests.test_render_crds import CRDS, strict
-
-CRD_SCHEMAS = {"ServiceMonitor": "servicemonitor", "PrometheusRule": "prometheusrule"}
+from tests.support.crds import validate
 
 
 def by_kind(docs) -> dict:
     return {doc["kind"]: doc for doc in docs}
-
-
-def python_patterns(schema):
-    """The CRD's Go (RE2) patterns as Python reads them: an inline flag after `^` (`^(?i)...`) moved in front."""
-    if isinstance(schema, dict):
-        return {k: (v.replace("^(?i)", "(?i)^", 1) if k == "pattern" and isinstance(v, str) else python_patterns(v))
-                for k, v in schema.items()}
-    if isinstance(schema, list):
-        return [python_patterns(v) for v in schema]
-    return schema
-
-
-def validate(doc: dict) -> None:
-    if doc["kind"] in CRD_SCHEMAS:
-        schema = json.loads((CRDS / f"{CRD_SCHEMAS[doc['kind']]}.schema.json").read_text())
-        assert schema["x-source"].startswith("https://github.com/prometheus-operator/prometheus-operator/")
-        assert schema["x-version"].split()[0] == doc["apiVersion"]
-        jsonschema.validate({k: v for k, v in doc.items() if k not in ("apiVersion", "kind", "metadata")},
-                            strict(python_patterns(schema)))
-    else:
-        kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
 
 
 def test_every_object_is_valid_strictly(capsys):

@@ -5,23 +5,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from pathlib import Path
 
-import pytest
 import yaml
 
 from shmguard.exporter import rules
-from tests.integration.conftest import unavailable
+from tests.support.paths import DATA
 
-TESTS = Path(__file__).parents[2] / "data" / "exporter" / "alerts.test.yaml"
-
-
-@pytest.fixture
-def promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        unavailable("promtool is missing: scripts/setup.sh installs Debian's prometheus package")
-    return path
+TESTS = DATA / "exporter" / "alerts.test.yaml"
 
 
 def summaries_only(rule_file: dict) -> dict:

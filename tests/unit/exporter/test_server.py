@@ -19,9 +19,10 @@ from shmguard.cli import main
 from shmguard.errors import UsageError
 from shmguard.exporter.metrics import Reading, Row, Sample, Target
 from shmguard.exporter.server import Exporter, bind, parse_interval
-from tests.unit.exporter.test_metrics import Replay
+from tests.support.exporter import Replay
+from tests.support.paths import CHECKOUT
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+REPO = str(CHECKOUT)
 NOWHERE = "unix:///nonexistent/shmguard-test/docker.sock"
 
 
@@ -126,7 +127,7 @@ def test_once_json_follows_its_shipped_schema(capsys, monkeypatch, host_v1, engi
 
     import shmguard.exporter.engine as engine_module
     from shmguard import schemas
-    from tests.unit.exporter.conftest import cid
+    from tests.support.exporter import cid
 
     host_v1.add(cid(1), 101)
     engine.add(cid(1), 101, env=["SHMGUARD_WORKERS=2", "SHMGUARD_BATCH_SIZE=4", "SHMGUARD_SAMPLE_BYTES=1m"])

@@ -7,16 +7,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
 from shmguard.errors import UsageError
 from shmguard.manifests import krm
+from tests.support.paths import CHECKOUT, DATA
 
-ROOT = Path(__file__).parents[3]
-DATA = ROOT / "tests" / "data" / "manifests"
+ROOT = CHECKOUT
+MANIFESTS = DATA / "manifests"
 CONFIG = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "shm"},
           "data": {"workers": "4", "batch-size": "64", "sample-shape": "3,224,224"}}
 
@@ -24,7 +24,7 @@ CONFIG = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "shm"},
 def resource_list(*files: str, config=CONFIG) -> dict:
     items = []
     for name in files:
-        items += [d for d in yaml.safe_load_all((DATA / name).read_text()) if d is not None]
+        items += [d for d in yaml.safe_load_all((MANIFESTS / name).read_text()) if d is not None]
     return {"apiVersion": "config.kubernetes.io/v1", "kind": "ResourceList", "functionConfig": config, "items": items}
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 
 import jsonschema
 import kubernetes_validate
@@ -22,22 +21,10 @@ from shmguard.job import make_job
 from shmguard.manifests import podspec, render
 from shmguard.manifests.templates import find_templates
 from shmguard.units import GIB, k8s_quantity, parse_quantity
+from tests.support.crds import CRDS, strict
 
-CRDS = Path(__file__).parents[2] / "data" / "crds"
 JOB = make_job(workers=4, batch_size=64, sample_shape="3,224,224")
 SCHEMAS = {"RayCluster": "raycluster", "RayJob": "rayjob", "JobSet": "jobset", "TrainJob": "trainjob"}
-
-
-def strict(schema):
-    """Refuse unknown fields wherever the schema lists its fields (a structural CRD schema prunes them)."""
-    if isinstance(schema, dict):
-        out = {k: strict(v) for k, v in schema.items()}
-        if "properties" in out and "additionalProperties" not in out and not out.get("x-kubernetes-preserve-unknown-fields"):
-            out["additionalProperties"] = False
-        return out
-    if isinstance(schema, list):
-        return [strict(v) for v in schema]
-    return schema
 
 
 def validate(doc: dict) -> None:

@@ -18,8 +18,9 @@ from shmguard.manifests import yamlio
 from shmguard.manifests.delta import ADD, APPEND, REMOVE, SET, Op, diff
 from shmguard.manifests.podspec import PatchOptions, patch_documents
 from shmguard.manifests.yamledit import edit_text, patch_text, render_scalar, unified_diff
+from tests.support.paths import DATA
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = DATA / "yamledit" / "golden"
 JOB = make_job(workers="1", batch_size="1", sample_bytes="1k")
 BIG_JOB = make_job(workers="4", batch_size="64", sample_shape="3,224,224")
 
@@ -503,7 +504,7 @@ def test_27_8_an_anchored_container_every_alias_changes_alike_is_edited_once_and
     """KubeRay's RayJob sample (tests/data/manifests/kuberay-rayjob-resources.yaml), its worker group made to share
     the head's container through an anchor: both pods get the same /dev/shm mount through it, so the anchored
     container is edited once and no comment is lost (before: the document was re-written whole)."""
-    real = read(Path(__file__).parents[2] / "data" / "manifests" / "kuberay-rayjob-resources.yaml")
+    real = read(DATA / "manifests" / "kuberay-rayjob-resources.yaml")
     worker = real[real.index("          - name: ray-worker"):real.index("\n\n######")]
     text = real.replace("          - name: ray-head\n", "          - &container\n            name: ray-head\n")
     text = text.replace(worker, "          - *container\n          volumes:\n          - name: code-sample\n"

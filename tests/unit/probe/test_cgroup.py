@@ -8,7 +8,8 @@ import pytest
 
 from shmguard.probe import cgroup
 from shmguard.probe.mountinfo import parse_mountinfo
-from tests.unit.conftest import CGROUP2_LINE, DIR, MIB, mountinfo, unreadable
+from shmguard.units import MIB
+from tests.support.roots import CGROUP2_LINE, DIR, mountinfo, unreadable
 
 
 def dirs(root, controller):

@@ -7,7 +7,7 @@ import pytest
 from shmguard.probe import cgroup
 from shmguard.probe.cpu import effective_cpus, parse_cpu_list, probe_cpu, workers_for
 from shmguard.probe.mountinfo import parse_mountinfo
-from tests.unit.conftest import CGROUP2_LINE, mountinfo
+from tests.support.roots import CGROUP2_LINE, mountinfo
 
 
 @pytest.mark.parametrize("text, expected", [("0-3,8,10-11", {0, 1, 2, 3, 8, 10, 11}), ("0", {0}), ("0-1\n", {0, 1}), ("", set())])

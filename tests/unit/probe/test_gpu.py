@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from shmguard.probe.gpu import parse_cuda_visible_devices, parse_nvidia_visible_devices, probe_gpu
-from tests.unit.conftest import DIR
+from tests.support.roots import DIR
 
 
 @pytest.mark.parametrize("value, expected", [

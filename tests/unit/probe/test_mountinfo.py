@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from shmguard.probe.mountinfo import mount_at, parse_line, parse_mountinfo, read_mountinfo, unescape
-from tests.unit.conftest import DATA
+from tests.support.paths import DATA
 
 
 def test_real_docker_v1_mountinfo():

@@ -21,9 +21,10 @@ from shmguard.health import assess
 from shmguard.job import job_from_env, make_job
 from shmguard.probe import Root
 from shmguard.probe.nccl_version import installed, library_version, wheel_version, with_installed_version
-from tests.unit.conftest import DATA, DIR, MIB, FakeRoot, build_tree
-from tests.unit.test_health import HEAVY, top_level
-from tests.unit.test_health_imports import health_imports
+from shmguard.units import MIB
+from tests.support.health import HEAVY, health_imports, top_level
+from tests.support.paths import DATA
+from tests.support.roots import DIR, FakeRoot, build_tree
 
 SITE = "/opt/venv/lib/python3.11/site-packages"
 SYSLIB = "/usr/lib/x86_64-linux-gnu"

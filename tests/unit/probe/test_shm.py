@@ -6,7 +6,8 @@ import os
 
 from shmguard.probe.mountinfo import parse_mountinfo
 from shmguard.probe.shm import probe_shm, segment_pid
-from tests.unit.conftest import MIB, SHM_LINE, mountinfo
+from shmguard.units import MIB
+from tests.support.roots import SHM_LINE, mountinfo
 
 
 def test_segment_pid():

@@ -10,7 +10,8 @@ from shmguard.probe import Root
 from shmguard.probe.mountinfo import parse_mountinfo
 from shmguard.probe.shm import list_segments, probe_shm
 from shmguard.probe.tmpfs import read_tmpfs, tmpfs_of, tmpfs_statvfs, used_of
-from tests.unit.conftest import MIB, SHM_LINE, mountinfo
+from shmguard.units import MIB
+from tests.support.roots import SHM_LINE, mountinfo
 
 PAGE = 4096
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shmguard.webhook import jsonio
-from tests.unit.webhook.helpers import DATA
+from tests.support.webhook import DATA
 
 
 @pytest.fixture(params=["orjson", "json module"])

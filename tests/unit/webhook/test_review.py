@@ -15,7 +15,7 @@ from shmguard.pod import PodError, read_pod
 from shmguard.units import parse_quantity
 from shmguard.webhook import review as rv
 from shmguard.webhook.mutation import job_of_pod, size_pod
-from tests.unit.webhook.helpers import for_validation, load, patched_pod, with_pod
+from tests.support.webhook import for_validation, load, patched_pod, with_pod
 
 ANNOTATED_JOB = make_job(workers=4, batch_size=64, sample_shape="3,224,224")
 ENV_JOB = make_job(workers=8, batch_size=32, sample_bytes="4m")
@@ -184,7 +184,7 @@ def test_a_pod_it_cannot_understand_follows_on_error(on_error, allowed):
         outcome = rv.decide(ar, rv.Config(on_error=on_error), action)
         response = outcome.response["response"]
         assert outcome.decision == rv.ERROR and response["allowed"] is allowed
-        assert "--workers must be a whole number" in response["status"]["message"]
+        assert "shmguard.io/workers must be a whole number" in response["status"]["message"]
         assert "patch" not in response
         if allowed:
             assert response["warnings"] == [response["status"]["message"]]

@@ -15,55 +15,7 @@ import pytest
 from shmguard.webhook.certs import write_certs
 from shmguard.webhook.review import Config
 from shmguard.webhook.server import JsonLog, WebhookServer
-from tests.unit.webhook.helpers import load, patched_pod
-
-
-class Server:
-    def __init__(self, certs, **kwargs) -> None:
-        self.certs = certs
-        self.log = io.StringIO()
-        self.server = WebhookServer(("127.0.0.1", 0), Config(), str(certs / "tls.crt"), str(certs / "tls.key"),
-                                    log=JsonLog(self.log), **kwargs)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
-
-    def context(self) -> ssl.SSLContext:
-        return ssl.create_default_context(cafile=str(self.certs / "ca.crt"))
-
-    def connect(self) -> http.client.HTTPSConnection:
-        return http.client.HTTPSConnection("localhost", self.port, context=self.context(), timeout=10)
-
-    def request(self, method, path, body=None, headers=None, conn=None):
-        conn = conn or self.connect()
-        conn.request(method, path, body=body, headers=headers or {})
-        response = conn.getresponse()
-        return response.status, response.read(), response
-
-    def post(self, path, payload, conn=None):
-        body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-        return self.request("POST", path, body, {"Content-Type": "application/json"}, conn)
-
-    def log_lines(self) -> list[dict]:
-        return [json.loads(line) for line in self.log.getvalue().splitlines()]
-
-    def stop(self) -> None:
-        self.server.stopping = True
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def certs(tmp_path):
-    write_certs(str(tmp_path), "shmguard-webhook", "shmguard", ["localhost"])
-    return tmp_path
-
-
-@pytest.fixture
-def server(certs):
-    s = Server(certs, timeout=2.0)
-    yield s
-    s.stop()
+from tests.support.webhook import Server, load, patched_pod
 
 
 def test_mutate_and_validate_over_one_keep_alive_connection(server):
