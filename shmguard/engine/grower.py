@@ -66,8 +66,7 @@ def memory_levels(pid: int, root=None) -> MemoryFiles:
 def memory_reader(files: MemoryFiles, root=None) -> Callable[[], Memory]:
     """A reader of the container's Memory (limit, own, the host's MemAvailable) from its cgroup and /proc/meminfo."""
     from shmguard.probe import Root
-    from shmguard.probe.cgroup import Level, memory_limit, memory_own
-    from shmguard.probe.meminfo import read_meminfo
+    from shmguard.probe.cgroup import Level, memory_limit, memory_own, read_meminfo
 
     root = root or Root("/")
     levels = [Level(path=path, version=version) for path, version in files.levels]

@@ -337,10 +337,44 @@ class MemoryInfo(Record):
     errors: tuple
 
 
-def parse_meminfo_total(text: str) -> int | None:
-    """MemTotal in bytes (shmguard.probe.meminfo, the one parser of /proc/meminfo)."""
-    from shmguard.probe.meminfo import parse_meminfo
+class Meminfo(Record):
+    """/proc/meminfo's totals: the host's memory in all, and what the kernel can still give without swapping (page
+    cache and reclaimable slab included: what a tmpfs's next pages can take from the host)."""
 
+    total: int | None = None  # MemTotal, bytes
+    available: int | None = None  # MemAvailable, bytes
+
+
+MEMINFO_KEYS = {"MemTotal": "total", "MemAvailable": "available"}
+
+
+def parse_meminfo(text: str) -> Meminfo:
+    """The one parser of /proc/meminfo (check, health, both exporter modes, elastic's grower): `Key:   value kB`
+    lines (the kernel writes kB; a value with another unit is taken as bytes); a line that cannot be read is
+    skipped."""
+    found: dict[str, int] = {}
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        name = MEMINFO_KEYS.get(key)
+        if name is None:
+            continue
+        fields = rest.split()
+        try:
+            value = int(fields[0])
+        except (IndexError, ValueError):
+            continue
+        found[name] = value * 1024 if len(fields) < 2 or fields[1].lower() == "kb" else value
+    return Meminfo(**found)
+
+
+def read_meminfo(root) -> Meminfo:
+    """The host's memory from root's /proc/meminfo; unknown (None) when it cannot be read."""
+    text = root.read_or_none("/proc/meminfo")
+    return parse_meminfo(text) if text else Meminfo()
+
+
+def parse_meminfo_total(text: str) -> int | None:
+    """MemTotal in bytes (parse_meminfo)."""
     return parse_meminfo(text).total
 
 

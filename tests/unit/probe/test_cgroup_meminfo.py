@@ -1,9 +1,9 @@
-"""/proc/meminfo: the one parser (check's memory probe, both exporter modes, elastic's grower)."""
+"""/proc/meminfo: the one parser, in probe/cgroup.py's memory section (check's memory probe, both exporter modes,
+elastic's grower)."""
 
 from __future__ import annotations
 
-from shmguard.probe.cgroup import parse_meminfo_total
-from shmguard.probe.meminfo import Meminfo, parse_meminfo, read_meminfo
+from shmguard.probe.cgroup import Meminfo, parse_meminfo, parse_meminfo_total, read_meminfo
 
 
 def test_total_and_available():
