@@ -12,6 +12,10 @@ import click
 
 from shmguard import __version__
 from shmguard.errors import EXIT_USAGE, guarded
+from shmguard.fixes import SPELLED_FOR
+from shmguard.job import ENV_VARS, SHARING_STRATEGIES
+from shmguard.manifests.render import KINDS as RENDER_KINDS
+from shmguard.slurm import LAUNCHERS, SRUN
 from shmguard.webhook import FAILURE_POLICIES, MODES, ON_ERROR
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -30,22 +34,20 @@ def cli() -> None:
 
 
 def job_options(command):
-    """Declare the options that describe the DataLoader job (shmguard.options; each also reads a SHMGUARD_*
-    variable) and hand the command one JobOptions record, `job`, in their place."""
+    """Declare the options that describe the DataLoader job (a row each of shmguard.job.OPTIONS; each also reads
+    its SHMGUARD_* variable) and hand the command one JobOptions record, `job`, in their place."""
     import functools
 
-    from shmguard.job import ENV_VARS
-    from shmguard.options import COLLATE_HELP, DATASET_HELP, JOB_OPTIONS, PIN_MEMORY_HELP, JobOptions
+    from shmguard.job import OPTIONS
+    from shmguard.options import COLLATE_HELP, DATASET_HELP, JobOptions
 
     @functools.wraps(command)
     def with_job(*args, **values):
         return command(*args, job=JobOptions.take(values), **values)
 
-    for flag, name, help_text in reversed(JOB_OPTIONS):
-        with_job = click.option(flag, name, envvar=ENV_VARS[name], show_envvar=True, metavar="VALUE",
-                                help=help_text)(with_job)
-    with_job = click.option("--pin-memory/--no-pin-memory", "pin_memory", default=None, envvar=ENV_VARS["pin_memory"],
-                            show_envvar=True, help=PIN_MEMORY_HELP)(with_job)
+    for option in reversed(OPTIONS):
+        declarations, settings = option.click_declaration()
+        with_job = click.option(*declarations, **settings)(with_job)
     with_job = click.option("--dataset", metavar="MODULE:CALLABLE", help=DATASET_HELP)(with_job)
     return click.option("--collate-fn", "collate_fn", metavar="MODULE:CALLABLE", help=COLLATE_HELP)(with_job)
 
@@ -133,8 +135,7 @@ def target_options(command):
 @job_options
 @target_options
 @click.option("--namespace", help="Namespace of the workload.")
-@click.option("--kind", type=click.Choice(["pod", "job", "deployment", "pytorchjob", "raycluster", "rayjob", "jobset",
-                                           "trainjob"], case_sensitive=False), default="job", show_default=True,
+@click.option("--kind", type=click.Choice(RENDER_KINDS, case_sensitive=False), default="job", show_default=True,
               help="What to render (a PyTorchJob has a Master and --replicas Workers; a RayCluster/RayJob a head "
                    "and --replicas workers; a JobSet --replicas pods; a TrainJob --replicas nodes).")
 @click.option("--replicas", type=click.IntRange(min=0), default=1, show_default=True,
@@ -171,7 +172,7 @@ def render_compose_command(job, image, name, cpus, memory, env, command) -> int:
 
 @render.command("slurm", context_settings={"allow_interspersed_args": False})
 @job_options
-@click.option("--launcher", type=click.Choice(["srun", "torchrun"]), default="srun", show_default=True,
+@click.option("--launcher", type=click.Choice(LAUNCHERS), default=SRUN, show_default=True,
               help="srun: one task per training process; torchrun: one task per node that starts them.")
 @click.option("--name", default="train", show_default=True, help="The job's name (--job-name).")
 @click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True, help="Nodes (--nodes).")
@@ -211,8 +212,11 @@ def render_slurm_command(job, launcher, name, nodes, time_limit, partition, memo
               help="Run on the node's network (a control plane that cannot reach the pod network): one per node.")
 @click.option("--port", type=click.IntRange(min=1, max=65535), default=8443, show_default=True,
               help="The port it serves on (the node's with --host-network); the Service's stays 443.")
+@click.option("--url", default="", metavar="https://HOST:PORT",
+              help="A base URL the apiserver calls instead of the Service (an apiserver that cannot reach Services); "
+                   "make the certificates with --san HOST.")
 def render_webhook_command(namespace, name, image, replicas, certs_dir, failure_policy, timeout_seconds, mode,
-                           defaults, host_network, port) -> int:
+                           defaults, host_network, port, url) -> int:
     """Print the manifests that run the admission webhook: ServiceAccount, Deployment, PodDisruptionBudget, Service,
     Mutating- and ValidatingWebhookConfiguration (and cert-manager's Issuer and Certificate without --certs-dir)."""
     from shmguard.commands.webhook import render
@@ -220,7 +224,7 @@ def render_webhook_command(namespace, name, image, replicas, certs_dir, failure_
 
     docs = render(namespace=namespace, name=name, image=image, replicas=replicas, certs_dir=certs_dir,
                   failure_policy=failure_policy, timeout_seconds=timeout_seconds, mode=mode, defaults=defaults,
-                  host_network=host_network, port=port)
+                  host_network=host_network, port=port, url=url)
     click.echo(dump(docs), nl=False)
     return 0
 
@@ -312,12 +316,16 @@ def patch(job, in_place, check, follow_symlinks, as_json, kinds, names, labels, 
 
     Finds the pod templates of Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet,
     Job, CronJob, the Kubeflow jobs (PyTorchJob, TFJob, MPIJob, XGBoostJob, PaddleJob,
-    JAXJob), Trainer runtimes, KubeRay, JobSet, Volcano, LeaderWorkerSet, Argo, KServe,
-    Knative and `kind: List`, and of any other object by shape. By default the
-    training templates are sized (a training kind, accelerators in a batch workload,
-    a DataLoader command, SHMGUARD_* env, shmguard.io/* annotations), the rest left
-    alone with the reason (--all-templates sizes them); shmguard.io/skip: "true"
-    leaves one alone. shmguard.io/*
+    JAXJob), Trainer runtimes, KubeRay, JobSet, Volcano (and its JobTemplate, CronJob),
+    LeaderWorkerSet, Argo (and the objects its resource steps create), Tekton, KServe,
+    Knative, Kubeflow Notebook and `kind: List`; inside Katib Experiments and Trials and
+    AppWrappers (read by the wrapped object's kind); compiled Kubeflow Pipelines steps
+    (their need told); and of any other object by shape. By default a template is
+    sized unless affirmative evidence says it does not train (a command that only
+    sleeps or fetches, a database, proxy, operator, hub, exporter or serving image, a
+    serving kind), which the "left alone" line names; with the job options given, a
+    template with no evidence either way is sized (--all-templates sizes every one);
+    shmguard.io/skip: "true" leaves one alone. shmguard.io/*
     annotations on an object or template override the job options. Never lowers a
     limit or a request, never shrinks a /dev/shm. Only the lines that must change are
     changed: comments, order, quoting and layout stay. Patching twice changes nothing.
@@ -375,7 +383,7 @@ def fn_command() -> int:
 @click.option("--memory-limit", "memory_limit", metavar="SIZE", help="A log on stdin: the container's memory limit.")
 @click.option("--exit-code", "exit_code", type=int, help="A log on stdin: the container's exit code.")
 @click.option("--oom-killed", "oom_killed", is_flag=True, help="A log on stdin: the container was OOM-killed.")
-@click.option("--platform", type=click.Choice(["docker", "kubernetes", "slurm", "ray"]),
+@click.option("--platform", type=click.Choice(SPELLED_FOR),
               help="A log on stdin: spell the fix for this platform (default: what the log shows, else Docker's "
                    "and Kubernetes').")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -424,12 +432,12 @@ def clean_command(directory, uid, dry_run, as_json, root) -> int:
 
 @cli.command("measure")
 @click.option("--dataset", required=True, metavar="MODULE:CALLABLE", help="A callable returning your Dataset or IterableDataset.")
-@click.option("--batch-size", required=True, envvar="SHMGUARD_BATCH_SIZE", metavar="B", help="Samples per batch.")
+@click.option("--batch-size", required=True, envvar=ENV_VARS["batch_size"], metavar="B", help="Samples per batch.")
 @click.option("--collate-fn", "collate_fn", metavar="MODULE:CALLABLE", help="Your DataLoader's collate_fn (default: default_collate).")
 @click.option("--samples", type=click.IntRange(min=1, max=100_000), default=32, show_default=True, help="Samples to read (random, seeded).")
 @click.option("--seed", type=click.IntRange(min=0, max=2**63 - 1), default=0, show_default=True, help="Seed for the sample order.")
-@click.option("--sharing-strategy", "sharing_strategy", type=click.Choice(["file_descriptor", "file_system"]),
-              default="file_descriptor", show_default=True, envvar="SHMGUARD_SHARING_STRATEGY",
+@click.option("--sharing-strategy", "sharing_strategy", type=click.Choice(SHARING_STRATEGIES),
+              default=SHARING_STRATEGIES[0], show_default=True, envvar=ENV_VARS["sharing_strategy"],
               help="torch.multiprocessing sharing strategy (file_system adds a 64-byte header to every segment).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--progress/--no-progress", "show_progress", default=None,
@@ -447,8 +455,9 @@ def measure_command(dataset, batch_size, collate_fn, samples, seed, sharing_stra
     """
     import json
 
-    from shmguard.commands.measure import measure, report_json, report_text
+    from shmguard.commands.measure import report_json, report_text
     from shmguard.job import parse_count
+    from shmguard.measuring import measure
     from shmguard.progress import Reporter, wanted
 
     reading = Reporter("shmguard measure", wanted(show_progress, as_json), every=0.5)
@@ -462,7 +471,7 @@ def measure_command(dataset, batch_size, collate_fn, samples, seed, sharing_stra
 
 @cli.command("tune")
 @click.option("--dataset", required=True, metavar="MODULE:CALLABLE", help="A callable returning your Dataset.")
-@click.option("--batch-size", required=True, envvar="SHMGUARD_BATCH_SIZE", metavar="B", help="Samples per batch.")
+@click.option("--batch-size", required=True, envvar=ENV_VARS["batch_size"], metavar="B", help="Samples per batch.")
 @click.option("--collate-fn", "collate_fn", metavar="MODULE:CALLABLE", help="Your DataLoader's collate_fn.")
 @click.option("--workers", "workers", metavar="LIST", help="num_workers to try, e.g. 0,2,4,8 (default: 0, 1, 2, 4, … up to the CPUs).")
 @click.option("--prefetch-factors", metavar="LIST", help="prefetch factors to try (default: 2).")
@@ -544,7 +553,8 @@ def source_options(command):
 @cli.group("exporter", invoke_without_command=True)
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=9808, show_default=True,
               help="Port of /metrics and /healthz (0: any free one, printed on stderr).")
-@click.option("--address", default="0.0.0.0", show_default=True, help="Address to listen on.")
+@click.option("--address", default="::", show_default=True,
+              help="Address to listen on (:: is every IPv6 and IPv4 address; 0.0.0.0 where the host has no IPv6).")
 @click.option("--interval", default="1s", show_default=True, metavar="DURATION",
               help="Time between passes over the containers (100ms to 1h): the resolution of the peak.")
 @source_options

@@ -30,17 +30,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def check_parser() -> argparse.ArgumentParser:
-    from shmguard.job import ENV_VARS
-    from shmguard.options import COLLATE_HELP, DATASET_HELP, JOB_OPTIONS, PIN_MEMORY_HELP
+    from shmguard.job import OPTIONS
+    from shmguard.options import COLLATE_HELP, DATASET_HELP
     from shmguard.units import SIZE_RULE
 
     parser = _Parser(prog="shmguard check", description=CHECK_DESCRIPTION, epilog=f"SIZE: {SIZE_RULE}.",
                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    for flag, name, help_text in JOB_OPTIONS:
-        parser.add_argument(flag, dest=name, metavar="VALUE", help=f"{help_text} [env var: {ENV_VARS[name]}]")
-    parser.add_argument("--pin-memory", dest="pin_memory", action="store_const", const="1",
-                        help=f"{PIN_MEMORY_HELP} [env var: {ENV_VARS['pin_memory']}]")
-    parser.add_argument("--no-pin-memory", dest="pin_memory", action="store_const", const="0")
+    for option in OPTIONS:
+        for flags, settings in option.argparse_declarations():
+            parser.add_argument(*flags, **settings)
     parser.add_argument("--dataset", metavar="MODULE:CALLABLE", help=DATASET_HELP)
     parser.add_argument("--collate-fn", dest="collate_fn", metavar="MODULE:CALLABLE", help=COLLATE_HELP)
     parser.add_argument("--json", dest="as_json", action="store_true",

@@ -14,15 +14,26 @@ Pure; standard library only (`check` imports it).
 from __future__ import annotations
 
 from shmguard import sizing
-from shmguard.probe.platform import DOCKER, KUBERNETES, PODMAN, SLURM
 from shmguard.record import Record
-from shmguard.slurm import sbatch_fix
 from shmguard.units import compose_size, docker_size, format_size, k8s_quantity, slurm_size
 
+# The platforms a fix is spelled for (shmguard.probe.platform tells which one a process runs on; a diagnosis which one
+# a log shows).
+SLURM, KUBERNETES, DOCKER, PODMAN = "slurm", "kubernetes", "docker", "podman"
+PLATFORMS = (SLURM, KUBERNETES, DOCKER, PODMAN)
 RUN = "run"  # `shmguard run`'s own flags (its post-mortem)
 RAY = "ray"  # Ray's object store lives in /dev/shm (a log that shows Ray)
 CONTAINER_PLATFORMS = (DOCKER, KUBERNETES)  # the likely ones when nothing says which
+SPELLED_FOR = (DOCKER, KUBERNETES, SLURM, RAY)  # the platforms a fix can be asked for (`explain --platform`)
 SHARING_FIX = "torch.multiprocessing.set_sharing_strategy('file_system')"
+
+
+def sbatch_fix(job, slurm, *options: str) -> str:
+    """shmguard.slurm's `#SBATCH` line for these options, loaded only when a fix is spelled for Slurm: its shlex (and
+    re) would otherwise load with the platform words on every probe's path (shmguard.probe.platform)."""
+    from shmguard.slurm import sbatch_fix as spelled
+
+    return spelled(job, slurm, *options)
 
 
 class Want(Record):

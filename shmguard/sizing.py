@@ -167,14 +167,36 @@ def slurm_memory_needed(job) -> int:
     return memory_needed(job) + SLURM_HEADROOM
 
 
-def cpus_per_process(job) -> int:
-    """CPUs one training process keeps busy: one per DataLoader worker plus its own."""
+def cpus_needed_per_process(job) -> int:
+    """CPUs one training process keeps busy: one per DataLoader worker plus its own (what to ask for)."""
     return job.workers + 1
 
 
 def cpus_needed(job) -> int:
     """CPUs for the job on a node: every training process with its workers."""
-    return job.procs_per_node * cpus_per_process(job)
+    return job.procs_per_node * cpus_needed_per_process(job)
+
+
+# What the CPUs a container has allow (shmguard.probe.cpu reads them; the rule of what they allow is here, beside
+# what the job needs): the opposite question to cpus_needed_per_process.
+
+def workers_for(effective: float | None, procs_per_node: int = 1) -> int | None:
+    """num_workers each training process can keep busy: effective CPUs per process, rounded down, at least 1."""
+    if effective is None:
+        return None
+    return max(1, int(effective / max(1, procs_per_node)))
+
+
+def cpus_available_per_process(cpu, procs_per_node: int = 1, own_share: bool = False) -> float | None:
+    """The CPUs each training process has (cpu: shmguard.probe.cpu.CpuInfo): the effective CPUs shared among the
+    processes, or, in a process whose affinity is already its own share (an srun task: srun binds each task to its
+    CPUs), its affinity and its share of any quota (a quota is the whole cgroup's)."""
+    if cpu.effective is None:
+        return None
+    procs = max(1, procs_per_node)
+    if not own_share or cpu.affinity is None:
+        return cpu.effective / procs
+    return float(min([cpu.affinity] + ([cpu.quota / procs] if cpu.quota is not None else [])))
 
 
 def nofile_wanted(job) -> int:

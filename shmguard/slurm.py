@@ -68,7 +68,7 @@ def sbatch_request(job, launcher: str = SRUN, memory: int | None = None) -> Sbat
     if launcher == TORCHRUN:
         tasks, cpus = 1, sizing.cpus_needed(job)
     else:
-        tasks, cpus = job.procs_per_node, sizing.cpus_per_process(job)
+        tasks, cpus = job.procs_per_node, sizing.cpus_needed_per_process(job)
     return SbatchRequest(ntasks_per_node=tasks, cpus_per_task=cpus,
                          memory=resolve_memory(job, memory), gpus=job.gpus)
 

@@ -14,9 +14,8 @@ Slurm's headroom, and without a cgroup limit against what the job asked for.
 from __future__ import annotations
 
 from shmguard import fixes, model, nccl, sizing
+from shmguard.fixes import SLURM
 from shmguard.job import Job
-from shmguard.probe.cpu import cpus_per_process, workers_for
-from shmguard.probe.platform import SLURM
 from shmguard.probe.shm import DOCKER_DEFAULT_SHM, printable
 from shmguard.record import Record
 from shmguard.sizing import FAIL, PASS, WARN  # the statuses are sizing's: one set of names
@@ -186,16 +185,16 @@ def check_memory(job, memory, shm, platform: str | None = None, slurm=None) -> l
 
 
 def usable_workers(procs_per_node: int, snapshot) -> int | None:
-    """num_workers each of the training processes can keep busy (probe.cpu.cpus_per_process): in an srun task its
+    """num_workers each of the training processes can keep busy (sizing.cpus_available_per_process): in an srun task its
     affinity is already its share and is not divided by the ranks again."""
     slurm = getattr(snapshot, "slurm", None)
     own_share = slurm is not None and slurm.in_task
-    return workers_for(cpus_per_process(snapshot.cpu, procs_per_node, own_share))
+    return sizing.workers_for(sizing.cpus_available_per_process(snapshot.cpu, procs_per_node, own_share))
 
 
 def check_cpu(job, cpu, platform: str | None = None, slurm=None) -> list[Finding]:
     own_share = slurm is not None and slurm.in_task
-    usable = workers_for(cpus_per_process(cpu, job.procs_per_node, own_share))
+    usable = sizing.workers_for(sizing.cpus_available_per_process(cpu, job.procs_per_node, own_share))
     if usable is None:
         return [Finding(id="cpu.workers", status=WARN, message=f"cannot tell the CPUs available: {'; '.join(cpu.errors)}")]
     sources = []

@@ -49,8 +49,12 @@ import warnings
 from itertools import islice
 from typing import Any
 
+from shmguard.probe import Root, process
 from shmguard.record import Record
 from shmguard.segments import tensor_sizes
+
+# The child's own /proc/self: the real one, whatever SHMGUARD_ROOT says (that root is the container's to check).
+SELF_ROOT = Root("/")
 
 # How long the child may take to build its batch (one batch from cold storage can be slow; a child forked
 # from a trainer whose other threads held a lock can hang forever).
@@ -77,7 +81,7 @@ def measure(loader: Any, seconds: float | None = None) -> Measurement:
     """One batch of the loader built in a forked child: its tensor sizes, or why it could not be built safely."""
     if not hasattr(os, "fork"):
         return Measurement(reason="this platform cannot fork a process to build it in")
-    if not os.path.isdir("/proc/self/fd"):
+    if not process.has_fd_table(SELF_ROOT):
         return Measurement(reason="without /proc, a child process cannot be cut off from the trainer's files")
     limit = PROBE_SECONDS if seconds is None else seconds
     read_end, write_end = os.pipe()
@@ -210,8 +214,7 @@ def _isolate_files(keep: int) -> None:
     """Files read are reopened privately, files written point at /dev/null, every other inherited descriptor
     (sockets, pipes, devices) is closed; print() goes to /dev/null."""
     devnull = os.open(os.devnull, os.O_RDWR)
-    for name in os.listdir("/proc/self/fd"):
-        fd = int(name)
+    for fd in process.open_fds(SELF_ROOT):
         if fd in (keep, devnull):
             continue
         try:
@@ -232,7 +235,7 @@ def _reopen_private(fd: int, directory: bool) -> None:
     """The same file at the same offset, but an open file description of the child's own (and read-only)."""
     try:
         offset = os.lseek(fd, 0, os.SEEK_CUR)
-        private = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+        private = os.open(process.fd_path(SELF_ROOT, fd), os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
     except OSError:
         os.close(fd)  # the child cannot have it to itself: it does without
         return
@@ -251,16 +254,12 @@ def _protect_shared_memory() -> None:
     libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     prot_read, prot_exec = 0x1, 0x4
-    with open("/proc/self/maps", encoding="ascii", errors="replace") as maps:
-        lines = maps.read().splitlines()
-    for line in lines:
-        fields = line.split(maxsplit=2)
-        if len(fields) < 2 or len(fields[1]) < 4 or fields[1][1] != "w" or fields[1][3] != "s":
-            continue
-        start, end = (int(part, 16) for part in fields[0].split("-"))
-        prot = prot_read | (prot_exec if fields[1][2] == "x" else 0)
-        if libc.mprotect(start, end - start, prot) != 0 and libc.munmap(start, end - start) != 0:
-            raise OSError(ctypes.get_errno(), f"cannot keep the child from writing shared memory at {fields[0]}")
+    for mapping in process.shared_writable_mappings(SELF_ROOT):
+        start, size = mapping.start, mapping.end - mapping.start
+        prot = prot_read | (prot_exec if mapping.executable else 0)
+        if libc.mprotect(start, size, prot) != 0 and libc.munmap(start, size) != 0:
+            raise OSError(ctypes.get_errno(),
+                          f"cannot keep the child from writing shared memory at {mapping.start:x}-{mapping.end:x}")
 
 
 def one_batch(loader: Any) -> tuple[Any, int]:

@@ -172,11 +172,18 @@ def directory_path(directory: str, cwd: str | None = None) -> str:
     return path if path != "/." else "/"
 
 
+def _is_link(root: Root, path: str) -> bool:
+    try:
+        return stat_module.S_ISLNK(root.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def _open_dir(root: Root, directory: str) -> int:
     try:
         return os.open(root.join(directory), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(root.join(directory)):
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(root, directory):
             raise UsageError(f"--dir {directory} is a symbolic link: give the folder it points to") from None
         raise UsageError(f"--dir {directory}: {exc.strerror}") from None
 

@@ -18,10 +18,10 @@ import warnings
 import zlib
 
 from shmguard import model, segments, sizing
-from shmguard.commands.measure import Measurement, UserCodeError, load_dataset, measure_dataset, user_traceback
 from shmguard.engine.peak import PeakSampler, ProcessPeakSampler
 from shmguard.errors import UsageError
 from shmguard.job import make_job
+from shmguard.measuring import Measurement, UserCodeError, load_dataset, measure_dataset, user_traceback
 from shmguard.probe import Root
 from shmguard.record import Record
 from shmguard.units import docker_size, format_size

@@ -133,8 +133,8 @@ def serve(options: ServeOptions) -> int:
     """Run the server until a stop signal (shmguard.webhook.server.serve); what stops it from starting is one line."""
     import ssl
 
+    from shmguard.webhook.certs import EncryptedKey
     from shmguard.webhook.review import Config
-    from shmguard.webhook.server import EncryptedKey
     from shmguard.webhook.server import serve as run
 
     try:
@@ -203,7 +203,7 @@ def certificate_names(pem: bytes) -> list[str]:
 
 def render(*, namespace: str, name: str, image: str, replicas: int, certs_dir: str | None, failure_policy: str,
            timeout_seconds: int, mode: str, defaults: tuple[str, ...] | list[str] = (),
-           host_network: bool = False, port: int = 8443) -> list[dict]:
+           host_network: bool = False, port: int = 8443, url: str = "") -> list[dict]:
     """The webhook's manifests; refused when the names are not what the API takes, or when --certs-dir holds a
     serving certificate that is not for the Service the manifests name (every call would fail TLS)."""
     from shmguard.manifests.render import check_target
@@ -225,7 +225,20 @@ def render(*, namespace: str, name: str, image: str, replicas: int, certs_dir: s
         check_serving_names(os.path.join(certs_dir, "tls.crt"), name, namespace, service_names(name, namespace)[2])
     return render_webhook(namespace=namespace, name=name, image=image, replicas=replicas, ca_bundle=ca_bundle,
                           failure_policy=failure_policy, timeout_seconds=timeout_seconds, mode=mode,
-                          job_defaults=job_defaults(defaults), host_network=host_network, port=port)
+                          job_defaults=job_defaults(defaults), host_network=host_network, port=port,
+                          url=check_url(url))
+
+
+def check_url(url: str) -> str:
+    """--url: https://HOST[:PORT] with no path (the endpoints' paths are added), or empty."""
+    import urllib.parse
+
+    if not url:
+        return ""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "https" or not parts.hostname or parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise UsageError(f"--url must be https://HOST[:PORT] with no path, not {url!r}")
+    return url.rstrip("/")
 
 
 def check_serving_names(path: str, name: str, namespace: str, host: str) -> None:

@@ -19,7 +19,6 @@ from shmguard import model, nccl, sizing
 from shmguard.diagnosis import NO_FAILURE, Diagnosis, Evidence, diagnose
 from shmguard.engine import flags, secrets
 from shmguard.errors import EXIT_RUN_FAILED, ShmguardError, UsageError
-from shmguard.probe.cpu import workers_for
 from shmguard.record import Record, field
 from shmguard.units import docker_size, format_size
 
@@ -145,7 +144,7 @@ def make_plan(job, options: RunOptions, host_memory: int | None = None, environ=
     """Size the container for the job; refuse (RunError; UsageError for contradicting input) what cannot work.
 
     host_memory, host_cpus: the engine's (`docker info`), once it was asked; the CPUs are what a container
-    without --cpus gets, judged by the same rule as `check` (probe.cpu.workers_for). nofile_ceiling: the most
+    without --cpus gets, judged by the same rule as `check` (sizing.workers_for). nofile_ceiling: the most
     open files the engine gives a container (shmguard.engine.nofile; 0: not even the common 1024), once asked:
     the job starts with that much and a warning rather than not at all. elastic: whether /dev/shm grows while
     the job runs (elastic_policy.Status; None: not said)."""
@@ -180,7 +179,7 @@ def make_plan(job, options: RunOptions, host_memory: int | None = None, environ=
                 raise RunError(message)
             warnings.append(message)
     cpus = options.cpus if options.cpus is not None else host_cpus
-    usable = workers_for(cpus, job.procs_per_node)
+    usable = sizing.workers_for(cpus, job.procs_per_node)
     if usable is not None and job.workers > usable:
         given = f"--cpus {cpus:g}" if options.cpus is not None else f"the Docker host's {cpus:g} CPUs (no --cpus)"
         warnings.append(f"{job.workers} workers per process but {given} give{'s' if options.cpus is not None else ''} "
@@ -228,12 +227,6 @@ def docker_cli(plan: RunPlan, healthcheck: bool = False) -> str:
                           for item in values["env"])
     args = ["docker", "run", *flags.docker_argv(values), plan.options.image, *plan.options.command]
     return shlex.join(args)
-
-
-def gpu_count(gpus) -> int | None:
-    """The GPUs the container gets, for the job: a count, or None (none, or `all`: not known before it runs)."""
-    request = flags.parse_gpus(gpus) if isinstance(gpus, str) else gpus
-    return None if request is None else request.known_count
 
 
 def resource_kwargs(options: RunOptions, mem_limit: int | None) -> dict[str, Any]:

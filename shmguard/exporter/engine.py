@@ -6,7 +6,9 @@ between calls the engine not at all. Only containers not seen before are inspect
 pid, environment and labels do not change while they run; a container restarted under the same
 id has a new pid and is inspected again). Each one's /dev/shm and memory are read through /proc
 (shmguard.exporter.proc), not through the engine, every pass; a container whose process is
-gone leaves with that pass, listed or not.
+gone leaves with that pass, listed or not. A process is the container's only while its start
+time and cgroups are those seen at the inspect: a pid the kernel gave to another process
+(while the engine is away, nothing else would tell) is not the container's.
 
 The engine may go away and come back (an upgrade, a crash): a pass that cannot list marks the
 source down (shmguard_engine_up 0) and still samples the containers it knew, whose processes
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from shmguard.exporter.metrics import Row, Sample, Target
 from shmguard.exporter.proc import Host, PassRoot, memory_levels, read_container, read_host
@@ -45,6 +47,19 @@ class Known(Record):
     target: Target  # its names and shm_required
     pid: int
     levels: list[Level] = field(default_factory=list)
+    identity: tuple = ()  # its process's start and cgroup (process_identity) when it was inspected
+
+
+def process_identity(root: Root, pid: int) -> tuple:
+    """What tells a process from another that gets its pid later: when it started (/proc/PID/stat) and its
+    cgroups (/proc/PID/cgroup). ("gone",) when it cannot be read."""
+    from shmguard.probe.holders import parse_stat_start
+
+    stat = root.read_or_none(f"/proc/{pid}/stat")
+    cgroup = root.read_or_none(f"/proc/{pid}/cgroup")
+    if cgroup is None:
+        return ("gone",)
+    return (parse_stat_start(stat) if stat is not None else None, cgroup)
 
 
 def first_label(labels: dict, keys) -> str:
@@ -81,31 +96,57 @@ def describe(attrs: dict) -> tuple[Target, int | None]:
 
 class EventWatch:
     """The engine's container events, followed in a daemon thread: `changed` is set by each one, and when the
-    stream ends (the engine went away), after which `alive` is False."""
+    stream ends (the engine went away), after which `alive` is False.
 
-    def __init__(self, stream) -> None:
-        self.stream = stream
+    The stream is opened in that thread too: the Docker SDK opens it without a timeout (events() reads for as
+    long as the engine streams), so an engine that accepts the connection and never answers would block whoever
+    opens it for ever. The pass waits for it at most the API's timeout (`opened`); until it is open, every pass
+    lists the engine, whose calls have that timeout."""
+
+    def __init__(self, open_stream: Callable[[], Any]) -> None:
+        self.open_stream = open_stream
+        self.stream: Any = None
+        self.lock = threading.Lock()
+        self.opened = threading.Event()
         self.changed = threading.Event()
+        self.closed = False
         self.alive = True
         self.thread = threading.Thread(target=self.follow, name="shmguard-exporter-events", daemon=True)
         self.thread.start()
 
     def follow(self) -> None:
         try:
-            for _event in self.stream:
+            stream = self.open_stream()
+            with self.lock:
+                self.stream = stream
+                if self.closed:
+                    return
+            self.opened.set()
+            for _event in stream:
                 self.changed.set()
         except Exception:  # noqa: BLE001 - a broken stream is an engine gone: the next pass lists and finds out
             pass
         finally:
             self.alive = False
             self.changed.set()
+            if self.closed:
+                self._close_stream()
 
-    def close(self) -> None:
+    def _close_stream(self) -> None:
         try:
-            self.stream.close()
+            if self.stream is not None:
+                self.stream.close()
         except Exception:  # noqa: BLE001 - closing a stream already broken
             pass
-        self.thread.join(timeout=5)
+
+    def close(self) -> None:
+        """Stop following; a stream still being opened (a hung engine) is closed when it opens, if ever."""
+        with self.lock:
+            self.closed = True
+            opened = self.stream is not None
+        if opened:
+            self._close_stream()
+            self.thread.join(timeout=5)
 
 
 class EngineSource:
@@ -129,22 +170,24 @@ class EngineSource:
 
     def must_list(self) -> bool:
         """List when no event stream follows the engine, when it reported a change, or when a list is due."""
-        if self.watch is None or not self.watch.alive or self.listed_at is None or self.gone:
+        if self.watch is None or not self.watch.alive or not self.watch.opened.is_set() or self.listed_at is None \
+                or self.gone:
             return True
         if self.clock() - self.listed_at >= RECONCILE:
             return True
         return self.watch.changed.is_set()
 
     def follow_events(self) -> None:
-        """Open the event stream before listing (a change during the list is then not lost); an engine API without
-        events is listed every pass."""
+        """Open the event stream before listing (a change during the list is then not lost), waiting for it at most
+        the API's timeout (EventWatch); an engine API without events is listed every pass."""
         api = self.connect()
         if self.watch is not None and self.watch.alive:
             self.watch.changed.clear()
             return
         self.stop_watch()
         if hasattr(api, "events"):
-            self.watch = EventWatch(api.events(decode=True, filters=EVENTS))
+            self.watch = EventWatch(lambda: api.events(decode=True, filters=EVENTS))
+            self.watch.opened.wait(self.timeout)
 
     def stop_watch(self) -> None:
         if self.watch is not None:
@@ -200,7 +243,8 @@ class EngineSource:
         rows = []
         root = PassRoot(self.root)
         for container_id, known in list(self.known.items()):
-            reading = read_container(root, self.host, known.pid, known.levels)
+            same = process_identity(root, known.pid) == known.identity  # not a reused pid (the engine may be away)
+            reading = read_container(root, self.host, known.pid, known.levels) if same else None
             if reading is None:
                 del self.known[container_id]  # its process is gone: the container stopped (or restarted)
                 self.gone = True
@@ -228,10 +272,11 @@ class EngineSource:
             if pid is None:
                 continue  # not running after all
             assert self.host is not None
+            identity = process_identity(self.root, pid)
             levels, note = memory_levels(self.root, self.host, pid)
             if note:
                 target = target.replace(errors=target.errors + (note,))
-            self.known[container_id] = Known(target=target, pid=pid, levels=levels)
+            self.known[container_id] = Known(target=target, pid=pid, levels=levels, identity=identity)
 
     def close(self) -> None:
         self.stop_watch()

@@ -1,7 +1,7 @@
 """The exporter's loop and HTTP side: a pass every interval, /metrics and /healthz, or one pass with --once.
 
 The sampling runs on its own schedule (the main thread), not on scrapes: /metrics always
-answers at once with the last pass, whatever the number of scrapers, and the peak is of the
+answers at once with the last pass (served by MetricsServer, in a thread of its own), whatever the number of scrapers, and the peak is of the
 samples taken every interval. A pass that fails for a reason nobody foresaw is reported on
 stderr and the next one runs: a monitoring daemon keeps serving. /healthz answers 200 while
 passes complete, 503 when the last one is older than STALE_PASSES intervals (a stuck pass).
@@ -17,10 +17,10 @@ import signal
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from shmguard.errors import UsageError
 from shmguard.exporter.metrics import Sample, as_json, exposition, with_peaks
+from shmguard.net.connections import Connection, ConnectionLoop
 
 DEFAULT_PORT = 9808
 STALE_PASSES = 10  # /healthz fails when no pass ended for this many intervals (and at least STALE_FLOOR seconds)
@@ -97,64 +97,102 @@ class Exporter:
 # The text format every Prometheus reads (metrics.exposition writes it); newer prometheus_client versions call
 # it 1.0.0 in CONTENT_TYPE_LATEST, which older scrapers do not know.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+TEXT = "text/plain; charset=utf-8"
+# What the server may hold: scrapers are a Prometheus or two and a kubelet's probes, so a few connections; a
+# scrape's head is a few hundred bytes. At most MAX_CONNECTIONS × (MAX_HEAD + one exposition) is buffered, and a
+# client has HEAD_TIMEOUT for each request head and for reading each answer (a connection that sends half a head,
+# or never reads, is closed then; at the cap, the one that waited longest gives its place up at once).
+MAX_CONNECTIONS = 32
+MAX_HEAD = 8192
+HEAD_TIMEOUT = 10.0
+ANY_ADDRESS = "::"  # every address, IPv6 and IPv4 (dual-stack); IPv4's 0.0.0.0 on a host without IPv6
 
 
-def handler_for(exporter: Exporter):
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "shmguard-exporter"
+class MetricsServer(ConnectionLoop):
+    """/metrics, /healthz and / over plain HTTP/1.1 (GET or HEAD), served by the connection loop that serves the
+    webhook (shmguard.net.connections): one thread, a deadline for every wait on a client, a cap on connections
+    and a bound on what each may buffer. ThreadingHTTPServer, before it, had none: a connection that sent half a
+    head held a thread and its buffers for ever, and about 2,100 of them got the DaemonSet's 128Mi pod
+    OOM-killed."""
 
-        def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self.answer(200, exporter.exposition(), CONTENT_TYPE)
-            elif path == "/healthz":
-                ok = exporter.healthy()
-                self.answer(200 if ok else 503, b"ok\n" if ok else b"no recent pass\n", "text/plain; charset=utf-8")
-            elif path == "/":
-                self.answer(200, b"shmguard exporter: /metrics, /healthz\n", "text/plain; charset=utf-8")
-            else:
-                self.answer(404, b"not found\n", "text/plain; charset=utf-8")
+    server_name = "shmguard-exporter"
 
-        def answer(self, code: int, body: bytes, content_type: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def __init__(self, address: tuple[str, int], exporter: Exporter, *, timeout: float, max_connections: int,
+                 err=None) -> None:
+        self.exporter = exporter
+        self.err = err or sys.stderr
+        super().__init__(address, log=self._log, timeout=timeout, max_connections=max_connections, max_head=MAX_HEAD)
 
-        def log_message(self, format, *args) -> None:  # noqa: A002 - http.server's signature
-            pass
+    def _log(self, event: str, level: str = "info", **fields) -> None:
+        """The loop's errors (a connection that failed for a reason nobody foresaw), one line each on stderr."""
+        if level == "error":
+            details = ", ".join(f"{key} {value}" for key, value in fields.items())
+            print(f"shmguard exporter: {event}: {details}", file=self.err, flush=True)
 
-    return Handler
+    def _head(self, conn: Connection) -> bool:
+        """Answer from the head: no request here has a body (one declared is not read: the connection closes after
+        the answer, so that it is never read as the next request)."""
+        request = conn.request
+        assert request is not None
+        conn.length = 0
+        conn.close_after = request.headers.get("connection", "").lower() == "close" or request.version == "HTTP/1.0"
+        if request.headers.get("Transfer-Encoding") or request.headers.get("Content-Length", "0") != "0":
+            conn.close_after = True
+        if request.command not in ("GET", "HEAD"):
+            return self._reject(conn, 405, f"{request.command[:20]} is not served here: GET /metrics", close=True)
+        path = request.route
+        if path == "/metrics":
+            self._send(conn, 200, self.exporter.exposition(), CONTENT_TYPE)
+        elif path == "/healthz":
+            ok = self.exporter.healthy()
+            self._send(conn, 200 if ok else 503, b"ok\n" if ok else b"no recent pass\n", TEXT)
+        elif path == "/":
+            self._send(conn, 200, b"shmguard exporter: /metrics, /healthz\n", TEXT)
+        else:
+            self._send(conn, 404, b"not found\n", TEXT)
+        return False
+
+    def _body(self, conn: Connection, body: bytes) -> bool:
+        raise AssertionError("the exporter takes no request body")  # _head never asks for one
 
 
-def bind(address: str, port: int, exporter: Exporter) -> ThreadingHTTPServer:
-    """The HTTP server on address:port; a port in use (or not ours to take) is one UsageError line (exit 2)."""
+def bind(address: str, port: int, exporter: Exporter, err=None) -> MetricsServer:
+    """The HTTP server on address:port (`::` dual-stack; 0.0.0.0 where the host has no IPv6); a port in use (or not
+    ours to take) is one UsageError line (exit 2)."""
     try:
-        server = ThreadingHTTPServer((address, port), handler_for(exporter))
+        limits = {"timeout": HEAD_TIMEOUT, "max_connections": MAX_CONNECTIONS, "err": err}
+        try:
+            return MetricsServer((address, port), exporter, **limits)
+        except OSError as exc:
+            if address != ANY_ADDRESS or exc.errno not in (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL):
+                raise
+            return MetricsServer(("0.0.0.0", port), exporter, **limits)  # a host without IPv6
     except OSError as exc:
-        where = f"{address or '*'}:{port}"
+        where = f"[{address}]:{port}" if ":" in address else f"{address or '*'}:{port}"
         if exc.errno == errno.EADDRINUSE:
             raise UsageError(f"port {port} is in use ({where}): stop what listens there or pick another with --port") \
                 from None
         raise UsageError(f"cannot listen on {where}: {exc.strerror or exc}") from None
-    server.daemon_threads = True
-    return server
+
+
+def url_of(server: MetricsServer) -> str:
+    host, port = server.server_address[:2]
+    return f"http://[{host}]:{port}/metrics" if ":" in host else f"http://{host}:{port}/metrics"
 
 
 def serve(source, *, address: str, port: int, interval: float, err=None) -> int:
     """Serve /metrics and /healthz until SIGTERM (exit 0) or Ctrl-C."""
     err = err or sys.stderr
     exporter = Exporter(source, interval)
-    server = bind(address, port, exporter)
+    server = bind(address, port, exporter, err=err)
     stop = threading.Event()
     previous = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="shmguard-exporter-http",
+                              daemon=True)
     thread.start()
-    bound_port = server.server_address[1]
-    print(f"shmguard exporter: serving http://{address or '0.0.0.0'}:{bound_port}/metrics ({source.mode} mode, a pass every "
-          f"{interval:g}s)", file=err, flush=True)
+    print(f"shmguard exporter: serving {url_of(server)} ({source.mode} mode, a pass every {interval:g}s)", file=err,
+          flush=True)
     try:
         exporter.loop(stop, err)
     finally:

@@ -19,13 +19,13 @@ from __future__ import annotations
 from typing import Any
 
 from shmguard.errors import UsageError
-from shmguard.job import ENV_VARS, describes_job, make_job, parse_flag
+from shmguard.job import OPTIONS, describes_job, make_job, parse_flag
 from shmguard.manifests.podspec import PatchOptions, asked_memory, patch_documents
 from shmguard.manifests.templates import label_of
 from shmguard.pod import dict_of
 
 API_VERSION = "config.kubernetes.io/v1"
-JOB_KEYS = {name.replace("_", "-"): name for name in ENV_VARS}
+JOB_KEYS = {option.setting: option.name for option in OPTIONS}  # functionConfig key -> option name
 
 
 def settings_of(config) -> dict[str, Any]:

@@ -111,5 +111,9 @@ class Root:
     def statvfs(self, path: str) -> os.statvfs_result:
         return os.statvfs(self.join(path))
 
+    def lstat(self, path: str) -> os.stat_result:
+        """The file's own status under the root (a symlink is not followed); OSError when it is not there."""
+        return os.lstat(self.join(path))
+
     def __repr__(self) -> str:
         return f"Root({self.path!r})"

@@ -77,25 +77,6 @@ def effective_cpus(affinity_count: int | None, quota: float | None, host: int | 
     return float(min(limits))
 
 
-def workers_for(effective: float | None, procs_per_node: int = 1) -> int | None:
-    """num_workers each training process can keep busy: effective CPUs per process, rounded down, at least 1."""
-    if effective is None:
-        return None
-    return max(1, int(effective / max(1, procs_per_node)))
-
-
-def cpus_per_process(cpu: CpuInfo, procs_per_node: int = 1, own_share: bool = False) -> float | None:
-    """The CPUs each training process has: the effective CPUs shared among the processes, or, in a process whose
-    affinity is already its own share (an srun task: srun binds each task to its CPUs), its affinity and its
-    share of any quota (a quota is the whole cgroup's)."""
-    if cpu.effective is None:
-        return None
-    procs = max(1, procs_per_node)
-    if not own_share or cpu.affinity is None:
-        return cpu.effective / procs
-    return float(min([cpu.affinity] + ([cpu.quota / procs] if cpu.quota is not None else [])))
-
-
 def probe_cpu(root, mounts, entries) -> CpuInfo:
     errors = []
     count, error = affinity(root)

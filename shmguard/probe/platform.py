@@ -7,15 +7,15 @@
   the order);
 - else None: unknown, and fixes name Docker and Kubernetes both.
 
-Standard library only: `check` imports it.
+The names of the platforms are shmguard.fixes's, whose words each fix is spelled in; this module only
+tells which one this process runs on. Standard library only: `check` imports it.
 """
 
 from __future__ import annotations
 
 import os
 
-SLURM, KUBERNETES, DOCKER, PODMAN = "slurm", "kubernetes", "docker", "podman"
-PLATFORMS = (SLURM, KUBERNETES, DOCKER, PODMAN)
+from shmguard.fixes import DOCKER, KUBERNETES, PODMAN, SLURM  # the words: fixes spells a fix for each
 
 
 def detect_platform(root, environ=None) -> str | None:

@@ -9,7 +9,6 @@ until someone deletes it. Other segments (`psm_*` from multiprocessing,
 `sem.*`, ...) are listed with their size; their owner cannot be told from the name.
 """
 
-import os
 
 from shmguard.probe.mountinfo import Mount, mount_at
 from shmguard.record import Record
@@ -77,9 +76,8 @@ def list_segments(root, folder: str = SHM) -> list[Segment]:
     """The regular files directly in folder (under root), with their size and whether their creator is gone."""
     segments = []
     for name in root.listdir(folder):
-        path = root.join(f"{folder.rstrip('/')}/{name}")
         try:
-            st = os.lstat(path)
+            st = root.lstat(f"{folder.rstrip('/')}/{name}")
         except OSError:
             continue
         if not (st.st_mode & 0o170000 == 0o100000):  # regular files only

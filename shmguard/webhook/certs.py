@@ -6,6 +6,9 @@ its subject alternative names (Go ignores the common name). Keys are ECDSA
 P-256: a TLS handshake costs a fraction of an RSA one. Files written (atomically,
 keys mode 0600): ca.crt, ca.key, tls.crt, tls.key. Needs the `cryptography`
 package (the webhook extra).
+
+CertStore is the serving side: the TLS context `webhook serve` gives each new connection,
+loaded again when the files change (a renewed Secret), without a restart.
 """
 
 from __future__ import annotations
@@ -13,9 +16,16 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import ssl
+import threading
 
 from shmguard.errors import UsageError
 from shmguard.files import write_atomic_bytes
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from shmguard.webhook.metrics import Metrics
+    from shmguard.webhook.server import JsonLog
 
 CA_DAYS = 3650
 SERVING_DAYS = 365
@@ -113,3 +123,57 @@ def write_certs(directory: str, service: str, namespace: str, extra_sans: list[s
     finally:
         os.umask(old)
     return paths
+
+
+class EncryptedKey(Exception):
+    """The key file is encrypted: refused rather than asking for a pass-phrase."""
+
+
+class CertStore:
+    """The TLS context for new connections, reloaded when the cert or key file changes."""
+
+    def __init__(self, cert: str, key: str, log: JsonLog, metrics: Metrics) -> None:
+        self.cert, self.key, self.log, self.metrics = cert, key, log, metrics
+        self.lock = threading.Lock()
+        self.signature = self._signature()
+        self.failed: tuple | None = None
+        self.context = self._load()  # the first load must work: a bad pair at start is an error
+
+    def _signature(self) -> tuple:
+        out: list[tuple[int, int, int] | None] = []
+        for path in (self.cert, self.key):
+            try:
+                st = os.stat(path)
+                out.append((st.st_ino, st.st_mtime_ns, st.st_size))
+            except OSError:
+                out.append(None)
+        return tuple(out)
+
+    def _load(self) -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        # An encrypted key: OpenSSL would ask for its pass-phrase on the terminal, blocking the only thread.
+        context.load_cert_chain(self.cert, self.key, password=self._no_passphrase)
+        return context
+
+    def _no_passphrase(self) -> bytes:
+        raise EncryptedKey(f"{self.key} is encrypted: the webhook takes an unencrypted key (as a Kubernetes TLS "
+                           f"Secret holds it; openssl pkey -in KEY -out PLAIN decrypts one)")
+
+    def current(self) -> ssl.SSLContext:
+        signature = self._signature()
+        if signature == self.signature or signature == self.failed:
+            return self.context
+        with self.lock:
+            if signature != self.signature and signature != self.failed:
+                try:
+                    self.context = self._load()
+                except (OSError, ssl.SSLError, ValueError, EncryptedKey) as exc:
+                    self.failed = signature
+                    self.metrics.tls_reloads.labels("failed").inc()
+                    self.log("tls-reload", level="error", error=str(exc), note="keeping the previous certificate")
+                else:
+                    self.signature, self.failed = signature, None
+                    self.metrics.tls_reloads.labels("ok").inc()
+                    self.log("tls-reload", cert=self.cert)
+        return self.context

@@ -81,7 +81,7 @@ def test_shm_beyond_mem_is_oom_killed_and_the_rendered_script_gives_it_enough(cl
     assert rendered.returncode == 0, rendered.stderr
     script = rendered.stdout
     assert f"#SBATCH --mem={slurm_size(sizing.slurm_memory_needed(JOB))}\n" in script
-    assert f"#SBATCH --cpus-per-task={sizing.cpus_per_process(JOB)}\n" in script and "--ntasks-per-node=1" in script
+    assert f"#SBATCH --cpus-per-task={sizing.cpus_needed_per_process(JOB)}\n" in script and "--ntasks-per-node=1" in script
     fits = cluster.sbatch(script)
     state, code = cluster.wait(fits)
     output = cluster.output(fits)

@@ -278,7 +278,11 @@ def _remove_cgroup_tree(top: Path) -> bool:
     """rmdir a cgroup tree bottom-up (rmdir only: a cgroup with a live task is never touched); True when gone."""
     if not top.is_dir():
         return True
-    for directory in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+    try:
+        found = [p for p in top.rglob("*") if p.is_dir()]
+    except FileNotFoundError:  # runc or the kubelet removing a container's cgroup while we walk: walk again
+        return False
+    for directory in sorted(found, key=lambda p: -len(p.parts)):
         with contextlib.suppress(OSError):
             directory.rmdir()
     with contextlib.suppress(OSError):
@@ -297,6 +301,14 @@ def kill_cgroup_tasks(cgroup_root: str) -> None:
                 for pid in map(int, procs.read_text().split()):
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
+
+
+def make_cgroup_root(cgroup_root: str) -> None:
+    """The folder of a cgroupRoot other than / in every hierarchy: the kubelet refuses to start without it
+    ("invalid configuration: cgroup-root [...] doesn't exist"); remove_cgroups removes it again."""
+    for top in cgroup_tops(cgroup_root):
+        if cgroup_root.strip("/"):
+            top.parent.mkdir(parents=True, exist_ok=True)
 
 
 def remove_cgroups(cgroup_root: str) -> list[Path]:
@@ -599,6 +611,7 @@ def _running(cgroup_root: str) -> Iterator[KubeCluster]:
     path.chmod(0o755)
     if cgroup_root == "own":
         cgroup_root = "/" + path.name
+        make_cgroup_root(cgroup_root)
     node = node_name()
     pids: dict[str, int] = {}
     launch = _Launcher(path, pids)
@@ -731,6 +744,7 @@ def kubelet_cgroup_root(cluster: KubeCluster, cgroup_root: str = "own") -> Itera
         cluster.cgroup_root = root
         state_file = cluster.path / "state.json"  # what `down` cleans after a killed cluster
         state_file.write_text(json.dumps({**json.loads(state_file.read_text()), "cgroup_root": root}))
+        make_cgroup_root(root)
         _start_kubelet(cluster, _Launcher(cluster.path, cluster.pids))
 
     restart(wanted)

@@ -37,3 +37,22 @@ def test_console_script_is_installed():
     proc = subprocess.run(["shmguard", "--help"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "Usage: shmguard" in proc.stdout
+
+
+def test_the_cli_takes_its_choice_lists_from_the_modules_that_decide_them():
+    """Issue 39.2: kinds, launchers, platforms and sharing strategies were spelled again in the cli."""
+    import click
+
+    from shmguard import cli, fixes, job, slurm
+    from shmguard.manifests import render
+
+    def choices(command, name):
+        param = next(p for p in command.params if p.name == name)
+        assert isinstance(param.type, click.Choice)
+        return tuple(param.type.choices)
+
+    group = cli.cli
+    assert choices(group.commands["render"].commands["k8s"], "kind") == render.KINDS
+    assert choices(group.commands["render"].commands["slurm"], "launcher") == slurm.LAUNCHERS
+    assert choices(group.commands["explain"], "platform") == fixes.SPELLED_FOR
+    assert choices(group.commands["measure"], "sharing_strategy") == job.SHARING_STRATEGIES

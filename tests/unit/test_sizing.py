@@ -66,3 +66,8 @@ def test_nofile_is_raised_only_past_the_common_soft_limit():
     many = make_job(workers=64, batch_size=1, sample_bytes="1k", prefetch_factor=8)
     assert sizing.fds_needed(many) > 1024 and sizing.nofile_limit(many) >= sizing.fds_needed(many)
     assert sizing.nofile_limit(many.replace(sharing_strategy="file_system")) is None
+
+
+@pytest.mark.parametrize("effective, procs, expected", [(0.5, 1, 1), (1.5, 1, 1), (2.0, 1, 2), (7.9, 1, 7), (8.0, 2, 4), (2.0, 4, 1), (None, 1, None)])
+def test_workers_for_rounds_down_at_least_one(effective, procs, expected):
+    assert sizing.workers_for(effective, procs) == expected

@@ -13,7 +13,6 @@ from shmguard.engine.plan import (
     RunOptions,
     create_kwargs,
     docker_cli,
-    gpu_count,
     make_plan,
     parse_env,
     post_mortem,
@@ -93,18 +92,6 @@ def test_nofile_raised_when_the_job_needs_it():
                                                         sharing_strategy="file_system")))
 
 
-@pytest.mark.parametrize("value, count", [(None, None), ("all", None), ("ALL", None), ("2", 2), ("0", None),
-                                          ('"device=0,1"', 2), ("count=3", 3)])
-def test_gpu_count_is_what_the_container_gets_when_known(value, count):
-    assert gpu_count(value) == count
-
-
-@pytest.mark.parametrize("value", ["two", "-1"])
-def test_gpu_count_rejects(value):
-    with pytest.raises(UsageError):
-        gpu_count(value)
-
-
 @pytest.mark.parametrize("spec", ["/data", ":/data", "/a:/b:rx", "a:b:c:d", "/a:rel", "/a:/b:ro,rw", "b@d:/x"])
 def test_parse_volume_rejects(spec):
     with pytest.raises(UsageError):
@@ -166,8 +153,8 @@ def test_post_mortem_of_an_oom_kill_never_advises_a_limit_below_the_one_that_was
 
 def test_more_workers_than_the_hosts_cpus_warns_without_cpus():
     """Issue 28.4: `run --workers 4` on a 2-CPU host with no --cpus said nothing, where `check` warns (same rule:
-    probe.cpu.workers_for)."""
-    from shmguard.probe.cpu import workers_for
+    sizing.workers_for)."""
+    from shmguard.sizing import workers_for
 
     host = make_plan(JOB, RunOptions(image="demo:latest"), host_memory=24 * GIB, host_cpus=2)
     (warning,) = host.warnings

@@ -286,3 +286,67 @@ def test_with_events_a_container_restarted_before_a_pass_is_back_in_the_next(hos
         assert [(row.target.key, row.reading.shm_used) for row in rows] == [(cid(1), 32 * MIB)]
     finally:
         src.close()
+
+
+def test_a_reused_pid_is_not_the_container(host, engine):
+    """While the engine is away, the container's process exits and its pid is taken by another process (here, one
+    of the host's, whose /dev/shm is the host's 23.5 GiB): that was reported under the container's name (issue
+    43.10). The pid's cgroup and start are checked each pass."""
+    host.add(cid(1), 101, shm=(64 * MIB, 60 * MIB))
+    engine.add(cid(1), 101)
+    src = source(host, engine)
+    assert [row.target.key for row in src.sample().rows] == [cid(1)]
+    engine.down = True
+    host.write("/proc/101/cgroup", "4:memory:/user.slice\n1:cpu:/user.slice\n")  # another process, same pid
+    host.root.sizes["/proc/101/root/dev/shm"] = (23 * 1024 * MIB, 20 * 1024 * MIB)
+    sample = src.sample()
+    assert sample.rows == () and not sample.source_up
+
+
+def test_a_pid_that_started_again_is_not_the_container(host, engine):
+    host.add(cid(1), 101)
+    host.write("/proc/101/stat", "101 (sleep) S 1 101 101 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 5000 0 0")
+    engine.add(cid(1), 101)
+    src = source(host, engine)
+    assert len(src.sample().rows) == 1
+    engine.down = True
+    host.write("/proc/101/stat", "101 (bash) S 1 101 101 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 9000 0 0")
+    assert src.sample().rows == ()
+
+
+def test_an_engine_that_accepts_and_never_answers_does_not_stop_the_passes(host_v1):
+    """The event stream was (re)opened without a timeout (the Docker SDK opens events() with none): when dockerd
+    hung after the stream broke (it accepts connections, never answers), the pass blocked for ever and no metric
+    moved again (issue 44.3). The stream is now opened where a hang stops nothing, and waited for at most the API's
+    deadline; the calls that list have that deadline."""
+    import threading
+
+    from tests.support.exporter import FakeEngine
+
+    hung = threading.Event()
+
+    class HangingEngine(FakeEngine):
+        def _events(self, decode=None, filters=None):
+            if self.streams:  # reopened after the stream broke: the engine now hangs
+                hung.wait()
+            return super()._events(decode, filters)
+
+    engine = HangingEngine(with_events=True)
+    host_v1.add(cid(1), 101)
+    engine.add(cid(1), 101)
+    src = EngineSource(root=host_v1.root, client=engine, clock=Clock(), timeout=1)
+    samples: list = []
+    try:
+        assert src.sample().source_up
+        engine.streams[0].end(ConnectionError("the engine restarts"))
+        wait_until(lambda: not src.watch.alive)
+        engine.down = True  # its listing fails at once; its event stream never answers
+        passes = threading.Thread(target=lambda: samples.extend(src.sample() for _ in range(3)), daemon=True)
+        passes.start()
+        passes.join(120)  # a bound for a hang, not a timing: a pass waits at most 1 s for the stream
+        assert not passes.is_alive(), "a pass blocked on the engine's event stream"
+        assert [s.source_up for s in samples] == [False] * 3
+        assert all([row.target.key for row in s.rows] == [cid(1)] for s in samples)  # still sampled through /proc
+    finally:
+        hung.set()
+        src.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shmguard.probe import cgroup
-from shmguard.probe.cpu import effective_cpus, parse_cpu_list, probe_cpu, workers_for
+from shmguard.probe.cpu import effective_cpus, parse_cpu_list, probe_cpu
 from shmguard.probe.mountinfo import parse_mountinfo
 from tests.support.roots import CGROUP2_LINE, mountinfo
 
@@ -26,11 +26,6 @@ def test_parse_cpu_list_rejects(text):
 ])
 def test_effective_cpus(affinity, quota, host, expected):
     assert effective_cpus(affinity, quota, host) == expected
-
-
-@pytest.mark.parametrize("effective, procs, expected", [(0.5, 1, 1), (1.5, 1, 1), (2.0, 1, 2), (7.9, 1, 7), (8.0, 2, 4), (2.0, 4, 1), (None, 1, None)])
-def test_workers_for_rounds_down_at_least_one(effective, procs, expected):
-    assert workers_for(effective, procs) == expected
 
 
 def probe(root):

@@ -12,8 +12,9 @@ import json
 
 import pytest
 
+from shmguard.webhook.certs import EncryptedKey
 from shmguard.webhook.review import Config
-from shmguard.webhook.server import EncryptedKey, JsonLog, WebhookServer
+from shmguard.webhook.server import JsonLog, WebhookServer
 from tests.support import hostile
 from tests.support.webhook import Server  # noqa: F401  (fixtures)
 
