@@ -378,7 +378,7 @@ def fn_command() -> int:
 @click.option("--host", metavar="URL", help="The Docker API to ask (default: DOCKER_HOST, else the local socket); "
                                             "Podman's socket works too, e.g. unix:///run/podman/podman.sock.")
 @click.option("--tail", type=click.IntRange(min=1, max=1_000_000), default=2000, show_default=True,
-              help="Log lines to read: the container's last N, or a log on stdin's last N.")
+              help="Log lines to read: the container's last N, or the last N of a log (a FILE or stdin).")
 @click.option("--shm-size", "shm_size", metavar="SIZE", help="A log on stdin: the /dev/shm the container had (64m, 64Mi).")
 @click.option("--memory-limit", "memory_limit", metavar="SIZE", help="A log on stdin: the container's memory limit.")
 @click.option("--exit-code", "exit_code", type=int, help="A log on stdin: the container's exit code.")
@@ -387,14 +387,15 @@ def fn_command() -> int:
               help="A log on stdin: spell the fix for this platform (default: what the log shows, else Docker's "
                    "and Kubernetes').")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@click.argument("container", required=False)
+@click.argument("container", metavar="[CONTAINER|FILE|-]", required=False)
 def explain_command(job, container, host, tail, shm_size, memory_limit, exit_code, oom_killed, platform,
                     as_json) -> int:
     """Explain why a container died: was it shared memory, and what is the exact fix?
 
     CONTAINER is read through the Docker API (inspect and the log's tail; Podman
-    through its Docker-compatible socket). Without it, stdin is read: a Pod object
-    (kubectl get pod NAME -o yaml) or a log (kubectl logs NAME), which --shm-size,
+    through its Docker-compatible socket). A FILE (an argument that names a file
+    here) is read as a log or a Pod object, and `-` or no argument reads stdin:
+    a Pod object (kubectl get pod NAME -o yaml) or a log (kubectl logs NAME), which --shm-size,
     --memory-limit, --exit-code and --oom-killed describe. The job options (or the
     container's SHMGUARD_* variables and shmguard.io/* annotations) give the sizes.
     Exit 1 when it finds a shared-memory failure, 0 when not, 2 on bad usage or
@@ -404,7 +405,7 @@ def explain_command(job, container, host, tail, shm_size, memory_limit, exit_cod
 
     flag_values = job.values(note)
     stdin = None
-    if not container and not sys.stdin.isatty():
+    if container == "-" or (not container and not sys.stdin.isatty()):
         stdin = getattr(sys.stdin, "buffer", sys.stdin)  # read in bounded memory by explain (--tail)
     facts = {"shm_size": describe_sizes(shm_size, "--shm-size"), "memory_limit": describe_sizes(memory_limit, "--memory-limit"),
              "exit_code": exit_code, "oom_killed": oom_killed, "platform": platform}
