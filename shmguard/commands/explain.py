@@ -494,3 +494,60 @@ def explain(container: str | None, flag_values: dict, stdin: Any, host: str | No
         text, code = report(source, pod_name, items, as_json)
     echo(text)
     return code
+
+
+def explain_command(job, container: str | None, host: str | None, tail: int, shm_size: str | None,
+                    memory_limit: str | None, exit_code: int | None, oom_killed: bool, platform: str | None,
+                    as_json: bool, stdin, note, echo) -> int:
+    """`shmguard explain` as the command line gives it: a container, else stdin when it is not a terminal (read in
+    bounded memory, --tail), with what the flags say a log cannot."""
+    flag_values = job.values(note)
+    source = None
+    if container == "-" or (not container and not stdin.isatty()):
+        source = getattr(stdin, "buffer", stdin)
+    facts = {"shm_size": describe_sizes(shm_size, "--shm-size"),
+             "memory_limit": describe_sizes(memory_limit, "--memory-limit"),
+             "exit_code": exit_code, "oom_killed": oom_killed, "platform": platform}
+    return explain(container, flag_values, source, host, tail, facts, as_json, echo=echo)
+
+
+def command():
+    """The click command (shmguard.cli builds it when it runs: importing this module needs no click)."""
+    import sys
+
+    import click
+
+    from shmguard.commands.declare import job_options, note
+    from shmguard.fixes import SPELLED_FOR
+
+    @click.command("explain")
+    @job_options
+    @click.option("--host", metavar="URL", help="The Docker API to ask (default: DOCKER_HOST, else the local socket); "
+                                                "Podman's socket works too, e.g. unix:///run/podman/podman.sock.")
+    @click.option("--tail", type=click.IntRange(min=1, max=1_000_000), default=2000, show_default=True,
+                  help="Log lines to read: the container's last N, or the last N of a log (a FILE or stdin).")
+    @click.option("--shm-size", "shm_size", metavar="SIZE", help="A log on stdin: the /dev/shm the container had (64m, 64Mi).")
+    @click.option("--memory-limit", "memory_limit", metavar="SIZE", help="A log on stdin: the container's memory limit.")
+    @click.option("--exit-code", "exit_code", type=int, help="A log on stdin: the container's exit code.")
+    @click.option("--oom-killed", "oom_killed", is_flag=True, help="A log on stdin: the container was OOM-killed.")
+    @click.option("--platform", type=click.Choice(SPELLED_FOR),
+                  help="A log on stdin: spell the fix for this platform (default: what the log shows, else Docker's "
+                       "and Kubernetes').")
+    @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+    @click.argument("container", metavar="[CONTAINER|FILE|-]", required=False)
+    def explain_cli(job, container, host, tail, shm_size, memory_limit, exit_code, oom_killed, platform, as_json) -> int:
+        """Explain why a container died: was it shared memory, and what is the exact fix?
+
+        CONTAINER is read through the Docker API (inspect and the log's tail; Podman
+        through its Docker-compatible socket). A FILE (an argument that names a file
+        here) is read as a log or a Pod object, and `-` or no argument reads stdin:
+        a Pod object (kubectl get pod NAME -o yaml) or a log (kubectl logs NAME), which --shm-size,
+        --memory-limit, --exit-code and --oom-killed describe. The job options (or the
+        container's SHMGUARD_* variables and shmguard.io/* annotations) give the sizes.
+        Exit 1 when it finds a shared-memory failure, 0 when not, 2 on bad usage or
+        when the container cannot be read.
+        """
+        return explain_command(job, container, host, tail, shm_size, memory_limit, exit_code, oom_killed, platform,
+                               as_json, sys.stdin, note, click.echo)
+
+    return explain_cli

@@ -22,7 +22,7 @@ from tests.support.health import health_child, health_imports
 from tests.support.paths import CHECKOUT, DATA
 
 # Every run of health.
-BASE = {"shmguard", "shmguard.health", "shmguard.probe", "shmguard.probe.mountinfo", "shmguard.record",
+BASE = {"shmguard", "shmguard.commands", "shmguard.commands.health", "shmguard.probe", "shmguard.probe.mountinfo", "shmguard.record",
         "shmguard.units"}
 # The job from SHMGUARD_* variables, and the model that sizes it (errors: the job module raises its UsageError).
 JOB = {"shmguard.job", "shmguard.errors", "shmguard.model", "shmguard.segments"}

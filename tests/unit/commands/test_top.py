@@ -4,9 +4,9 @@ real terminal."""
 
 from __future__ import annotations
 
+from shmguard.commands.top import bar, frame, mark
 from shmguard.exporter import rules
 from shmguard.exporter.metrics import Reading, Row, Sample, Target
-from shmguard.exporter.top import bar, frame, mark
 
 MIB = 2**20
 

@@ -11,8 +11,8 @@ import sys
 import pytest
 import yaml
 
+from shmguard.commands import fn as krm
 from shmguard.errors import UsageError
-from shmguard.manifests import krm
 from tests.support.paths import CHECKOUT, DATA
 
 ROOT = CHECKOUT

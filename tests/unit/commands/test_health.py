@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from shmguard.health import assess, main
+from shmguard.commands.health import assess, main
 from shmguard.job import make_job
 from shmguard.units import MIB
 from tests.support.health import HEAVY, health_imports, top_level
@@ -126,7 +126,7 @@ SLURM_TASK = {"SLURM_JOB_ID": "5", "SLURM_STEP_ID": "0", "SLURM_STEP_TASKS_PER_N
 
 
 def test_srun_ranks_count_unless_the_job_says():
-    from shmguard.health import slurm_job
+    from shmguard.commands.health import slurm_job
 
     job, slurm = slurm_job(JOB, SLURM_TASK)
     assert job.procs_per_node == 2 and slurm.memory == 512 * MIB
@@ -136,7 +136,7 @@ def test_srun_ranks_count_unless_the_job_says():
 
 
 def test_mem_caps_shm_when_no_cgroup_does(tree):
-    from shmguard.health import slurm_job
+    from shmguard.commands.health import slurm_job
 
     job, slurm = slurm_job(JOB, SLURM_TASK)  # two ranks: 735 MiB of /dev/shm, more than --mem=512M
     root = tree({"proc/self/mountinfo": mountinfo(SHM_LINE)}, shm=(12 * 2**30, 12 * 2**30))

@@ -1,7 +1,7 @@
 """`shmguard top`: every container's (or, on a node, every pod's) /dev/shm live in the terminal, as `docker stats`
 shows CPU and memory, without Prometheus.
 
-Each pass comes from the exporter's own sources (engine or node mode, shmguard.exporter.command.make_source) and
+Each pass comes from the exporter's own sources (engine or node mode, shmguard.commands.exporter.make_source) and
 peaks (Exporter.step), so the figures are those /metrics would serve. A row shows the size, use, peak and what the
 declared job needs, a bar of use (with the peak marked `|`), and a mark taken from the exporter's alert rules
 (shmguard.exporter.rules): BUS ERROR when /dev/shm is smaller than the job needs (it will die when the DataLoader
@@ -121,3 +121,33 @@ def run_top(source, *, interval: float, once: bool, out=None) -> int:
             out.flush()
     finally:
         source.close()
+
+
+def top_command(host: str | None, kubelet_root: str | None, node_name: str | None, api_server: str | None,
+                containerd_state: str | None, interval: str, once: bool) -> int:
+    """`shmguard top` as the command line gives it: the exporter's source (engine or node mode), frames every interval."""
+    from shmguard.commands.exporter import make_source
+    from shmguard.exporter.server import parse_interval
+
+    seconds = parse_interval(interval)
+    source = make_source(host=host, kubelet_root=kubelet_root, node_name=node_name, api_server=api_server,
+                         containerd_state=containerd_state)
+    return run_top(source, interval=seconds, once=once)
+
+
+def command():
+    """The click command (shmguard.cli builds it when it runs: importing this module needs no click)."""
+    import click
+
+    from shmguard.commands.declare import source_options
+
+    @click.command("top")
+    @source_options
+    @click.option("--interval", default="1s", show_default=True, metavar="DURATION", help="Time between frames.")
+    @click.option("--once", is_flag=True, help="Print one frame as plain text and exit.")
+    def top_cli(host, kubelet_root, node_name, api_server, containerd_state, interval, once) -> int:
+        """Show every container's /dev/shm live: size, use, peak and what its job needs, as bars, the ones heading for
+        a Bus error (or an OOM kill) first. The exporter's readers, without Prometheus. Ctrl-C leaves (exit 0)."""
+        return top_command(host, kubelet_root, node_name, api_server, containerd_state, interval, once)
+
+    return top_cli

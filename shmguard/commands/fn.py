@@ -11,7 +11,8 @@ Settings, from a ConfigMap's `data` or any other config object's `spec` (or top
 level): the job (`workers`, `batch-size`, `sample-shape` or `sample-bytes`, `dtype`,
 `prefetch-factor`, `procs-per-node`, `gpus`, `pin-memory`, `sharing-strategy`) and the
 patch options (`kind`, `name`, `selector`, `namespace` as comma-separated lists;
-`opt-in`, `container`, `memory`, `size-unsized`, `include-init`, `all-templates`). Pure: dicts in, dicts out.
+`opt-in`, `container`, `memory`, `size-unsized`, `include-init`, `all-templates`). `run` is pure: dicts in, dicts
+out; `fn` reads the ResourceList from a stream and writes it to another.
 """
 
 from __future__ import annotations
@@ -109,3 +110,38 @@ def run(resource_list) -> tuple[dict, int]:
     out["items"] = items
     out["results"] = results
     return out, 1 if summary.errors else 0
+
+
+def fn(stdin) -> tuple[str, int]:
+    """`shmguard fn`: one ResourceList read from stdin (bounded, strict YAML), sized: the YAML to write, the code."""
+    from shmguard.manifests import yamlio
+
+    text = stdin.read(yamlio.MAX_INPUT_BYTES + 1)
+    docs = [d for d in yamlio.load(text, "stdin") if d is not None]
+    if len(docs) != 1:
+        raise UsageError(f"shmguard fn reads one ResourceList on stdin, not {len(docs)} documents")
+    resource_list, code = run(docs[0])
+    return yamlio.dump([resource_list]), code
+
+
+def command():
+    """The click command (shmguard.cli builds it when it runs: importing this module needs no click)."""
+    import sys
+
+    import click
+
+    @click.command("fn")
+    def fn_command() -> int:
+        """KRM function: a ResourceList on stdin, the same with pod templates sized on stdout.
+
+        The job and options come from functionConfig (a ConfigMap's data: workers,
+        batch-size, sample-shape, … and kind, name, selector, namespace, opt-in,
+        container, memory, size-unsized, include-init). One result per pod template,
+        with its severity. For kustomize (as a container or exec transformer), kpt fn
+        and anything that speaks ResourceList. Exit 1 when a result is an error.
+        """
+        text, code = fn(sys.stdin)
+        click.echo(text, nl=False)
+        return code
+
+    return fn_command
