@@ -149,7 +149,7 @@ def measured_segments(row: dict):
         return None
     from torch.utils.data import default_collate
 
-    from shmguard.commands.measure import measure_dataset
+    from shmguard.measuring import measure_dataset
 
     row = row_of(row)
     env = {"SHMGUARD_BATCH_SIZE": str(row["batch_size"]), "SHMGUARD_SAMPLE_SHAPE": row["sample_shape"],

@@ -6,8 +6,8 @@
 Each page is made whole from one table in the package:
 
 - docs/reference/run-flags.md: `shmguard run`'s container flags, shmguard.engine.flags.ROWS;
-- docs/reference/options.md: the job options, shmguard.options.JOB_OPTIONS, with their SHMGUARD_* variables
-  (shmguard.job.ENV_VARS) and shmguard.io/* annotations (shmguard.manifests.annotations.KEYS);
+- docs/reference/options.md: the job options, shmguard.job.OPTIONS (a row each: flag, SHMGUARD_* variable,
+  shmguard.io/* annotation, the DataLoader attribute the API reads);
 - docs/reference/metrics.md: the exporter's series, as its own exposition writes their help
   (shmguard.exporter.metrics), and its alerts (shmguard.exporter.rules);
 - docs/reference/json.md: the fields of every --json output, from the shipped schemas (shmguard/schemas/).
@@ -66,20 +66,17 @@ def run_flags() -> str:
 
 
 def options() -> str:
-    from shmguard.job import ENV_VARS
-    from shmguard.manifests.annotations import KEYS
-    from shmguard.options import COLLATE_HELP, DATASET_HELP, JOB_OPTIONS, PIN_MEMORY_HELP
+    from shmguard.job import OPTIONS
+    from shmguard.options import COLLATE_HELP, DATASET_HELP
 
-    rows = [(f"`{flag}`", f"`{ENV_VARS[name]}`" if name in ENV_VARS else "",
-             f"`{KEYS[name]}`" if name in KEYS else "", help_text) for flag, name, help_text in JOB_OPTIONS]
-    rows.append(("`--pin-memory`", f"`{ENV_VARS['pin_memory']}`", f"`{KEYS['pin_memory']}`", PIN_MEMORY_HELP))
-    rows.append(("`--dataset MODULE:CALLABLE`", "", "", DATASET_HELP))
-    rows.append(("`--collate-fn MODULE:CALLABLE`", "", "", COLLATE_HELP))
+    rows = [(f"`{option.click_declaration()[0][0]}`", f"`{option.env}`", f"`{option.annotation}`",
+             f"`{option.api}`" if option.api else "", option.help) for option in OPTIONS]
+    rows.append(("`--dataset MODULE:CALLABLE`", "", "", "", DATASET_HELP))
+    rows.append(("`--collate-fn MODULE:CALLABLE`", "", "", "", COLLATE_HELP))
     lines = [
         "# The job options",
         "",
-        NOTE.format(source="shmguard.options.JOB_OPTIONS, shmguard.job.ENV_VARS and "
-                           "shmguard.manifests.annotations.KEYS"),
+        NOTE.format(source="shmguard.job.OPTIONS"),
         "",
         "A job is described once, per training process, with the same options everywhere: `check`, `run`, "
         "`render`, `patch`, `explain`, `tune` and `measure` take them as flags; a container takes them as "
@@ -91,14 +88,17 @@ def options() -> str:
         "Sizes are bytes or a number with k/m/g/t (also kb, KiB, Ki …), all powers of 1024 as in Docker: "
         "`2g` = `2GiB` = 2147483648 bytes.",
         "",
-        *table(("flag", "variable", "annotation", "what it is"), rows),
+        "The Python API reads the options a DataLoader has from the loader itself (its attribute is named); the "
+        "others, from the variables.",
+        "",
+        *table(("flag", "variable", "annotation", "DataLoader attribute", "what it is"), rows),
     ]
     return "\n".join(lines) + "\n"
 
 
 def metrics() -> str:
     from shmguard.exporter import rules
-    from shmguard.exporter.metrics import IDENTITY_LABELS, INFO_LABELS, UP, Sample, exposition
+    from shmguard.exporter.metrics import IDENTITY_LABELS, INFO_LABELS, METRICS, UP, Sample, exposition
 
     helps: dict[str, str] = {}
     for mode in UP:
@@ -107,10 +107,12 @@ def metrics() -> str:
                 name, _, text = line[len("# HELP "):].partition(" ")
                 helps.setdefault(name, text.replace("\\n", "\n").replace("\\\\", "\\"))
     per_target = {"shmguard_container_info", *(m for m in helps if m.startswith(("shmguard_shm_", "shmguard_memory_")))}
+    fields = {metric.name: metric.json for metric in METRICS}
     rows = []
     for name, text in helps.items():
         labels = INFO_LABELS if name == "shmguard_container_info" else IDENTITY_LABELS if name in per_target else ()
-        rows.append((f"`{name}`", ", ".join(f"`{label}`" for label in labels) or "none", text))
+        field = f"`{fields[name]}`" if name in fields else ("the names" if name == "shmguard_container_info" else "")
+        rows.append((f"`{name}`", ", ".join(f"`{label}`" for label in labels) or "none", field, text))
     alert_rows = [(f"`{alert['alert']}`", f"`{alert['expr']}`", alert.get("for", "at once"),
                    alert["labels"]["severity"], alert["annotations"]["runbook"]) for alert in rules.alerts()]
     lines = [
@@ -123,7 +125,9 @@ def metrics() -> str:
         "`shmguard_engine_up` is engine mode's, `shmguard_kubernetes_api_up` node mode's "
         "([the exporter](../commands/exporter.md), [in Kubernetes](../guides/exporter.md)).",
         "",
-        *table(("metric", "labels", "what it is"), rows),
+        "`shmguard exporter --once --json` carries each per-/dev/shm value under the field named here.",
+        "",
+        *table(("metric", "labels", "`--json` field", "what it is"), rows),
         "",
         "## Alerts",
         "",

@@ -9,7 +9,6 @@ the same exit codes (shmguard.errors).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 CHECK_DESCRIPTION = """Check this container against the job: /dev/shm, memory, CPUs, GPUs, open files.
@@ -30,17 +29,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def check_parser() -> argparse.ArgumentParser:
-    from shmguard.job import ENV_VARS
-    from shmguard.options import COLLATE_HELP, DATASET_HELP, JOB_OPTIONS, PIN_MEMORY_HELP
+    from shmguard.job import OPTIONS
+    from shmguard.options import COLLATE_HELP, DATASET_HELP
     from shmguard.units import SIZE_RULE
 
     parser = _Parser(prog="shmguard check", description=CHECK_DESCRIPTION, epilog=f"SIZE: {SIZE_RULE}.",
                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    for flag, name, help_text in JOB_OPTIONS:
-        parser.add_argument(flag, dest=name, metavar="VALUE", help=f"{help_text} [env var: {ENV_VARS[name]}]")
-    parser.add_argument("--pin-memory", dest="pin_memory", action="store_const", const="1",
-                        help=f"{PIN_MEMORY_HELP} [env var: {ENV_VARS['pin_memory']}]")
-    parser.add_argument("--no-pin-memory", dest="pin_memory", action="store_const", const="0")
+    for option in OPTIONS:
+        for flags, settings in option.argparse_declarations():
+            parser.add_argument(*flags, **settings)
     parser.add_argument("--dataset", metavar="MODULE:CALLABLE", help=DATASET_HELP)
     parser.add_argument("--collate-fn", dest="collate_fn", metavar="MODULE:CALLABLE", help=COLLATE_HELP)
     parser.add_argument("--json", dest="as_json", action="store_true",
@@ -57,22 +54,11 @@ def check_main(argv: list[str]) -> int:
 
 
 def check_command(argv: list[str]) -> int:
-    from shmguard.commands.check import check
-    from shmguard.declared import visible_devices
-    from shmguard.options import JobOptions
-    from shmguard.probe import Root
+    """The options parsed (--help: exit 0 with the usage), then `shmguard check` (shmguard.commands.check)."""
+    from shmguard.commands.check import check_options
 
     try:
         args = vars(check_parser().parse_args(argv))
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
-    as_json, strict, root = args.pop("as_json"), args.pop("strict"), args.pop("root")
-    from shmguard.slurm import fill_gpus
-
-    # The options over this container's SHMGUARD_* variables (an option wins over its variable, as with click's
-    # envvar), read as every other part of shmguard reads a container's job.
-    given, gpu_notes = fill_gpus(JobOptions.take(args), os.environ)
-    job, notes = given.job((), os.environ, devices=visible_devices(Root(root), os.environ))
-    for line in gpu_notes + notes:
-        print(line, file=sys.stderr)
-    return check(job, as_json=as_json, strict=strict, root=Root(root))
+    return check_options(args)

@@ -12,7 +12,7 @@ import os
 
 from shmguard.errors import UsageError
 from shmguard.record import Record
-from shmguard.units import parse_size
+from shmguard.units import SIZE_RULE, parse_size
 
 # Bytes per element of the dtypes people load samples as.
 DTYPE_BYTES = {
@@ -26,24 +26,85 @@ SHARING_STRATEGIES = ("file_descriptor", "file_system")
 # dicts of lists), and in a worker each of them becomes its own shared-memory segment.
 COLLATES = ("default", "list")
 
-# Option name -> environment variable; the same names `shmguard run` sets.
-ENV_VARS = {
-    "workers": "SHMGUARD_WORKERS",
-    "batch_size": "SHMGUARD_BATCH_SIZE",
-    "sample_shape": "SHMGUARD_SAMPLE_SHAPE",
-    "dtype": "SHMGUARD_DTYPE",
-    "sample_bytes": "SHMGUARD_SAMPLE_BYTES",
-    "prefetch_factor": "SHMGUARD_PREFETCH_FACTOR",
-    "procs_per_node": "SHMGUARD_PROCS_PER_NODE",
-    "gpus": "SHMGUARD_GPUS",
-    "pin_memory": "SHMGUARD_PIN_MEMORY",
-    "sharing_strategy": "SHMGUARD_SHARING_STRATEGY",
-    "nccl_transport": "SHMGUARD_NCCL_TRANSPORT",
-    "collate": "SHMGUARD_COLLATE",
-    "tensors_per_sample": "SHMGUARD_TENSORS_PER_SAMPLE",
-    "batch_segments": "SHMGUARD_BATCH_SEGMENTS",
-    "nccl_version": "SHMGUARD_NCCL_VERSION",
-}
+VALUE, FLAG = "value", "flag"  # an option's type: one text (`--workers 4`), or on/off (`--pin-memory/--no-pin-memory`)
+ENV_PREFIX = "SHMGUARD_"
+ANNOTATION_PREFIX = "shmguard.io/"
+
+
+class JobOption(Record):
+    """One job option, and everything derived from it: its flag, its SHMGUARD_* variable, its shmguard.io/*
+    annotation, fn's functionConfig key, its click and argparse declarations and the DataLoader attribute the
+    Python API reads it from. The name is the Job field (and make_job's and JobOptions' argument) it sets."""
+
+    name: str  # the Job field: batch_size
+    help: str
+    kind: str = VALUE  # VALUE or FLAG
+    api: str | None = None  # the DataLoader attribute the Python API reads (num_workers); None: the job options say it
+
+    @property
+    def flag(self) -> str:
+        """The command-line flag: --batch-size."""
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        """The variable `run` and `render` set and `check`, `health`, the exporter and the API read: SHMGUARD_BATCH_SIZE."""
+        return ENV_PREFIX + self.name.upper()
+
+    @property
+    def annotation(self) -> str:
+        """The pod annotation `patch`, `fn`, the webhook, `explain` and the exporter read: shmguard.io/batch-size."""
+        return ANNOTATION_PREFIX + self.name.replace("_", "-")
+
+    @property
+    def setting(self) -> str:
+        """The key of `fn`'s functionConfig and of the webhook's --default: batch-size."""
+        return self.name.replace("_", "-")
+
+    def click_declaration(self) -> tuple[tuple[str, ...], dict]:
+        """(the parameter declarations, the keyword arguments) of its click.option."""
+        if self.kind == FLAG:
+            return ((f"{self.flag}/--no-{self.flag[2:]}", self.name),
+                    {"default": None, "envvar": self.env, "show_envvar": True, "help": self.help})
+        return ((self.flag, self.name), {"envvar": self.env, "show_envvar": True, "metavar": "VALUE", "help": self.help})
+
+    def argparse_declarations(self) -> list[tuple[tuple[str, ...], dict]]:
+        """[(the flags, the keyword arguments)] of its argparse arguments (`check` on the standard library)."""
+        help_text = f"{self.help} [env var: {self.env}]"
+        if self.kind == FLAG:
+            return [((self.flag,), {"dest": self.name, "action": "store_const", "const": "1", "help": help_text}),
+                    ((f"--no-{self.flag[2:]}",), {"dest": self.name, "action": "store_const", "const": "0"})]
+        return [((self.flag,), {"dest": self.name, "metavar": "VALUE", "help": help_text})]
+
+
+# The job options, in the order `--help` lists them. Values are text, validated by make_job.
+OPTIONS = (
+    JobOption("workers", "DataLoader num_workers.", api="num_workers"),
+    JobOption("batch_size", "Samples per batch.", api="batch_size"),
+    JobOption("sample_shape", "Shape of one sample, e.g. 3,224,224 (the largest, if they vary)."),
+    JobOption("dtype", "Element type of the sample (default float32)."),
+    JobOption("sample_bytes", f"Size of one sample instead of a shape: {SIZE_RULE}."),
+    JobOption("prefetch_factor", "Batches each worker loads ahead (default 2, as PyTorch).", api="prefetch_factor"),
+    JobOption("procs_per_node", "Training processes in the container, each with its own DataLoader (default 1)."),
+    JobOption("gpus", "GPUs the job needs (default 0; `run` also takes all)."),
+    JobOption("sharing_strategy", "torch.multiprocessing sharing strategy: file_descriptor (default) or file_system."),
+    JobOption("collate", "What the collate_fn makes of a batch: default (torch's default_collate stacks samples) "
+                         "or list (per-sample tensors kept in lists, e.g. lambda b: tuple(zip(*b)); each tensor "
+                         "is then its own page-rounded segment in /dev/shm)."),
+    JobOption("tensors_per_sample", "Tensors in one sample (e.g. 3 for image, boxes, labels; default 1); numbers, "
+                                    "strings and numpy arrays do not count."),
+    JobOption("batch_segments", "The tensor sizes of one batch as `shmguard measure` prints them (SIZE[xCOUNT],...): "
+                                "replaces the estimate from --collate."),
+    JobOption("nccl_transport", "How the job's GPUs talk, for NCCL's own /dev/shm: shm (default: through host memory, "
+                                "the most /dev/shm) or p2p (NVLink/PCIe peer-to-peer: none)."),
+    JobOption("nccl_version", "The NCCL version the job's torch uses, e.g. 2.21.5 (python -c 'import torch; "
+                              "print(torch.cuda.nccl.version())'): NCCL's own /dev/shm depends on it. Default: found in "
+                              "the container (check, health), else sized for the version that needs most."),
+    JobOption("pin_memory", "The DataLoader pins memory.", kind=FLAG, api="pin_memory"),
+)
+NAMES = tuple(option.name for option in OPTIONS)
+# Option name -> SHMGUARD_* variable, made from the table (the names `shmguard run` sets).
+ENV_VARS = {option.name: option.env for option in OPTIONS}
 
 
 class Job(Record):

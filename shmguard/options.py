@@ -1,7 +1,8 @@
-"""The job options, defined once: the click commands and the standard-library `check` are built from this table.
+"""The job options as commands take them: the click commands and the standard-library `check` declare them
+from the one table, shmguard.job.OPTIONS (a row per option: its type, flag, SHMGUARD_* variable,
+shmguard.io/* annotation, click and argparse declarations, the DataLoader attribute the API reads).
 
-Each option also reads a SHMGUARD_* variable (shmguard.job.ENV_VARS), so a launcher
-can hand the job to the container. `JobOptions` holds the parsed values and builds
+Each option also reads its SHMGUARD_* variable, so a launcher can hand the job to the container. `JobOptions` holds the parsed values and builds
 them into a Job (`job`, through shmguard.declared); with --dataset it measures real
 batches first (that path needs torch).
 Standard library only: `pip install shmguard` without extras runs `check`.
@@ -13,41 +14,16 @@ import sys
 from typing import TYPE_CHECKING, Any, Callable
 
 from shmguard.errors import UsageError
+from shmguard.job import NAMES
 from shmguard.record import Record
-from shmguard.units import SIZE_RULE
 
 if TYPE_CHECKING:
     from shmguard.job import Job
 
-# (flag, option name, help); values are strings, validated by shmguard.job.make_job.
-JOB_OPTIONS = (
-    ("--workers", "workers", "DataLoader num_workers."),
-    ("--batch-size", "batch_size", "Samples per batch."),
-    ("--sample-shape", "sample_shape", "Shape of one sample, e.g. 3,224,224 (the largest, if they vary)."),
-    ("--dtype", "dtype", "Element type of the sample (default float32)."),
-    ("--sample-bytes", "sample_bytes", f"Size of one sample instead of a shape: {SIZE_RULE}."),
-    ("--prefetch-factor", "prefetch_factor", "Batches each worker loads ahead (default 2, as PyTorch)."),
-    ("--procs-per-node", "procs_per_node", "Training processes in the container, each with its own DataLoader (default 1)."),
-    ("--gpus", "gpus", "GPUs the job needs (default 0; `run` also takes all)."),
-    ("--sharing-strategy", "sharing_strategy", "torch.multiprocessing sharing strategy: file_descriptor (default) or file_system."),
-    ("--collate", "collate", "What the collate_fn makes of a batch: default (torch's default_collate stacks samples) "
-                             "or list (per-sample tensors kept in lists, e.g. lambda b: tuple(zip(*b)); each tensor "
-                             "is then its own page-rounded segment in /dev/shm)."),
-    ("--tensors-per-sample", "tensors_per_sample", "Tensors in one sample (e.g. 3 for image, boxes, labels; "
-                                                   "default 1); numbers, strings and numpy arrays do not count."),
-    ("--batch-segments", "batch_segments", "The tensor sizes of one batch as `shmguard measure` prints them "
-                                           "(SIZE[xCOUNT],...): replaces the estimate from --collate."),
-    ("--nccl-transport", "nccl_transport", "How the job's GPUs talk, for NCCL's own /dev/shm: shm (default: through host "
-                                           "memory, the most /dev/shm) or p2p (NVLink/PCIe peer-to-peer: none)."),
-    ("--nccl-version", "nccl_version", "The NCCL version the job's torch uses, e.g. 2.21.5 (python -c 'import torch; "
-                                       "print(torch.cuda.nccl.version())'): NCCL's own /dev/shm depends on it. Default: "
-                                       "found in the container (check, health), else sized for the version that needs most."),
-)
-PIN_MEMORY_HELP = "The DataLoader pins memory."
 DATASET_HELP = ("Measure the sample size from real batches of this dataset factory (needs torch) "
                 "instead of --sample-shape/--sample-bytes.")
 COLLATE_HELP = "With --dataset: the DataLoader's collate_fn (default: default_collate)."
-JOB_KEYS = tuple(name for _flag, name, _help in JOB_OPTIONS) + ("pin_memory",)
+JOB_KEYS = NAMES  # the job options' names (shmguard.job.OPTIONS, the one table); --dataset and --collate-fn are measuring's
 
 
 class JobOptions(Record):
@@ -137,7 +113,7 @@ class JobOptions(Record):
             raise UsageError("--dataset needs --batch-size: the batches are built with it")
         if self.batch_segments is not None:
             raise UsageError("give the batch once: --dataset (measured) or --batch-segments")
-        from shmguard.commands.measure import measure
+        from shmguard.measuring import measure
 
         measured = measure(str(self.dataset), parse_count("batch_size", self.batch_size, 1), collate_spec=self.collate_fn,
                            sharing_strategy=self.sharing_strategy or "file_descriptor")

@@ -59,6 +59,10 @@ def settings() -> list[Setting]:
                 "then the node's: one replica per node."),
         Setting("webhook.port", 8443, {"type": "integer", "minimum": 1, "maximum": 65535},
                 "The port it serves on (the node's with hostNetwork); its Service's port stays 443."),
+        Setting("webhook.url", "", {"type": "string", "pattern": "^(https://[^/]+)?$"},
+                "A base URL the apiserver calls instead of the Service (`https://HOST:PORT`, no path): for an "
+                "apiserver that cannot reach Services, or a loopback node with hostNetwork. The certificate Helm "
+                "makes names its host too."),
         Setting("webhook.namespaceSelector", OPT_IN, selector,
                 "Which namespaces' Pods are sent to the webhook (opt-in by label)."),
         Setting("webhook.objectSelector", OPT_IN, selector, "Which Pods are sent to the webhook (opt-in by label)."),

@@ -229,12 +229,6 @@ def docker_cli(plan: RunPlan, healthcheck: bool = False) -> str:
     return shlex.join(args)
 
 
-def gpu_count(gpus) -> int | None:
-    """The GPUs the container gets, for the job: a count, or None (none, or `all`: not known before it runs)."""
-    request = flags.parse_gpus(gpus) if isinstance(gpus, str) else gpus
-    return None if request is None else request.known_count
-
-
 def resource_kwargs(options: RunOptions, mem_limit: int | None) -> dict[str, Any]:
     """CPUs, memory, GPUs, working directory, mounts, devices, user and network as docker-py `containers.create`
     arguments (for a helper container such as the tuning one: the same resources as the job)."""

@@ -73,36 +73,39 @@ class Sample(Record):
 
 
 class Metric(Record):
-    """A per-target gauge: its name, help text and where its value is (row.target, row.reading or the row)."""
+    """A per-target gauge: its name, help text, where its value is (row.target, row.reading or the row) and the
+    field that carries the same value in `--once --json` (shmguard/schemas/exporter.json)."""
 
     name: str
     help: str
     part: str  # target, reading or row
     attribute: str
+    json: str  # the field of a target in `exporter --once --json`
 
     def value(self, row: Row):
         return getattr(row if self.part == "row" else getattr(row, self.part), self.attribute)
 
 
 METRICS = (
-    Metric("shmguard_shm_size_bytes", "Size of the /dev/shm tmpfs (statvfs).", "reading", "shm_size"),
-    Metric("shmguard_shm_used_bytes", "Bytes in use in /dev/shm (statvfs).", "reading", "shm_used"),
-    Metric("shmguard_shm_peak_bytes", "Highest /dev/shm use sampled since the exporter first saw it.", "row", "peak"),
+    Metric("shmguard_shm_size_bytes", "Size of the /dev/shm tmpfs (statvfs).", "reading", "shm_size", "shm_size"),
+    Metric("shmguard_shm_used_bytes", "Bytes in use in /dev/shm (statvfs).", "reading", "shm_used", "shm_used"),
+    Metric("shmguard_shm_peak_bytes", "Highest /dev/shm use sampled since the exporter first saw it.", "row", "peak",
+           "shm_peak"),
     Metric("shmguard_shm_required_bytes",
            "The /dev/shm the declared job (SHMGUARD_* variables) needs at its peak: what `shmguard check` compares "
-           "/dev/shm against.", "target", "shm_required"),
+           "/dev/shm against.", "target", "shm_required", "shm_required"),
     Metric("shmguard_shm_size_limit_bytes", "The memory emptyDir's sizeLimit (node mode; absent when it has none).",
-           "target", "shm_size_limit"),
+           "target", "shm_size_limit", "shm_size_limit"),
     Metric("shmguard_shm_unbounded",
            "1 when a memory emptyDir has no sizeLimit and its pod's memory is not fully limited: the tmpfs can take "
-           "the node's memory (node mode).", "target", "shm_unbounded"),
+           "the node's memory (node mode).", "target", "shm_unbounded", "shm_unbounded"),
     Metric("shmguard_memory_limit_bytes", "The memory limit of the container's cgroup (absent when unlimited).",
-           "reading", "memory_limit"),
+           "reading", "memory_limit", "memory_limit"),
     Metric("shmguard_memory_usage_bytes", "Memory charged to the cgroup less inactive file cache (working set).",
-           "reading", "memory_usage"),
+           "reading", "memory_usage", "memory_usage"),
     Metric("shmguard_memory_shmem_bytes",
            "Shared-memory pages (tmpfs, /dev/shm) charged to the cgroup: they count against the memory limit.",
-           "reading", "memory_shmem"),
+           "reading", "memory_shmem", "memory_shmem"),
 )
 
 
@@ -228,10 +231,8 @@ UP = {
 }
 
 
-JSON_FIELDS = ("id", "name", "namespace", "pod", "container", "image", "compose_project", "compose_service", "volume",
-               "shm_size", "shm_used", "shm_peak", "shm_required", "shm_size_limit", "shm_unbounded", "memory_limit",
-               "memory_usage", "memory_shmem", "errors")
-READING_FIELDS = frozenset(("shm_size", "shm_used", "memory_limit", "memory_usage", "memory_shmem"))
+# A target in `--once --json`: its names (the info series' labels), each metric's field, its errors.
+JSON_FIELDS = (*INFO_LABELS, *(metric.json for metric in METRICS), "errors")
 
 
 def as_json(sample: Sample) -> dict:
@@ -249,14 +250,8 @@ def as_json(sample: Sample) -> dict:
 
 
 def flatten(row: Row) -> dict:
-    """A row as one flat object: the target's names, the reading, the peak, all errors."""
-    out: dict = {}
-    for name in JSON_FIELDS:
-        if name == "shm_peak":
-            out[name] = row.peak
-        elif name == "errors":
-            out[name] = [*row.target.errors, *row.reading.errors]
-        else:
-            out[name] = getattr(row.reading if name in READING_FIELDS else row.target, name)
+    """A row as one flat object: the target's names, each metric's value under its JSON field, all errors."""
+    out: dict = {name: getattr(row.target, name) for name in INFO_LABELS}
+    out.update((metric.json, metric.value(row)) for metric in METRICS)
+    out["errors"] = [*row.target.errors, *row.reading.errors]
     return out
-

@@ -18,11 +18,11 @@ Pure functions on plain dicts.
 
 from __future__ import annotations
 
-from shmguard.job import ENV_VARS, parse_flag
+from shmguard.job import ANNOTATION_PREFIX, OPTIONS, parse_flag
 
-PREFIX = "shmguard.io/"
-# Option name -> annotation key: shmguard.io/workers, shmguard.io/batch-size, shmguard.io/sample-shape, …
-KEYS = {name: PREFIX + name.replace("_", "-") for name in ENV_VARS}
+PREFIX = ANNOTATION_PREFIX
+# Option name -> annotation key (shmguard.io/workers, shmguard.io/batch-size, …), made from the option table.
+KEYS = {option.name: option.annotation for option in OPTIONS}
 SKIP = PREFIX + "skip"
 CONTAINER = PREFIX + "container"
 MEMORY = PREFIX + "memory"  # the memory limit to give the DataLoader container(s) when they have none

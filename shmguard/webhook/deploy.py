@@ -44,6 +44,13 @@ GENERATE = Equals(Value("webhook.certs.mode"), "generate")
 # the port is the node's then, one replica per node.
 HOST_NETWORK = Value("webhook.hostNetwork")
 SERVE_PORT = Value("webhook.port")
+# The apiserver calls this base URL instead of the Service when set: an apiserver that cannot reach Services (no
+# kube-proxy beside it), or a node on loopback, whose Pod addresses no Endpoints object takes (127.0.0.0/8).
+URL = Value("webhook.url")
+# policy/v1 PodDisruptionBudgets came with Kubernetes 1.21: the chart asks the cluster (a real 1.20 refused the
+# install: no matches for kind "PodDisruptionBudget" in version "policy/v1"); `render webhook` writes policy/v1.
+PDB_API = Value("pdbApiVersion", 'ternary "policy/v1" "policy/v1beta1" '
+                                 '(.Capabilities.APIVersions.Has "policy/v1")')
 
 # Helm's half of `certs: generate`: a CA and a serving certificate made at install by Helm's own genCA and
 # genSignedCert (RSA), for the names the apiserver calls (SERVICE_NAMES), and kept: an upgrade finds them in the
@@ -61,7 +68,13 @@ CERTS_TEMPLATE = """\
 {{{{- $tlsKey = index $found.data "tls.key" | b64dec }}}}
 {{{{- else }}}}
 {{{{- $ca := genCA (printf "shmguard webhook CA (%s/%s)" .Release.Namespace $name) {ca_days} }}}}
-{{{{- $cert := genSignedCert (printf "%s.%s.svc" $name .Release.Namespace) nil (list {names}) {days} $ca }}}}
+{{{{- $ips := list }}}}
+{{{{- $names := list {names} }}}}
+{{{{- with .Values.webhook.url }}}}
+{{{{- $host := (urlParse .).hostname }}}}
+{{{{- if regexMatch "^[0-9.]+$|:" $host }}}}{{{{ $ips = append $ips $host }}}}{{{{ else }}}}{{{{ $names = append $names $host }}}}{{{{ end }}}}
+{{{{- end }}}}
+{{{{- $cert := genSignedCert (printf "%s.%s.svc" $name .Release.Namespace) $ips $names {days} $ca }}}}
 {{{{- $caPem = $ca.Cert }}}}
 {{{{- $tlsCrt = $cert.Cert }}}}
 {{{{- $tlsKey = $cert.Key }}}}
@@ -142,7 +155,7 @@ def webhook_documents() -> list:
                  },
              },
          }},
-        {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": meta,
+        {"apiVersion": PDB_API, "kind": "PodDisruptionBudget", "metadata": meta,
          "spec": {"minAvailable": 1, "selector": {"matchLabels": labels}}},
         {"apiVersion": "v1", "kind": "Service", "metadata": meta,
          "spec": {"selector": labels, "ports": [{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}]}},
@@ -153,7 +166,9 @@ def webhook_documents() -> list:
         hook = {
             "name": hook_name,
             "admissionReviewVersions": ["v1"],
-            "clientConfig": {"service": {"name": NAME, "namespace": NAMESPACE, "path": path, "port": 443},
+            "clientConfig": {"service": When(Not(Truthy(URL)), {"name": NAME, "namespace": NAMESPACE, "path": path,
+                                                                "port": 443}),
+                             "url": When(Truthy(URL), Fmt("{0}" + path, URL)),
                              "caBundle": When(Not(CERT_MANAGER), B64(CA_PEM))},
             "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
                        "scope": "Namespaced"}],
@@ -180,13 +195,14 @@ def render_webhook(*, namespace: str = "shmguard", name: str = "shmguard-webhook
                    replicas: int = 2, ca_bundle: bytes | None = None, failure_policy: str = "Ignore",
                    timeout_seconds: int = 5, mode: str = "deny", image_pull_policy: str = "IfNotPresent",
                    job_defaults: dict | None = None, namespace_selector: dict | None = None,
-                   object_selector: dict | None = None, host_network: bool = False, port: int = PORT) -> list[dict]:
+                   object_selector: dict | None = None, host_network: bool = False, port: int = PORT,
+                   url: str = "") -> list[dict]:
     """The documents, in apply order. ca_bundle (PEM of the CA) given: certs from `webhook certs`; None: cert-manager."""
     return documents(webhook_documents(), {
         "namespace": namespace, "webhook.name": name, "image": image, "image.pullPolicy": image_pull_policy,
         "webhook.replicas": replicas, "webhook.failurePolicy": failure_policy, "webhook.timeoutSeconds": timeout_seconds,
         "webhook.mode": mode, "webhook.jobDefaults": dict(job_defaults or {}), "webhook.hostNetwork": host_network,
-        "webhook.port": port,
+        "webhook.port": port, "pdbApiVersion": "policy/v1", "webhook.url": url,
         "webhook.namespaceSelector": namespace_selector or OPT_IN, "webhook.objectSelector": object_selector or OPT_IN,
         "webhook.certs.mode": "cert-manager" if ca_bundle is None else "provided",
         "webhook.certs.caBundle": None if ca_bundle is None else ca_bundle.decode("ascii", "replace")})

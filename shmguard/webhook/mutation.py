@@ -33,12 +33,6 @@ class Assessment(Record):
         return None if self.left_alone else self.result.job
 
 
-def annotations_of(pod: dict) -> dict:
-    metadata = pod.get("metadata")
-    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
-    return annotations if isinstance(annotations, dict) else {}
-
-
 def json_copy(value):
     """A deep copy of JSON data (dicts, lists, scalars): a JSON round trip, many times faster than copy.deepcopy."""
     try:

@@ -84,7 +84,7 @@ def test_the_chart_renders_what_the_commands_render(helm, tmp_path):
     values.write_text(yaml.safe_dump({
         "image": {"repository": "registry.example/shmguard", "tag": "1.2"},
         "webhook": {"name": "hook", "replicas": 3, "failurePolicy": "Fail", "timeoutSeconds": 10, "mode": "warn",
-                    "hostNetwork": True, "port": 9443,
+                    "hostNetwork": True, "port": 9443, "url": "https://127.0.0.1:9443",
                     "jobDefaults": {"prefetch_factor": 4, "sample_shape": "3,224,224"},
                     "certs": {"mode": "provided", "caBundle": (certs / "ca.crt").read_text()}},
         "exporter": {"name": "exp", "kubeletRoot": "/var/lib/k0s/kubelet", "interval": "2s", "port": 9100,
@@ -96,7 +96,7 @@ def test_the_chart_renders_what_the_commands_render(helm, tmp_path):
         shmguard("render", "webhook", "--namespace", "ml", "--name", "hook", "--image", image, "--replicas", "3",
                  "--certs-dir", str(certs), "--failure-policy", "Fail", "--timeout-seconds", "10", "--mode", "warn",
                  "--default", "prefetch_factor=4", "--default", "sample_shape=3,224,224", "--host-network",
-                 "--port", "9443")
+                 "--port", "9443", "--url", "https://127.0.0.1:9443")
         + shmguard("exporter", "render", "k8s", "--namespace", "ml", "--name", "exp", "--image", image,
                    "--kubelet-root", "/var/lib/k0s/kubelet", "--interval", "2s", "--port", "9100",
                    "--runbook-base", "https://docs.example/runbooks/", "--host-network", "--api-server",

@@ -5,9 +5,10 @@ shmguard_shm_required_bytes the size the webhook wrote) and the runtime's own 64
 (the WebhookConfigurations included: a Pod created afterwards is not sent anywhere); contradicting values stop
 `helm install` before anything is made; the two post-renderer recipes install a sized Deployment.
 
-The node has no CNI, so both parts run on the node's network (webhook.hostNetwork, exporter.hostNetwork; the
-apiserver reaches a Service's endpoints with --enable-aggregator-routing) and the exporter lists pods from the
-apiserver's own address (exporter.apiServer): the cluster has no kube-proxy for the in-cluster Service's ClusterIP.
+The node has no CNI, so both parts run on the node's network (webhook.hostNetwork, exporter.hostNetwork); the node
+is on loopback, whose addresses no Endpoints object takes, so the apiserver calls the webhook by URL (webhook.url,
+the certificate Helm makes naming 127.0.0.1), and the exporter lists pods from the apiserver's own address
+(exporter.apiServer): the cluster has no kube-proxy for the in-cluster Service's ClusterIP.
 """
 
 from __future__ import annotations
@@ -95,11 +96,13 @@ def release_objects(kube, release: str, namespace: str) -> list[str]:
 def test_install_upgrade_rollback_uninstall(kube, helm, tmp_path):
     image = kube.import_image(WEBHOOK_IMAGE)
     repository, tag = image.rsplit(":", 1)
-    release, port = f"sg{helm.major}", free_port()
+    release, port, webhook_port = f"sg{helm.major}", free_port(), free_port()
     values = tmp_path / "values.yaml"
+    # No Endpoints object takes a loopback node's address (127.0.0.0/8): the apiserver calls the webhook by URL.
     values.write_text(yaml.safe_dump({
         "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
-        "webhook": {"replicas": 1, "hostNetwork": True, "port": free_port()},
+        "webhook": {"replicas": 1, "hostNetwork": True, "port": webhook_port,
+                    "url": f"https://127.0.0.1:{webhook_port}"},
         "exporter": {"hostNetwork": True, "port": port, "interval": "500ms", "apiServer": kube.server,
                      "kubeletRoot": str(kube.kubelet_root),
                      "containerdState": str(kube.containerd_socket.parent / "state")}}))

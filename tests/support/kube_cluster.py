@@ -278,25 +278,35 @@ def _remove_cgroup_tree(top: Path) -> bool:
     """rmdir a cgroup tree bottom-up (rmdir only: a cgroup with a live task is never touched); True when gone."""
     if not top.is_dir():
         return True
-    for directory in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+    for directory in _cgroup_dirs(top):  # top itself last
         with contextlib.suppress(OSError):
             directory.rmdir()
-    with contextlib.suppress(OSError):
-        top.rmdir()
     return not top.exists()
+
+
+def _cgroup_dirs(top: Path) -> list[Path]:
+    """Every folder of a cgroup tree, deepest first; os.walk passes over a folder that goes away meanwhile (a
+    Path.rglob raises FileNotFoundError then, and a container's cgroup can go at any moment)."""
+    return sorted((Path(d) for d, _, _ in os.walk(top)), key=lambda p: -len(p.parts))
 
 
 def kill_cgroup_tasks(cgroup_root: str) -> None:
     """SIGKILL what still runs in the kubepods trees (a container ctr could not stop): only the cluster's
     kubelet makes kubepods here, and one cluster runs at a time (the lock)."""
     for top in cgroup_tops(cgroup_root):
-        if not top.is_dir():
-            continue
-        for procs in top.rglob("cgroup.procs"):
+        for directory in _cgroup_dirs(top):
             with contextlib.suppress(OSError, ValueError):
-                for pid in map(int, procs.read_text().split()):
+                for pid in map(int, (directory / "cgroup.procs").read_text().split()):
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
+
+
+def make_cgroup_root(cgroup_root: str) -> None:
+    """The folder of a cgroupRoot other than / in every hierarchy: the kubelet refuses to start without it
+    ("invalid configuration: cgroup-root [...] doesn't exist"); remove_cgroups removes it again."""
+    for top in cgroup_tops(cgroup_root):
+        if cgroup_root.strip("/"):
+            top.parent.mkdir(parents=True, exist_ok=True)
 
 
 def remove_cgroups(cgroup_root: str) -> list[Path]:
@@ -599,6 +609,7 @@ def _running(cgroup_root: str) -> Iterator[KubeCluster]:
     path.chmod(0o755)
     if cgroup_root == "own":
         cgroup_root = "/" + path.name
+        make_cgroup_root(cgroup_root)
     node = node_name()
     pids: dict[str, int] = {}
     launch = _Launcher(path, pids)
@@ -726,12 +737,15 @@ def kubelet_cgroup_root(cluster: KubeCluster, cgroup_root: str = "own") -> Itera
         cluster.wait_for("the node's Pods gone",
                          lambda: cluster.kubectl("get", "pods", "-A", "-o", "name").stdout.strip() == "", 300)
         stop(cluster.pids.pop("kubelet", None))
-        left = remove_cgroups(cluster.cgroup_root)
-        assert not left, f"the kubelet's cgroups outlived its Pods: {left}"
-        cluster.cgroup_root = root
-        state_file = cluster.path / "state.json"  # what `down` cleans after a killed cluster
-        state_file.write_text(json.dumps({**json.loads(state_file.read_text()), "cgroup_root": root}))
-        _start_kubelet(cluster, _Launcher(cluster.path, cluster.pids))
+        try:
+            left = remove_cgroups(cluster.cgroup_root)
+            assert not left, f"the kubelet's cgroups outlived its Pods: {left}"
+            cluster.cgroup_root = root
+            state_file = cluster.path / "state.json"  # what `down` cleans after a killed cluster
+            state_file.write_text(json.dumps({**json.loads(state_file.read_text()), "cgroup_root": root}))
+        finally:  # whatever failed, the session's other tests keep a kubelet (without one they wait for nothing)
+            make_cgroup_root(cluster.cgroup_root)
+            _start_kubelet(cluster, _Launcher(cluster.path, cluster.pids))
 
     restart(wanted)
     try:

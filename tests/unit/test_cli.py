@@ -37,3 +37,24 @@ def test_console_script_is_installed():
     proc = subprocess.run(["shmguard", "--help"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "Usage: shmguard" in proc.stdout
+
+
+def test_the_cli_takes_its_choice_lists_from_the_modules_that_decide_them():
+    """Issue 39.2: kinds, launchers, platforms and sharing strategies were spelled again in the cli."""
+    import click
+
+    from shmguard import fixes, job, slurm
+    from shmguard.commands import explain, measure
+    from shmguard.commands import render as render_command
+    from shmguard.manifests import render
+
+    def choices(command, name):
+        param = next(p for p in command.params if p.name == name)
+        assert isinstance(param.type, click.Choice)
+        return tuple(param.type.choices)
+
+    renders = render_command.command()
+    assert choices(renders.commands["k8s"], "kind") == render.KINDS
+    assert choices(renders.commands["slurm"], "launcher") == slurm.LAUNCHERS
+    assert choices(explain.command(), "platform") == fixes.SPELLED_FOR
+    assert choices(measure.command(), "sharing_strategy") == job.SHARING_STRATEGIES

@@ -123,3 +123,76 @@ def test_patch_and_render_with_dataset_size_the_same_job(tmp_path, capsys, monke
         return shm["emptyDir"]["sizeLimit"], pod["spec"]["containers"][0]["resources"]["limits"]["memory"]
 
     assert sizes(patched) == sizes(rendered)
+
+
+# --- the option table (issue 39.2): every place an option shows up is made from, or tested against, its row ---
+
+def test_every_option_row_names_its_flag_variable_annotation_and_setting_from_its_name():
+    from shmguard.job import FLAG, NAMES, OPTIONS, VALUE
+
+    assert len(set(NAMES)) == len(NAMES)
+    for option in OPTIONS:
+        assert option.kind in (VALUE, FLAG)
+        dashed = option.name.replace("_", "-")
+        assert (option.flag, option.env, option.annotation, option.setting) == (
+            f"--{dashed}", f"SHMGUARD_{option.name.upper()}", f"shmguard.io/{dashed}", dashed)
+
+
+def test_the_job_record_make_job_and_job_options_have_one_field_per_row():
+    import inspect
+
+    from shmguard.job import NAMES, Job
+    from shmguard.options import JobOptions
+
+    assert set(inspect.signature(make_job).parameters) == {*NAMES, "nccl_env"}
+    assert set(NAMES) <= set(Job.__annotations__)
+    assert set(JobOptions.__annotations__) == {*NAMES, "dataset", "collate_fn"}
+    # Every option the model reads goes back to text (Job.to_values, what run and render hand the container).
+    job = make_job(workers=2, batch_size=3, sample_shape="2,2", dtype="uint8", prefetch_factor=3, procs_per_node=2,
+                   gpus=2, sharing_strategy="file_system", collate="list", tensors_per_sample=2,
+                   batch_segments="4096x3", nccl_transport="p2p", nccl_version="2.21.5", pin_memory=True)
+    assert set(job.to_values()) == set(NAMES) - {"sample_bytes"}  # the shape form stands for the sample
+
+
+@pytest.mark.parametrize("argv, expected", [([], None), (["--pin-memory"], "1"), (["--no-pin-memory"], "0")])
+def test_a_flag_row_is_declared_the_same_to_click_and_to_argparse(argv, expected):
+    """pin-memory was declared by hand in both parsers; now every row, a flag too, declares itself."""
+    import click
+    from click.testing import CliRunner
+
+    from shmguard.corecli import check_parser
+    from shmguard.job import OPTIONS
+
+    seen = {}
+
+    @click.command()
+    def command(**values):
+        seen.update(values)
+
+    for option in reversed(OPTIONS):
+        declarations, settings = option.click_declaration()
+        command = click.option(*declarations, **settings)(command)
+    assert CliRunner().invoke(command, argv, env={}).exit_code == 0
+    clicked = {True: "1", False: "0", None: None}[seen["pin_memory"]]
+    parsed = vars(check_parser().parse_args(argv))
+    assert clicked == parsed["pin_memory"] == expected
+    values = ["--workers", "4", "--batch-size", "8"]
+    CliRunner().invoke(command, values, env={})
+    assert (seen["workers"], seen["batch_size"]) == tuple(vars(check_parser().parse_args(values))[k]
+                                                          for k in ("workers", "batch_size")) == ("4", "8")
+
+
+def test_the_api_reads_each_rows_dataloader_attribute_into_the_option_of_its_name(monkeypatch):
+    """A row's `api` is the DataLoader attribute the Python API reads the option from (api.loader.settings_of)."""
+    from shmguard.api import loader
+    from shmguard.job import OPTIONS
+
+    monkeypatch.setattr(loader, "_sharing_strategy", lambda: "file_system")
+    attributes = {"dataset": [], "batch_sampler": None, "num_workers": 3, "batch_size": 7, "prefetch_factor": 5,
+                  "pin_memory": True}
+    fake = type("Loader", (), attributes)()
+    settings = loader.settings_of(fake)
+    read = [option for option in OPTIONS if option.api]
+    assert {option.name for option in read} <= set(loader.Settings.__annotations__)
+    for option in read:
+        assert getattr(settings, option.name) == attributes[option.api], option.name

@@ -7,9 +7,9 @@ import zlib
 
 import pytest
 
-from shmguard.commands.measure import Measurement
 from shmguard.commands.tune import Step, TuneResult, default_sweep, parse_list, recommend, table, write_png
 from shmguard.errors import UsageError
+from shmguard.measuring import Measurement
 
 
 @pytest.mark.parametrize("cpus, sweep", [(1.0, [0, 1]), (2.0, [0, 1, 2]), (1.5, [0, 1]), (6.0, [0, 1, 2, 4, 6]),

@@ -108,3 +108,11 @@ def test_webhook_certs_takes_names_addresses_and_wildcards(tmp_path):
 def test_webhook_certs_refuses_a_service_the_api_would(tmp_path, capsys, args):
     assert main(["webhook", "certs", str(tmp_path), *args]) == 2
     assert args[0] in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8443", "https://127.0.0.1:8443/mutate", "127.0.0.1:8443",
+                                 "https://"])
+def test_render_webhook_refuses_a_url_the_apiserver_cannot_call(capsys, url):
+    assert main(["render", "webhook", "--url", url]) == 2
+    err = capsys.readouterr().err
+    assert "--url must be https://HOST[:PORT]" in err and len(err.strip().splitlines()) == 1

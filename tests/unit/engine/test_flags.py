@@ -254,9 +254,9 @@ def test_number_text_round_trips():
 
 
 def test_click_options_come_from_the_table():
-    from shmguard.cli import run
+    from shmguard.commands.run import command
 
-    names = {p.name for p in run.params}
+    names = {p.name for p in command().params}
     assert {row.key for row in flags.ROWS if row.option} <= names
 
 
@@ -308,3 +308,21 @@ def test_an_env_file_with_a_nul_byte_is_refused_before_any_engine_call(tmp_path)
         flags.parse_env_file(str(path))
     with pytest.raises(UsageError, match="NUL"):
         flags.parse_env_item("A=b\x00c")
+
+
+@pytest.mark.parametrize("value, count", [("all", None), ("ALL", None), ("2", 2), ('"device=0,1"', 2), ("count=3", 3)])
+def test_the_gpus_the_container_gets_are_known_when_counted(value, count):
+    """What the job's GPUs are, for `run --gpus` (plan.gpu_count said it again, for a test only: issue 39.3)."""
+    from shmguard.engine.flags import parse_gpus
+
+    assert parse_gpus(value).known_count == count
+    assert parse_gpus("0") is None
+
+
+@pytest.mark.parametrize("value", ["two", "-1"])
+def test_gpus_that_are_not_a_count_are_refused(value):
+    from shmguard.engine.flags import parse_gpus
+    from shmguard.errors import UsageError
+
+    with pytest.raises(UsageError):
+        parse_gpus(value)

@@ -13,7 +13,6 @@ from shmguard.engine.plan import (
     RunOptions,
     create_kwargs,
     docker_cli,
-    gpu_count,
     make_plan,
     parse_env,
     post_mortem,
@@ -91,18 +90,6 @@ def test_nofile_raised_when_the_job_needs_it():
     assert kwargs["ulimits"][0]["Name"] == "nofile" and kwargs["ulimits"][0]["Soft"] >= 64 * 8 * 4
     assert "ulimits" not in create_kwargs(plan(make_job(workers=64, batch_size=1, sample_bytes="1k", prefetch_factor=8,
                                                         sharing_strategy="file_system")))
-
-
-@pytest.mark.parametrize("value, count", [(None, None), ("all", None), ("ALL", None), ("2", 2), ("0", None),
-                                          ('"device=0,1"', 2), ("count=3", 3)])
-def test_gpu_count_is_what_the_container_gets_when_known(value, count):
-    assert gpu_count(value) == count
-
-
-@pytest.mark.parametrize("value", ["two", "-1"])
-def test_gpu_count_rejects(value):
-    with pytest.raises(UsageError):
-        gpu_count(value)
 
 
 @pytest.mark.parametrize("spec", ["/data", ":/data", "/a:/b:rx", "a:b:c:d", "/a:rel", "/a:/b:ro,rw", "b@d:/x"])

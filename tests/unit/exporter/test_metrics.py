@@ -90,3 +90,22 @@ def test_the_text_is_what_prometheus_client_would_write():
         assert required.endswith(f"}} {2**53 + 1}")  # bytes as digits, exact
     empty = Sample(rows=(), source_up=False)
     assert as_parsed(exposition(empty).decode()) == as_parsed(reference_text(empty))
+
+
+def test_each_metric_row_carries_its_json_field_and_the_schema_has_each():
+    """Issue 39.2: a metric row names its `--once --json` field; the fields and the schema come from the rows."""
+    import json
+
+    from shmguard.exporter.metrics import INFO_LABELS, JSON_FIELDS, METRICS
+    from tests.support.paths import CHECKOUT
+
+    target = Target(key="k", id="i", name="n", shm_required=11, shm_size_limit=12, shm_unbounded=True)
+    reading = Reading(shm_size=21, shm_used=22, memory_limit=23, memory_usage=24, memory_shmem=25)
+    flat = as_json(Sample(rows=(Row(target, reading, 31),)))["targets"][0]
+    assert len({metric.json for metric in METRICS}) == len(METRICS)
+    for metric in METRICS:
+        assert flat[metric.json] == metric.value(Row(target, reading, 31)) is not None, metric.name
+    schema = json.loads((CHECKOUT / "shmguard" / "schemas" / "exporter.json").read_text())
+    item = schema["properties"]["targets"]["items"]
+    assert tuple(item["required"]) == tuple(item["properties"]) == JSON_FIELDS == tuple(flat)
+    assert JSON_FIELDS == (*INFO_LABELS, *(metric.json for metric in METRICS), "errors")

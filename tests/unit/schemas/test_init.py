@@ -8,9 +8,9 @@ import jsonschema
 import pytest
 
 from shmguard import main, schemas
-from shmguard.commands.measure import Measurement
 from shmguard.commands.tune import Step, TuneResult, as_json, recommend
 from shmguard.jsonout import SCHEMA_VERSION, stamp
+from shmguard.measuring import Measurement
 from tests.support import needs
 from tests.support.paths import CHECKOUT, DATA
 
