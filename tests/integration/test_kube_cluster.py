@@ -5,15 +5,14 @@ as they were. What the other Kubernetes tests rest on is checked here first, in 
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
+from tests.support.containers import BASE_IMAGE
 from tests.support.kube_cluster import K8S_VERSION, KubeCluster, host_sysctls, mounts_under
 
 pytestmark = [pytest.mark.integration, pytest.mark.needs_cluster]
 
-BASE_IMAGE = os.environ.get("SHMGUARD_BASE_IMAGE", "shmguard-base:bookworm")
 # Print the tmpfs, then stay until the test says so (through `kubectl exec`), at most a minute.
 WAIT_FOR_DONE = "df -k /dev/shm | tail -n 1; for i in $(seq 600); do [ -e /dev/shm/done ] && exit 0; sleep 0.1; done; exit 3"
 

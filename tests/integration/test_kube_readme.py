@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.support.containers import BASE_IMAGE
 from tests.support.kube_cluster import KubeCluster
 from tests.support.kube_webhook import ROOT, hooked_namespace, registered, shm_of, url_of
 from tests.support.webhook import Running
@@ -103,3 +107,35 @@ def test_the_curl_example_prints_what_the_readme_says(webhook_certs: Path) -> No
         f"{page.name} says: {claim[:300]}\nthe run answered {operations}")
     counted = re.search(r"the (\w+) operations", claim)
     assert counted and NUMBERS.get(counted.group(1)) == len(operations), (claim[:300], operations)
+
+
+def test_the_kubectl_logs_explain_example_prints_what_the_docs_show(kube: KubeCluster) -> None:
+    """`kubectl logs trainer-0 | shmguard explain --platform kubernetes --shm-size 64Mi` on a Pod named trainer-0
+    whose log is the public NCCL log the docs quote (NVIDIA/nccl#525): the docs show exactly what it prints."""
+    command = "kubectl logs trainer-0 | shmguard explain --platform kubernetes --shm-size 64Mi"
+    block, _, page = example(f"$ {command}")
+    lines = block.splitlines()
+    shown = lines[lines.index(f"$ {command}") + 1:]
+    shown = shown[:next((i for i, line in enumerate(shown) if line.startswith("$ ")), len(shown))]
+    log = "".join(line for line in (ROOT / "tests/data/explain/public/nccl-525-posix-fallocate.log")
+                  .read_text().splitlines(keepends=True) if not line.startswith("#"))
+    image = kube.import_image(BASE_IMAGE)
+    with kube.namespace("explain") as ns:
+        kube.apply(json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "log"},
+                               "data": {"trainer.log": log}}), "-n", ns)
+        kube.apply(json.dumps({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "trainer-0"},
+            "spec": {"hostNetwork": True, "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+                     "containers": [{"name": "trainer", "image": image, "imagePullPolicy": "Never",
+                                     "command": ["sh", "-c", "cat /log/trainer.log; exit 1"],
+                                     "volumeMounts": [{"name": "log", "mountPath": "/log"}]}],
+                     "volumes": [{"name": "log", "configMap": {"name": "log"}}]}}), "-n", ns)
+        kube.wait_pod("trainer-0", ns, ("Failed",))
+        logs = kube.kubectl("logs", "trainer-0", "-n", ns).stdout
+    assert logs == log
+    explained = subprocess.run([sys.executable, "-m", "shmguard", *shlex.split(command.split("| ", 1)[1])[1:]],
+                               input=logs, capture_output=True, text=True, timeout=120,
+                               env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert explained.returncode == 1, explained.stderr
+    assert explained.stdout.splitlines() == shown, f"{page.name} shows:\n" + "\n".join(shown) + \
+        f"\nthe run printed:\n{explained.stdout}"

@@ -278,31 +278,25 @@ def _remove_cgroup_tree(top: Path) -> bool:
     """rmdir a cgroup tree bottom-up (rmdir only: a cgroup with a live task is never touched); True when gone."""
     if not top.is_dir():
         return True
-    try:
-        found = [p for p in top.rglob("*") if p.is_dir()]
-    except FileNotFoundError:  # runc or the kubelet removing a container's cgroup while we walk: walk again
-        return False
-    for directory in sorted(found, key=lambda p: -len(p.parts)):
+    for directory in _cgroup_dirs(top):  # top itself last
         with contextlib.suppress(OSError):
             directory.rmdir()
-    with contextlib.suppress(OSError):
-        top.rmdir()
     return not top.exists()
+
+
+def _cgroup_dirs(top: Path) -> list[Path]:
+    """Every folder of a cgroup tree, deepest first; os.walk passes over a folder that goes away meanwhile (a
+    Path.rglob raises FileNotFoundError then, and a container's cgroup can go at any moment)."""
+    return sorted((Path(d) for d, _, _ in os.walk(top)), key=lambda p: -len(p.parts))
 
 
 def kill_cgroup_tasks(cgroup_root: str) -> None:
     """SIGKILL what still runs in the kubepods trees (a container ctr could not stop): only the cluster's
     kubelet makes kubepods here, and one cluster runs at a time (the lock)."""
     for top in cgroup_tops(cgroup_root):
-        if not top.is_dir():
-            continue
-        try:
-            found = list(top.rglob("cgroup.procs"))
-        except FileNotFoundError:  # runc removing a container's cgroup while we walk: what is left is killed below
-            found = [p for p in top.glob("*/cgroup.procs")] + [top / "cgroup.procs"]
-        for procs in found:
+        for directory in _cgroup_dirs(top):
             with contextlib.suppress(OSError, ValueError):
-                for pid in map(int, procs.read_text().split()):
+                for pid in map(int, (directory / "cgroup.procs").read_text().split()):
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)
 
@@ -759,13 +753,15 @@ def kubelet_cgroup_root(cluster: KubeCluster, cgroup_root: str = "own") -> Itera
         with contextlib.suppress(AssertionError):
             cluster.wait_for("the deleted Pods' cgroups gone", pods_cgroups_gone, 60)
         stop(cluster.pids.pop("kubelet", None))
-        left = remove_cgroups(cluster.cgroup_root)
-        assert not left, f"the kubelet's cgroups outlived its Pods: {left}"
-        cluster.cgroup_root = root
-        state_file = cluster.path / "state.json"  # what `down` cleans after a killed cluster
-        state_file.write_text(json.dumps({**json.loads(state_file.read_text()), "cgroup_root": root}))
-        make_cgroup_root(root)
-        _start_kubelet(cluster, _Launcher(cluster.path, cluster.pids))
+        try:
+            left = remove_cgroups(cluster.cgroup_root)
+            assert not left, f"the kubelet's cgroups outlived its Pods: {left}"
+            cluster.cgroup_root = root
+            state_file = cluster.path / "state.json"  # what `down` cleans after a killed cluster
+            state_file.write_text(json.dumps({**json.loads(state_file.read_text()), "cgroup_root": root}))
+        finally:  # whatever failed, the session's other tests keep a kubelet (without one they wait for nothing)
+            make_cgroup_root(cluster.cgroup_root)
+            _start_kubelet(cluster, _Launcher(cluster.path, cluster.pids))
 
     restart(wanted)
     try:
