@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     """The `shmguard` command: `health` on the standard library alone, everything else through click."""
     args = sys.argv[1:] if argv is None else list(argv)
     if args and args[0] == "health":
-        from shmguard.health import main as health_main
+        from shmguard.commands.health import main as health_main
 
         return health_main(args[1:])
     if args and args[0] == "check":

@@ -9,7 +9,6 @@ the same exit codes (shmguard.errors).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 CHECK_DESCRIPTION = """Check this container against the job: /dev/shm, memory, CPUs, GPUs, open files.
@@ -55,22 +54,11 @@ def check_main(argv: list[str]) -> int:
 
 
 def check_command(argv: list[str]) -> int:
-    from shmguard.commands.check import check
-    from shmguard.declared import visible_devices
-    from shmguard.options import JobOptions
-    from shmguard.probe import Root
+    """The options parsed (--help: exit 0 with the usage), then `shmguard check` (shmguard.commands.check)."""
+    from shmguard.commands.check import check_options
 
     try:
         args = vars(check_parser().parse_args(argv))
     except SystemExit as exc:  # --help
         return int(exc.code or 0)
-    as_json, strict, root = args.pop("as_json"), args.pop("strict"), args.pop("root")
-    from shmguard.slurm import fill_gpus
-
-    # The options over this container's SHMGUARD_* variables (an option wins over its variable, as with click's
-    # envvar), read as every other part of shmguard reads a container's job.
-    given, gpu_notes = fill_gpus(JobOptions.take(args), os.environ)
-    job, notes = given.job((), os.environ, devices=visible_devices(Root(root), os.environ))
-    for line in gpu_notes + notes:
-        print(line, file=sys.stderr)
-    return check(job, as_json=as_json, strict=strict, root=Root(root))
+    return check_options(args)

@@ -231,3 +231,77 @@ def stale_fix(platform: str | None = None) -> str:
         return ("shmguard clean --uid \"$SLURM_JOB_UID\" as the node's Epilog (README, Slurm); on a shared /dev/shm "
                 "they may be other jobs' leftovers, which hold the node's RAM but not this job's memory")
     return "shmguard clean (removes the PyTorch segments of processes that are gone), or restart the container"
+
+
+# ---- look-alikes: failures that are not /dev/shm's size (shmguard.diagnosis names them) ----
+
+def time_limit_fix() -> str:
+    """A Slurm job cancelled at its time limit."""
+    return ("ask for more time (#SBATCH --time=…, within the partition's MaxTime: sinfo -o '%P %l'), or save "
+            "checkpoints and resume from the last one (#SBATCH --signal=B:USR1@300 warns the job first)")
+
+
+def eviction_fix(resource: str) -> str:
+    """A pod the kubelet evicted because the node ran short of `resource` (ephemeral-storage, memory)."""
+    if resource == "memory":
+        return ("resources.requests.memory equal to the limit, so that the pod is not the first the kubelet "
+                "evicts under memory pressure; and room on the node (kubectl describe node: Allocatable)")
+    return (f"resources.requests.{resource} and limits.{resource} for the containers (their logs, writable "
+            f"layer and disk-backed emptyDirs count), a bound on what each disk-backed emptyDir may hold, or more "
+            f"disk on the node; /dev/shm (an emptyDir with medium: Memory) counts as memory, not as {resource}")
+
+
+def sysv_shm_fix() -> str:
+    """System V shared memory (shmget) refused: its limits, not a tmpfs, were reached."""
+    return ("raise the System V limits the error names (ipcs -l shows them: kernel.shmmni, kernel.shmall, "
+            "kernel.shmmax): sysctl on the host, docker run --sysctl kernel.shmmni=…, or Kubernetes "
+            "securityContext.sysctls (namespaced, allowed by the kubelet's --allowed-unsafe-sysctls); remove "
+            "stale segments with ipcrm; or let the library use POSIX shared memory instead (UCX: UCX_TLS "
+            "without sysv). A bigger /dev/shm would not help")
+
+
+def segfault_fix() -> str:
+    """A process (often a DataLoader worker) that died of SIGSEGV."""
+    return ("run with DataLoader(num_workers=0) and python -X faulthandler to see the frame that crashed; "
+            "mismatched native wheels (torch, torchvision, OpenCV, numpy) and corrupt input files are the usual "
+            "causes. A bigger /dev/shm would not help")
+
+
+def terminated_fix() -> str:
+    """A process stopped by SIGTERM from outside."""
+    return ("find who sent SIGTERM: the first failure in the log (torchrun stops the other ranks when one "
+            "fails), the scheduler (a preemption or time limit: sacct -j JOB), or the kubelet (kubectl describe "
+            "pod: eviction, a failed liveness probe, a rollout)")
+
+
+def pin_memory_fix() -> str:
+    """torch's pin-memory thread died and hid the error that killed it."""
+    return ("DataLoader(pin_memory=False) shows the error the pin-memory thread hid (its own traceback, when "
+            "printed, is above); a worker that died first is the usual cause")
+
+
+def shm_file_fix() -> str:
+    """A shared-memory file that could not be created or opened, for a reason other than space."""
+    return ("make /dev/shm a writable tmpfs for the job's user (mode 1777; Kubernetes: an emptyDir with medium: "
+            "Memory at /dev/shm, not a read-only mount), and remove a stale segment of the same name (shmguard "
+            "clean). A bigger /dev/shm would not help")
+
+
+def no_dev_shm_fix(what: str) -> str:
+    """A failure on a platform without /dev/shm (Windows, macOS): its size is not the knob."""
+    return (f"{what}; Windows and macOS have no /dev/shm, so no size of it applies: DataLoader(num_workers=0) "
+            f"runs the dataset in the main process, where its error or slowness shows")
+
+
+def mpi_cma_fix() -> str:
+    """Open MPI's single-copy reads between ranks (CMA, process_vm_readv) refused in a container."""
+    return ("let the ranks read each other's memory: docker run --cap-add=SYS_PTRACE (Kubernetes: "
+            "securityContext.capabilities.add: [SYS_PTRACE]), or turn the single copy off: "
+            "OMPI_MCA_btl_vader_single_copy_mechanism=none. A bigger /dev/shm would not help")
+
+
+def spawn_main_fix() -> str:
+    """DataLoader workers started by spawn re-import the script: its training must sit under a __main__ guard."""
+    return ("put the script's training code under `if __name__ == '__main__':` (Windows and macOS start DataLoader "
+            "workers by spawn, which imports the script again), or run with DataLoader(num_workers=0); a notebook "
+            "cannot be imported that way: move the dataset into a module. A bigger /dev/shm would not help")

@@ -215,38 +215,6 @@ _NUMERIC = ("NCCL_BUFFSIZE", "NCCL_LL_BUFFSIZE", "NCCL_LL128_BUFFSIZE", "NCCL_SH
             "NCCL_CUMEM_ENABLE", "NCCL_RUNTIME_CONNECT")
 _UNSET = -2  # NCCL's "not set" for its integer parameters (NCCL_PARAM(…, -2))
 
-# NCCL's warnings when /dev/shm is too small or its segments vanish, for `shmguard explain`
-# (NCCL's guide: https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting.html#shared-memory):
-# (id, regular expression on one log line, what it means, source). Sizes and paths are named groups.
-# Strings, not compiled: `health` imports this module and must not pay for `re`.
-NCCL_SHM_ERRORS: tuple[tuple[str, str, str, str], ...] = (
-    ("nccl.shm.create",
-     r"Error while creating shared memory segment (?P<path>\S+) \(size (?P<size>\d+)\)",
-     "NCCL could not create a /dev/shm segment for a connection between two local GPUs: /dev/shm is too small",
-     "src/include/shm.h (v2.7-2.11), src/misc/shmutils.cc (v2.12-2.29), src/os/linux.cc (v2.30+)"),
-    ("nccl.shm.extend",
-     r"Error: failed to extend (?P<path>\S+) to (?P<size>\d+) bytes",
-     "fallocate of a /dev/shm/nccl-* segment failed (No space left on device): /dev/shm is too small",
-     "src/misc/shmutils.cc (v2.12-2.29), src/os/linux.cc (v2.30+); NCCL troubleshooting guide, 'Shared memory'"),
-    ("nccl.shm.fallocate",
-     r"Call to posix_fallocate failed ?: ?(?P<error>.+)",
-     "NCCL 2.7-2.11 could not allocate a /dev/shm segment: /dev/shm is too small",
-     "src/include/shm.h shm_allocate + src/include/checks.h SYSCHECK (v2.7.8-1)"),
-    ("nccl.shm.attach",
-     r"Error while attaching to shared memory segment (?P<path>\S+) \(size (?P<size>\d+)\)",
-     "a peer's /dev/shm/nccl-* segment was gone or could not be mapped (a peer failed first, or something removed it)",
-     "src/misc/shmutils.cc (v2.12-2.29), src/os/linux.cc (v2.30+)"),
-    ("nccl.shm.mkstemp",
-     r"Error: failed to create shared memory file (?P<path>\S+)",
-     "NCCL could not create a file in /dev/shm (missing, read-only or out of inodes)",
-     "src/misc/shmutils.cc (v2.22-2.29), src/os/linux.cc (v2.30+)"),
-    ("nccl.shm.unlink",
-     r"unlink shared memory (?P<path>\S+) failed",
-     "a /dev/shm/nccl-* segment was removed under NCCL (systemd RemoveIPC, a cleanup job)",
-     "NCCL troubleshooting guide, 'Systemd'; src/misc/shmutils.cc, src/os/linux.cc"),
-)
-
-
 def env_of(environ) -> tuple[tuple[str, str], ...]:
     """The footprint-changing NCCL_* variables set in an environment mapping, as sorted (name, value) pairs."""
     if not environ:

@@ -121,3 +121,25 @@ def parse_quantity(value) -> int:
         raise ValueError(f"{text!r} is too large to be a memory quantity (at most 8 EiB)")
     whole = int(scaled)
     return whole if whole == scaled else whole + 1
+
+
+MAX_BYTES = 2**63 - 1  # the engine's sizes (and Kubernetes') are int64
+
+
+def parse_bytes(flag: str, text: str, minimum: int = 1) -> int:
+    """A size given on a command line, as parse_size reads it, at least `minimum` and at most what an int64 holds;
+    a UsageError naming the flag otherwise (one line, exit 2)."""
+    from shmguard.errors import UsageError  # here: health reads sizes with parse_size and loads no errors module
+
+    try:
+        value = parse_size(text)
+    except OverflowError:
+        value = MAX_BYTES + 1
+    except ValueError as exc:
+        raise UsageError(f"{flag}: {exc}") from None
+    if value < minimum:
+        raise UsageError(f"{flag} must be at least {minimum} byte{'s' if minimum > 1 else ''}, not {text!r}"
+                         + (" (Docker reads 0 as its default, 64m)" if value == 0 and flag == "--shm-size" else ""))
+    if value > MAX_BYTES:
+        raise UsageError(f"{flag} {text!r} is beyond what the engine can hold (2^63 bytes)")
+    return value

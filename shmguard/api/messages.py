@@ -19,11 +19,11 @@ errors) is not a shared-memory crash and is left alone.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 from shmguard import diagnosis, model, sizing
 from shmguard.api.fit import describe
+from shmguard.diagnosis.records import CRASH_ALLOC, CRASH_BUS, CRASH_ENOSPC, CRASH_TIMEOUT
 from shmguard.fixes import shm_fix
 from shmguard.job import Job
 from shmguard.units import format_size
@@ -32,13 +32,9 @@ from shmguard.verdict import Finding
 if TYPE_CHECKING:
     from shmguard.probe.shm import ShmInfo
 
-BUS, ALLOC, ENOSPC = "bus error", "shared memory allocation", "no space left in /dev/shm"
-TIMEOUT = "a batch that never came"  # a worker's queue thread failed to share it; only a diagnosis when shm was short
-# shmguard.diagnosis's signal kinds that are a DataLoader's shared-memory crash, as the API words them.
-# The diagnosis's signal kinds (shmguard.diagnosis.rules) that are a DataLoader's shared-memory crash.
-_KINDS = {"worker-bus-error": BUS, "bus-error": BUS, "torch-shm-enospc": ALLOC, "torch-shm-write": ALLOC,
-          "enospc-shm": ENOSPC, "enospc-semlock": ENOSPC}
-_TIMEOUT = re.compile(r"DataLoader timed out after \d+ seconds")
+# How a crash is worded: each rule of the diagnosis that recognises a DataLoader's shared-memory crash says which
+# it is (its `crash`); the timeout is one only when /dev/shm was known to be short (shmguard.api.guarded).
+BUS, ALLOC, ENOSPC, TIMEOUT = CRASH_BUS, CRASH_ALLOC, CRASH_ENOSPC, CRASH_TIMEOUT
 
 
 def error_text(exc: BaseException) -> str:
@@ -78,27 +74,29 @@ def worker_signals(iterator: object, text: str) -> str:
     return "".join("\n" + line for line in lines)
 
 
-def crash_kind(text: str) -> str | None:
-    """BUS, ALLOC or ENOSPC when an error's text is a shared-memory crash of a DataLoader, else None."""
+def crashes(text: str) -> list[tuple[str, str]]:
+    """(how the API words it, the line) of each DataLoader shared-memory crash the diagnosis reads in an error's
+    text, in order: the rules that recognise one say which (their `crash`)."""
+    found = []
     for signal in diagnosis.scan(text):
-        if signal.kind == "enospc-shm" and diagnosis.TORCH_SEGMENT_IN_LINE.search(signal.line):
-            return ALLOC  # torch's allocator writing its segment: "unable to write to file </torch_…>"
-        if signal.kind in _KINDS:
-            return _KINDS[signal.kind]
-    if _TIMEOUT.search(text):
-        return TIMEOUT
-    return None
+        crash = diagnosis.rule_of(signal.kind).crash
+        if crash is not None:
+            found.append((crash, signal.line))
+    return found
+
+
+def crash_kind(text: str) -> str | None:
+    """BUS, ALLOC or ENOSPC when an error's text is a shared-memory crash of a DataLoader, else TIMEOUT when it
+    is the DataLoader's timeout, else None."""
+    found = crashes(text)
+    return next((crash for crash, _ in found if crash != TIMEOUT), found[0][0] if found else None)
 
 
 def headline(text: str, kind: str) -> str:
     """The line of the error that says what happened (PyTorch's messages run over many lines)."""
-    if kind == TIMEOUT:
-        lines = [line for line in text.splitlines() if _TIMEOUT.search(line)]
-        if lines:
-            return lines[0].strip()
-    for signal in diagnosis.scan(text):
-        if signal.kind in _KINDS:
-            return signal.line
+    line = next((line for crash, line in crashes(text) if crash == kind), None)
+    if line is not None:
+        return line
     return text.strip().splitlines()[0] if text.strip() else kind
 
 

@@ -49,3 +49,23 @@ def check(job, as_json: bool, strict: bool, root: Root | None = None, echo=print
     else:
         echo(report_text(report))
     return exit_code(report, strict)
+
+
+def check_options(args: dict) -> int:
+    """`shmguard check` as its command line gives it (shmguard.corecli parses it): the job options over this
+    container's SHMGUARD_* variables (an option wins over its variable, as with click's envvar), read as every other
+    part of shmguard reads a container's job, then checked against this container."""
+    import os
+    import sys
+
+    from shmguard.declared import visible_devices
+    from shmguard.options import JobOptions
+    from shmguard.slurm import fill_gpus
+
+    args = dict(args)
+    as_json, strict, root = args.pop("as_json"), args.pop("strict"), args.pop("root")
+    given, gpu_notes = fill_gpus(JobOptions.take(args), os.environ)
+    job, notes = given.job((), os.environ, devices=visible_devices(Root(root), os.environ))
+    for line in gpu_notes + notes:
+        print(line, file=sys.stderr)
+    return check(job, as_json=as_json, strict=strict, root=Root(root))

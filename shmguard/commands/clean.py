@@ -315,3 +315,26 @@ def run(directory: str | None, uid: str | None, dry_run: bool, as_json: bool, ro
     outcome = clean(directory_path(directory or DEFAULT_DIR), parse_uid(uid, environ), dry_run, Root(root))
     echo(json.dumps(as_dict(outcome), indent=2) if as_json else as_text(outcome))
     return 1 if outcome.errors else 0
+
+
+def command():
+    """The click command (shmguard.cli builds it when it runs: importing this module needs no click)."""
+    import click
+
+    @click.command("clean")
+    @click.option("--dir", "directory", default="/dev/shm", show_default=True, metavar="DIR", help="The directory to clean.")
+    @click.option("--uid", metavar="UID", help="Whose segments: a uid or user name (default: SLURM_JOB_UID, else yours).")
+    @click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
+    @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+    @click.option("--root", hidden=True, help="Read /proc and DIR under this root (tests).")
+    def clean_command(directory, uid, dry_run, as_json, root) -> int:
+        """Remove PyTorch segments (torch_<pid>_*, …) in /dev/shm that no process can use any more.
+
+        Only the given user's files, only when their creator pid is gone and no process has them open or
+        mapped; what cannot be decided (a container's pid namespace, processes it cannot inspect) is kept
+        and said. For a Slurm Epilog, a Docker host or any shared node. Exit 0, or 1 when a file to remove
+        could not be removed.
+        """
+        return run(directory, uid, dry_run, as_json, root, echo=click.echo)
+
+    return clean_command

@@ -16,6 +16,10 @@ functions here; the engine and stdin are read by the thin `explain` below):
   and --oom-killed saying what the log cannot. stdin is read in bounded memory:
   a Pod object whole, a log as its last --tail lines (read_stdin).
 
+`explain FILE` reads a file as stdin is read, and `explain -` reads stdin, as users
+type them: an argument that names a file here is that file; any other is a
+container's name or id.
+
 Everything it prints, text or JSON, has the terminal escapes and control
 characters of logs, names and Pod objects neutralised (shmguard.terminal).
 
@@ -293,13 +297,14 @@ CHUNK = 64 * KIB
 
 
 class StdinText(Record):
-    """What was kept of stdin: the text, and how many lines of a log were left out or cut."""
+    """What was kept of stdin (or of a file): the text, and how many lines of a log were left out or cut."""
 
     text: str
     pod: bool = False
     lines_seen: int = 0
     lines_kept: int = 0
     lines_cut: int = 0
+    where: str = "stdin"
 
     @property
     def note(self) -> str | None:
@@ -309,7 +314,7 @@ class StdinText(Record):
             parts.append(f"read the last {self.lines_kept} of the log's {self.lines_seen} lines (--tail)")
         if self.lines_cut:
             parts.append(f"{self.lines_cut} line(s) longer than {LINE_BYTES // KIB} KiB cut")
-        return "stdin: " + ", ".join(parts) if parts else None
+        return f"{self.where}: " + ", ".join(parts) if parts else None
 
 
 class _Tail:
@@ -325,18 +330,27 @@ class _Tail:
         self.seen = self.cut = 0
 
     def feed(self, chunk: bytes) -> None:
-        start = 0
-        while True:
-            end = chunk.find(b"\n", start)
-            piece = chunk[start:] if end < 0 else chunk[start:end]
-            room = LINE_BYTES - len(self.partial)
-            if len(piece) > room:
-                self.partial_cut = True
-            self.partial += piece[:max(room, 0)]
-            if end < 0:
-                return
-            self.close_line()
-            start = end + 1
+        first, *rest = chunk.split(b"\n")
+        self.grow(first)
+        if not rest:
+            return
+        self.close_line()
+        *whole, last = rest
+        if whole:  # the lines the chunk holds whole, in one go (a 10 MB log has ~100,000 of them)
+            kept = [line[:LINE_BYTES] + (b" [line cut]\n" if len(line) > LINE_BYTES else b"\n") for line in whole]
+            self.seen += len(kept)
+            self.cut += sum(1 for line in whole if len(line) > LINE_BYTES)
+            self.lines.extend(kept)
+            self.size += sum(map(len, kept))
+            self.trim()
+        self.grow(last)
+
+    def grow(self, piece: bytes) -> None:
+        """More of the line under way: its start, up to LINE_BYTES."""
+        room = LINE_BYTES - len(self.partial)
+        if len(piece) > room:
+            self.partial_cut = True
+        self.partial += piece[:max(room, 0)]
 
     def close_line(self) -> None:
         line = bytes(self.partial) + (b" [line cut]" if self.partial_cut else b"") + b"\n"
@@ -346,14 +360,17 @@ class _Tail:
         self.partial_cut = False
         self.lines.append(line)
         self.size += len(line)
+        self.trim()
+
+    def trim(self) -> None:
         while len(self.lines) > self.count or self.size > LOG_BYTES:
             self.size -= len(self.lines.popleft())
 
-    def finish(self) -> StdinText:
+    def finish(self, where: str = "stdin") -> StdinText:
         if self.partial or self.partial_cut:
             self.close_line()
         text = b"".join(self.lines).decode("utf-8", "replace")
-        return StdinText(text, False, self.seen, len(self.lines), self.cut)
+        return StdinText(text, False, self.seen, len(self.lines), self.cut, where)
 
 
 def _chunks(stream: Any):
@@ -365,7 +382,7 @@ def _chunks(stream: Any):
         yield data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data
 
 
-def read_stdin(stream: Any, tail: int) -> StdinText:
+def read_stdin(stream: Any, tail: int, where: str = "stdin") -> StdinText:
     """stdin in bounded memory (issue 33 item 15: reading it all cost 428 MB for a 200 MB line): a Pod
     object whole, up to POD_BYTES; a log as its last `tail` lines, as `--tail` bounds a container's."""
     chunks = _chunks(stream)
@@ -378,27 +395,27 @@ def read_stdin(stream: Any, tail: int) -> StdinText:
         for chunk in chunks:
             head += chunk
             if len(head) > POD_BYTES:
-                raise ExplainError(f"stdin: a Pod object of more than {POD_BYTES // MIB} MiB; give one pod "
+                raise ExplainError(f"{where}: a Pod object of more than {POD_BYTES // MIB} MiB; give one pod "
                                    f"(kubectl get pod NAME -o yaml)")
-        return StdinText(head.decode("utf-8", "replace"), True)
+        return StdinText(head.decode("utf-8", "replace"), True, where=where)
     keeper = _Tail(tail)
     keeper.feed(bytes(head))
     del head
     for chunk in chunks:
         keeper.feed(chunk)
-    return keeper.finish()
+    return keeper.finish(where)
 
 
-def stdin_items(text: str, flag_values: dict, stdin_facts: dict, note: str | None = None
+def stdin_items(text: str, flag_values: dict, stdin_facts: dict, note: str | None = None, where: str = "stdin"
                 ) -> tuple[str, str | None, list]:
-    """A Pod object (or a List of pods) on stdin, or else a log."""
+    """A Pod object (or a List of pods) on stdin (or in a file), or else a log."""
     if looks_like_pod(text):
         from shmguard.manifests.yamlio import load
 
         try:
-            documents = load(text, "stdin")
+            documents = load(text, where)
         except ShmguardError as exc:  # a Pod the strict loader refuses is not silently read as a log (#33 item 24)
-            raise ExplainError(f"stdin looks like a Pod object (kind: Pod or List), but it cannot be read: {exc}. "
+            raise ExplainError(f"{where} looks like a Pod object (kind: Pod or List), but it cannot be read: {exc}. "
                                f"Give the object as kubectl prints it (kubectl get pod NAME -o yaml), or pipe "
                                f"the log alone (kubectl logs NAME)") from None
         pods = pods_in(documents)
@@ -416,7 +433,7 @@ def stdin_items(text: str, flag_values: dict, stdin_facts: dict, note: str | Non
     evidence = Evidence(exit_code=stdin_facts["exit_code"], oom_killed=bool(stdin_facts["oom_killed"]), logs=text,
                         shm_size=stdin_facts["shm_size"], memory_limit=stdin_facts["memory_limit"], job=job,
                         platform=stdin_facts.get("platform"), notes=(note,) if note else ())
-    return "logs", None, [(None, evidence)]
+    return "logs", None if where == "stdin" else where, [(None, evidence)]
 
 
 def describe_sizes(value: str | None, flag: str) -> int | None:
@@ -430,10 +447,32 @@ def describe_sizes(value: str | None, flag: str) -> int | None:
         raise UsageError(f"{flag}: {exc}") from None
 
 
+def log_file(argument: str | None) -> str | None:
+    """The file `explain ARGUMENT` reads: a path to a file that exists (a container's name is anything else)."""
+    import os
+
+    if argument is None or argument == "-" or not os.path.exists(argument):
+        return None
+    if not os.path.isfile(argument):
+        raise UsageError(f"{argument} is not a file (give a log file, `-` for stdin, or a container's name or id)")
+    return argument
+
+
+def read_file(path: str, tail: int) -> StdinText:
+    """A log file (or a Pod object in one), read in bounded memory as stdin is."""
+    try:
+        with open(path, "rb") as stream:
+            return read_stdin(stream, tail, path)
+    except OSError as exc:
+        raise ExplainError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+
+
 def explain(container: str | None, flag_values: dict, stdin: Any, host: str | None, tail: int,
             stdin_facts: dict, as_json: bool, echo=print) -> int:
-    """Explain a container (through the engine) or what stdin holds (a stream, or its text)."""
-    if container:
+    """Explain a container (through the engine), a log file, or what stdin holds (a stream, or its text):
+    `-` is stdin, an argument that names a file is that file, any other a container."""
+    path = log_file(container)
+    if container and container != "-" and path is None:
         if any(v is not None and v is not False for k, v in stdin_facts.items() if k != "platform"):
             raise UsageError("--shm-size, --memory-limit, --exit-code and --oom-killed describe a log on stdin; "
                              "a container's come from the engine")
@@ -442,13 +481,73 @@ def explain(container: str | None, flag_values: dict, stdin: Any, host: str | No
         name = str(attrs.get("Name") or container).lstrip("/")
         text, code = report("container", name, [(name, evidence)], as_json)
     else:
-        if stdin is None:
-            raise UsageError("give a CONTAINER, or pipe a log or a Pod object on stdin "
-                             "(kubectl logs POD | shmguard explain, kubectl get pod POD -o yaml | shmguard explain)")
-        read = StdinText(stdin) if isinstance(stdin, str) else read_stdin(stdin, tail)
+        if path is not None:
+            read = read_file(path, tail)
+        elif stdin is None:
+            raise UsageError("give a CONTAINER or a log FILE, or pipe a log or a Pod object on stdin "
+                             "(kubectl logs POD | shmguard explain, kubectl get pod POD -o yaml | shmguard explain -)")
+        else:
+            read = StdinText(stdin) if isinstance(stdin, str) else read_stdin(stdin, tail)
         if not read.text.strip():
-            raise UsageError("stdin is empty: nothing to explain")
-        source, pod_name, items = stdin_items(read.text, flag_values, stdin_facts, read.note)
+            raise UsageError(f"{read.where} is empty: nothing to explain")
+        source, pod_name, items = stdin_items(read.text, flag_values, stdin_facts, read.note, read.where)
         text, code = report(source, pod_name, items, as_json)
     echo(text)
     return code
+
+
+def explain_command(job, container: str | None, host: str | None, tail: int, shm_size: str | None,
+                    memory_limit: str | None, exit_code: int | None, oom_killed: bool, platform: str | None,
+                    as_json: bool, stdin, note, echo) -> int:
+    """`shmguard explain` as the command line gives it: a container, else stdin when it is not a terminal (read in
+    bounded memory, --tail), with what the flags say a log cannot."""
+    flag_values = job.values(note)
+    source = None
+    if container == "-" or (not container and not stdin.isatty()):
+        source = getattr(stdin, "buffer", stdin)
+    facts = {"shm_size": describe_sizes(shm_size, "--shm-size"),
+             "memory_limit": describe_sizes(memory_limit, "--memory-limit"),
+             "exit_code": exit_code, "oom_killed": oom_killed, "platform": platform}
+    return explain(container, flag_values, source, host, tail, facts, as_json, echo=echo)
+
+
+def command():
+    """The click command (shmguard.cli builds it when it runs: importing this module needs no click)."""
+    import sys
+
+    import click
+
+    from shmguard.commands.declare import job_options, note
+    from shmguard.fixes import SPELLED_FOR
+
+    @click.command("explain")
+    @job_options
+    @click.option("--host", metavar="URL", help="The Docker API to ask (default: DOCKER_HOST, else the local socket); "
+                                                "Podman's socket works too, e.g. unix:///run/podman/podman.sock.")
+    @click.option("--tail", type=click.IntRange(min=1, max=1_000_000), default=2000, show_default=True,
+                  help="Log lines to read: the container's last N, or the last N of a log (a FILE or stdin).")
+    @click.option("--shm-size", "shm_size", metavar="SIZE", help="A log on stdin: the /dev/shm the container had (64m, 64Mi).")
+    @click.option("--memory-limit", "memory_limit", metavar="SIZE", help="A log on stdin: the container's memory limit.")
+    @click.option("--exit-code", "exit_code", type=int, help="A log on stdin: the container's exit code.")
+    @click.option("--oom-killed", "oom_killed", is_flag=True, help="A log on stdin: the container was OOM-killed.")
+    @click.option("--platform", type=click.Choice(SPELLED_FOR),
+                  help="A log on stdin: spell the fix for this platform (default: what the log shows, else Docker's "
+                       "and Kubernetes').")
+    @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+    @click.argument("container", metavar="[CONTAINER|FILE|-]", required=False)
+    def explain_cli(job, container, host, tail, shm_size, memory_limit, exit_code, oom_killed, platform, as_json) -> int:
+        """Explain why a container died: was it shared memory, and what is the exact fix?
+
+        CONTAINER is read through the Docker API (inspect and the log's tail; Podman
+        through its Docker-compatible socket). A FILE (an argument that names a file
+        here) is read as a log or a Pod object, and `-` or no argument reads stdin:
+        a Pod object (kubectl get pod NAME -o yaml) or a log (kubectl logs NAME), which --shm-size,
+        --memory-limit, --exit-code and --oom-killed describe. The job options (or the
+        container's SHMGUARD_* variables and shmguard.io/* annotations) give the sizes.
+        Exit 1 when it finds a shared-memory failure, 0 when not, 2 on bad usage or
+        when the container cannot be read.
+        """
+        return explain_command(job, container, host, tail, shm_size, memory_limit, exit_code, oom_killed, platform,
+                               as_json, sys.stdin, note, click.echo)
+
+    return explain_cli

@@ -38,3 +38,56 @@ def report_json(m: Measurement) -> dict:
             "batch_shm_bytes": m.max_batch_shm, "batch_segments": segments.encode(m.segment_sizes),
             "pipe": [{"kind": kind, "count": count, "bytes": size} for kind, count, size in m.pipe_leaves],
             "tensors": [{"path": t.path, "dtype": t.dtype, "shape": list(t.shape), "bytes": t.bytes} for t in m.tensors]}
+
+
+def measure_command(dataset: str, batch_size: str, collate_fn: str | None, samples: int, seed: int,
+                    sharing_strategy: str, as_json: bool, show_progress: bool | None) -> str:
+    """`shmguard measure` as the command line gives it: the text (or the JSON object) to print."""
+    import json
+
+    from shmguard.job import parse_count
+    from shmguard.jsonout import stamp
+    from shmguard.measuring import measure
+    from shmguard.progress import Reporter, wanted
+
+    reading = Reporter("shmguard measure", wanted(show_progress, as_json), every=0.5)
+    result = measure(dataset, parse_count("batch_size", batch_size, 1), samples=samples, seed=seed,
+                     collate_spec=collate_fn, sharing_strategy=sharing_strategy,
+                     progress=lambda done, total, what: reading(done, total, what))
+    return json.dumps(stamp(report_json(result)), indent=2) if as_json else report_text(result)
+
+
+def command():
+    """The click command (shmguard.cli builds it when it runs: importing this module needs no click)."""
+    import click
+
+    from shmguard.job import ENV_VARS, SHARING_STRATEGIES
+
+    @click.command("measure")
+    @click.option("--dataset", required=True, metavar="MODULE:CALLABLE", help="A callable returning your Dataset or IterableDataset.")
+    @click.option("--batch-size", required=True, envvar=ENV_VARS["batch_size"], metavar="B", help="Samples per batch.")
+    @click.option("--collate-fn", "collate_fn", metavar="MODULE:CALLABLE", help="Your DataLoader's collate_fn (default: default_collate).")
+    @click.option("--samples", type=click.IntRange(min=1, max=100_000), default=32, show_default=True, help="Samples to read (random, seeded).")
+    @click.option("--seed", type=click.IntRange(min=0, max=2**63 - 1), default=0, show_default=True, help="Seed for the sample order.")
+    @click.option("--sharing-strategy", "sharing_strategy", type=click.Choice(SHARING_STRATEGIES),
+                  default=SHARING_STRATEGIES[0], show_default=True, envvar=ENV_VARS["sharing_strategy"],
+                  help="torch.multiprocessing sharing strategy (file_system adds a 64-byte header to every segment).")
+    @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+    @click.option("--progress/--no-progress", "show_progress", default=None,
+                  help="Samples read so far on stderr (default: when stderr is a terminal and not --json).")
+    def measure_cli(dataset, batch_size, collate_fn, samples, seed, sharing_strategy, as_json, show_progress) -> int:
+        """Measure the bytes a real batch of your dataset puts through shared memory.
+
+        Builds batches with the DataLoader's collate and lists every tensor in them: in a
+        worker each becomes its own segment in /dev/shm, rounded up to pages (the batch
+        taking the most counts when samples vary). Numpy arrays, strings and other
+        objects go through the worker's pipe and are listed apart. Prints the options
+        that describe the job to check, run, render and patch.
+        Needs torch. Exit 2 when the module cannot be imported or your code raises
+        (its traceback is shown).
+        """
+        click.echo(measure_command(dataset, batch_size, collate_fn, samples, seed, sharing_strategy, as_json,
+                                   show_progress))
+        return 0
+
+    return measure_cli

@@ -238,3 +238,71 @@ def write_all(files: list[tuple[str, str, str, str]]) -> None:
                                 f"changed: every other file") from None
     for tmp in old:
         discard_staged(tmp)
+
+
+def patch_command(job, files, *, in_place: bool, check: bool, follow_symlinks: bool, as_json: bool, **selection) -> int:
+    """`shmguard patch` as the command line gives it: the selection checked and the job's defaults read (with --json,
+    their notes and a bad option inside the one object), then the files patched."""
+    notes: list[str] = []  # with --json, inside the one object
+    try:
+        options = patch_options(in_place, check, files, selection["kinds"], selection["names"], selection["labels"],
+                                selection["namespaces"], selection["opt_in"], selection["container"],
+                                selection["memory"], selection["size_unsized"], selection["include_init"],
+                                selection["all_templates"])
+        defaults = job.defaults(notes.append if as_json else (lambda text: print(text, file=sys.stderr)))
+    except ShmguardError as exc:
+        if not as_json:
+            raise
+        return json_failure(exc, notes, sys.stderr)
+    return patch(defaults, list(files), in_place=in_place, check=check, follow_symlinks=follow_symlinks,
+                 options=options, as_json=as_json, notes=notes)
+
+
+def command():
+    """The click command (shmguard.cli builds it when it runs: importing this module needs no click)."""
+    import click
+
+    from shmguard.commands.declare import job_options
+
+    @click.command("patch")
+    @job_options
+    @click.option("-i", "--in-place", is_flag=True, help="Rewrite the files (atomically) instead of printing.")
+    @click.option("--check", is_flag=True, help="Change nothing; print a diff of what would change and exit 1 if anything would.")
+    @click.option("--follow-symlinks", is_flag=True, help="With -i, patch the file a symlink points to (else a symlink is refused).")
+    @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object on stderr (every template, what changed or why not).")
+    @click.option("--kind", "kinds", multiple=True, metavar="KIND", help="Only objects of this kind (`Job`, or with its group: `batch.volcano.sh/Job`); repeatable.")
+    @click.option("--name", "names", multiple=True, metavar="PATTERN", help="Only objects whose name matches (shell pattern); repeatable.")
+    @click.option("-l", "--selector", "labels", multiple=True, metavar="KEY[=VALUE]", help="Only objects with this label; repeatable (all must match).")
+    @click.option("-n", "--namespace", "namespaces", multiple=True, metavar="NS", help="Only objects in this namespace; repeatable.")
+    @click.option("--opt-in", is_flag=True, help='Only templates whose object or template is annotated shmguard.io/skip: "false".')
+    @click.option("--container", metavar="NAME[,NAME]", help="The container(s) that run the DataLoader (default: the first that is not a known sidecar).")
+    @click.option("--memory", metavar="SIZE", help="A memory limit for the DataLoader containers: given to those with none (default: "
+                       "none given), a lower one raised to it; never below what the job needs.")
+    @click.option("--size-unsized", is_flag=True, help="Give an existing memory /dev/shm without sizeLimit the job's size (default: keep it unsized).")
+    @click.option("--include-init", is_flag=True, help="Mount /dev/shm into init containers and sidecars too.")
+    @click.option("--all-templates", is_flag=True, help="Size every pod template, not only the training ones (a server, a "
+                       "database, a proxy: see the README's Kubernetes section for how a template is judged).")
+    @click.argument("files", nargs=-1, type=click.Path(dir_okay=False, allow_dash=True))
+    def cli_patch(job, in_place, check, follow_symlinks, as_json, files, **selection) -> int:
+        """    Add or fix the /dev/shm emptyDir, its mount and the memory limits in every pod template of FILES (or stdin).
+
+        Finds the pod templates of Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet,
+        Job, CronJob, the Kubeflow jobs (PyTorchJob, TFJob, MPIJob, XGBoostJob, PaddleJob,
+        JAXJob), Trainer runtimes, KubeRay, JobSet, Volcano (and its JobTemplate, CronJob),
+        LeaderWorkerSet, Argo (and the objects its resource steps create), Tekton, KServe,
+        Knative, Kubeflow Notebook and `kind: List`; inside Katib Experiments and Trials and
+        AppWrappers (read by the wrapped object's kind); compiled Kubeflow Pipelines steps
+        (their need told); and of any other object by shape. By default a template is
+        sized unless affirmative evidence says it does not train (a command that only
+        sleeps or fetches, a database, proxy, operator, hub, exporter or serving image, a
+        serving kind), which the "left alone" line names; with the job options given, a
+        template with no evidence either way is sized (--all-templates sizes every one);
+        shmguard.io/skip: "true" leaves one alone. shmguard.io/*
+        annotations on an object or template override the job options. Never lowers a
+        limit or a request, never shrinks a /dev/shm. Only the lines that must change are
+        changed: comments, order, quoting and layout stay. Patching twice changes nothing.
+    """
+        return patch_command(job, files, in_place=in_place, check=check, follow_symlinks=follow_symlinks, as_json=as_json,
+                             **selection)
+
+    return cli_patch

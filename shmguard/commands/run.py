@@ -184,7 +184,7 @@ def report_lines(result) -> list[str]:
     if mount is not None:  # not the tmpfs shmguard sized: said as what it is
         lines.append(f"shmguard: /dev/shm was {mount.describe()}, not the container's own tmpfs: the size shmguard "
                      f"planned did not apply")
-        if not mount.tmpfs:
+        if mount.tmpfs is False:
             lines.append("shmguard: peak /dev/shm not measured: it is not a tmpfs, and its filesystem's use is "
                          "everything else's on it too")
     if result.peak_shm is not None:
@@ -216,3 +216,52 @@ def emit(text: str, out) -> None:
         print(text, file=out, flush=True)
     except BrokenPipeError:
         silence(out)
+
+
+def command():
+    """The click command (shmguard.cli builds it when it runs: importing this module needs no click)."""
+    import click
+
+    from shmguard.commands.declare import job_options
+
+    def run_options(command):
+        """The container options of `run`: generated from the translation table (shmguard.engine.flags), except --gpus,
+        which the job options give (the job's GPUs are the container's)."""
+        from shmguard.engine.flags import click_options
+
+        return click_options(command, skip=("gpus",))
+
+    @click.command("run", context_settings={"allow_interspersed_args": False})
+    @job_options
+    @run_options
+    @click.option("--healthcheck/--no-healthcheck", default=None,
+                  help="Docker healthcheck `shmguard health` (default: when the image has shmguard).")
+    @click.option("--engine-wait", "engine_wait", default="60", show_default=True, metavar="SECONDS",
+                  help="When the Docker engine goes away mid-run, wait this long for it to come back, then follow the job "
+                       "again (or report how it ended) instead of giving up.")
+    @click.option("--elastic/--no-elastic", default=True, show_default=True,
+                  help="Grow the container's /dev/shm while the job runs, before it fills (local engine, as root).")
+    @click.option("--dry-run", is_flag=True, help="Print the plan and the equivalent docker run command; start nothing.")
+    @click.option("--tune", "tune_first", is_flag=True,
+                  help="First sweep num_workers in the image with `shmguard tune` on --dataset (imported in the container) "
+                       "and run the job with the recommendation (as SHMGUARD_WORKERS).")
+    @click.option("--json", "as_json", is_flag=True,
+                  help="Print the result (or the plan) as one JSON object on stdout; the container's output goes to stderr.")
+    @click.argument("image")
+    @click.argument("command", nargs=-1, type=click.UNPROCESSED)
+    def run_command(job, image, command, healthcheck, engine_wait, elastic, dry_run, tune_first, as_json,
+                    **container_options) -> int:
+        """Run IMAGE [-- COMMAND...] with /dev/shm, memory, CPUs and ulimits sized for the job.
+
+        Streams the logs, returns the container's exit code, stops and removes the
+        container on Ctrl-C, SIGTERM or SIGHUP, reports the peak /dev/shm use, and
+        explains a death by shared-memory exhaustion. Rides out a restart of the
+        Docker engine (see --engine-wait). Exit 2 on a bad option (checked before
+        any engine call), 125 when the container cannot be run (engine unreachable,
+        image missing, a --memory that cannot hold the job) or the engine went away
+        and did not come back.
+        """
+        return run(job, image, command, container_options, healthcheck, engine_wait, dry_run, tune_first, as_json,
+                   elastic)
+
+    return run_command

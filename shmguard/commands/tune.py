@@ -263,3 +263,64 @@ def write_png(path: str, result: TuneResult, width: int = 480, height: int = 240
     png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
            + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
     write_atomic_bytes(path, png)
+
+
+def tune_command(dataset: str, batch_size: str, collate_fn: str | None, workers: str | None,
+                 prefetch_factors: str | None, batches: int, plot: str | None, print_json: bool,
+                 show_progress: bool | None) -> tuple[str, int]:
+    """`shmguard tune` as the command line gives it: a line per step on stderr (when wanted), the table (or the JSON
+    object) to print, and the exit code (1 when no step could be recommended)."""
+    import json
+
+    from shmguard.job import parse_count
+    from shmguard.jsonout import stamp
+    from shmguard.progress import Reporter, wanted
+
+    sweep = parse_list(workers, "--workers", 0) if workers else None
+    factors = parse_list(prefetch_factors, "--prefetch-factors", 1) if prefetch_factors else None
+    report = Reporter("shmguard tune", wanted(show_progress, print_json))
+    reading = Reporter("shmguard tune", report.enabled, every=0.5)
+
+    def progress(step, done, total, best) -> None:
+        what = step.skipped or f"{step.batches_per_second:.1f} batches/s"
+        lead = f"; best so far num_workers={best.workers} ({best.batches_per_second:.1f} batches/s)" if best else ""
+        report(done, total, f"num_workers={step.workers} prefetch_factor={step.prefetch_factor}: {what}{lead}",
+               force=True)
+
+    result = tune(dataset, parse_count("batch_size", batch_size, 1), sweep, factors, batches, collate_fn,
+                  progress=progress, measure_progress=lambda done, total, what: reading(done, total, what))
+    if plot:
+        write_png(plot, result)
+    text = json.dumps(stamp(as_json(result)), indent=2) if print_json else table(result)
+    return text, 0 if result.recommended else 1
+
+
+def command():
+    """The click command (shmguard.cli builds it when it runs: importing this module needs no click)."""
+    import click
+
+    from shmguard.job import ENV_VARS
+
+    @click.command("tune")
+    @click.option("--dataset", required=True, metavar="MODULE:CALLABLE", help="A callable returning your Dataset.")
+    @click.option("--batch-size", required=True, envvar=ENV_VARS["batch_size"], metavar="B", help="Samples per batch.")
+    @click.option("--collate-fn", "collate_fn", metavar="MODULE:CALLABLE", help="Your DataLoader's collate_fn.")
+    @click.option("--workers", "workers", metavar="LIST", help="num_workers to try, e.g. 0,2,4,8 (default: 0, 1, 2, 4, … up to the CPUs).")
+    @click.option("--prefetch-factors", metavar="LIST", help="prefetch factors to try (default: 2).")
+    @click.option("--batches", type=click.IntRange(min=1, max=100_000), default=20, show_default=True, help="Batches timed per step.")
+    @click.option("--plot", "plot", metavar="FILE.png", help="Also write a bar chart of the throughput as a PNG.")
+    @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+    @click.option("--progress/--no-progress", "show_progress", default=None,
+                  help="A line per step on stderr (default: when stderr is a terminal and not --json).")
+    def tune_cli(dataset, batch_size, collate_fn, workers, prefetch_factors, batches, plot, as_json, show_progress) -> int:
+        """Sweep num_workers on your DataLoader and recommend the smallest within 5% of the best throughput.
+
+        Each step runs real batches and reports batches/s, the peak /dev/shm and memory;
+        steps that would not fit in the free /dev/shm are skipped. Needs torch.
+        """
+        text, code = tune_command(dataset, batch_size, collate_fn, workers, prefetch_factors, batches, plot, as_json,
+                                  show_progress)
+        click.echo(text)
+        return code
+
+    return tune_cli

@@ -258,3 +258,116 @@ def check_serving_names(path: str, name: str, namespace: str, host: str) -> None
         raise UsageError(f"{path} is for {', '.join(names) or 'no DNS name'}, not {host}: the apiserver's calls would "
                          f"fail TLS (make certificates for it: shmguard webhook certs DIR --name {name} "
                          f"--namespace {namespace})")
+
+
+def command():
+    """The click command (shmguard.cli builds it when it runs: importing this module needs no click)."""
+    import click
+
+    from shmguard.webhook import MODES, ON_ERROR
+
+    @click.group("webhook")
+    def group() -> None:
+        """The admission webhook: size Pods when they are created, refuse the ones that would hit the Bus error."""
+
+    @group.command("serve")
+    @click.option("--port", type=click.IntRange(min=0, max=65535), default=8443, show_default=True, help="HTTPS port (0: any free one).")
+    @click.option("--host", default="0.0.0.0", show_default=True, help="Address to listen on.")
+    @click.option("--tls-cert", "tls_cert", required=True, type=click.Path(dir_okay=False), help="Serving certificate (PEM); reloaded when it changes.")
+    @click.option("--tls-key", "tls_key", required=True, type=click.Path(dir_okay=False), help="Its private key (PEM).")
+    @click.option("--mode", type=click.Choice(MODES), default="deny", show_default=True,
+                  help="/validate: deny a Pod whose /dev/shm cannot hold its job, or allow it with warnings.")
+    @click.option("--on-error", "on_error", type=click.Choice(ON_ERROR), default="allow", show_default=True,
+                  help="A Pod shmguard cannot understand: allow it unchanged with a warning (failurePolicy Ignore) or deny it (Fail).")
+    @click.option("--default", "defaults", multiple=True, metavar="NAME=VALUE",
+                  help="A job default for every Pod, e.g. prefetch_factor=4 (annotations and env override it).")
+    @click.option("--max-body", "max_body", default="3m", show_default=True, metavar="SIZE", help="Largest request body; larger ones get 413.")
+    @click.option("--max-buffer", "max_buffer", default="auto", show_default=True, metavar="SIZE|auto",
+                  help="Request bodies held at once (per process); past it, 503. auto: an eighth of the container's memory "
+                       "limit (64 MiB without one), shared by the processes.")
+    @click.option("--timeout", default="10", show_default=True, metavar="SECONDS",
+                  help="For a request's head (from its first byte), for its body, for the answer's write, the TLS "
+                       "handshake and an idle keep-alive connection; a slower client is disconnected.")
+    @click.option("--max-connections", "max_connections", type=int, default=128, show_default=True,
+                  help="Connections served at once; at the cap the one waiting longest on its client gives its place up, "
+                       "else new ones wait in the listen backlog.")
+    @click.option("--drain-seconds", "drain_seconds", default="0", show_default=True, metavar="SECONDS",
+                  help="On SIGTERM, keep serving this long with /readyz failing before closing the listener.")
+    @click.option("--processes", type=click.IntRange(min=1, max=64), default=1, show_default=True,
+                  help="Processes accepting on the port (more than one uses more cores; needs a writable TMPDIR for metrics).")
+    def serve_command(port, host, tls_cert, tls_key, mode, on_error, defaults, max_body, max_buffer, timeout,
+                      max_connections, drain_seconds, processes) -> int:
+        """Serve the admission webhook over HTTPS: POST /mutate, POST /validate, GET /healthz, /readyz, /metrics."""
+        needs_the_extra()
+        return serve(serve_options(port=port, host=host, tls_cert=tls_cert, tls_key=tls_key, mode=mode, on_error=on_error,
+                                   defaults=defaults, max_body=max_body, max_buffer=max_buffer, timeout=timeout,
+                                   max_connections=max_connections, drain_seconds=drain_seconds, processes=processes))
+
+    @group.command("certs")
+    @click.argument("directory", type=click.Path(file_okay=False))
+    @click.option("--namespace", default="shmguard", show_default=True, help="Namespace of the webhook's Service.")
+    @click.option("--name", default="shmguard-webhook", show_default=True, help="Name of the webhook's Service.")
+    @click.option("--san", "sans", multiple=True, metavar="NAME|IP", help="Another name or address for the serving certificate "
+                  "(e.g. localhost, 127.0.0.1 to try it locally). Repeatable.")
+    @click.option("--days", type=int, default=365, show_default=True, help="Validity of the serving certificate.")
+    @click.option("--force", is_flag=True, help="Replace certificates that are already there.")
+    def certs_command(directory, namespace, name, sans, days, force) -> int:
+        """Write a self-signed CA (ca.crt, ca.key) and a serving certificate for the Service (tls.crt, tls.key) into DIRECTORY."""
+        paths, names = certs(directory, name, namespace, sans, days, force)
+        click.echo(f"shmguard: wrote {', '.join(paths)} for {', '.join(names)}", err=True)
+        return 0
+
+    return group
+
+
+def render_command():
+    """`render webhook`, which the render group of shmguard.commands.render takes in."""
+    import click
+
+    from shmguard.webhook import FAILURE_POLICIES, MODES
+
+    @click.command("webhook")
+    @click.option("--namespace", default="shmguard", show_default=True, help="Namespace the webhook runs in.")
+    @click.option("--name", default="shmguard-webhook", show_default=True, help="Name of the Deployment, Service and configurations.")
+    @click.option("--image", default="shmguard-webhook:latest", show_default=True, help="The webhook image (docker/build.sh builds it).")
+    @click.option("--replicas", type=click.IntRange(min=1), default=2, show_default=True)
+    @click.option("--certs-dir", "certs_dir", type=click.Path(file_okay=False), help="Certificates from `shmguard webhook certs DIR`: "
+                  "its ca.crt becomes the caBundle. Without it: cert-manager issues them (Issuer, Certificate, cainjector).")
+    @click.option("--failure-policy", type=click.Choice(FAILURE_POLICIES), default="Ignore", show_default=True,
+                  help="What the apiserver does when the webhook cannot answer; the webhook treats a Pod it cannot "
+                       "understand the same way (allow with a warning, or deny).")
+    @click.option("--timeout-seconds", type=click.IntRange(min=1, max=30), default=5, show_default=True)
+    @click.option("--mode", type=click.Choice(MODES), default="deny", show_default=True,
+                  help="/validate: deny a Pod whose /dev/shm cannot hold its job, or allow it with warnings.")
+    @click.option("--default", "defaults", multiple=True, metavar="NAME=VALUE",
+                  help="A job default the webhook gives every Pod (its `webhook serve --default`), e.g. prefetch_factor=4.")
+    @click.option("--host-network", "host_network", is_flag=True,
+                  help="Run on the node's network (a control plane that cannot reach the pod network): one per node.")
+    @click.option("--port", type=click.IntRange(min=1, max=65535), default=8443, show_default=True,
+                  help="The port it serves on (the node's with --host-network); the Service's stays 443.")
+    @click.option("--url", default="", metavar="https://HOST:PORT",
+                  help="A base URL the apiserver calls instead of the Service (an apiserver that cannot reach Services); "
+                       "make the certificates with --san HOST.")
+    def render_webhook_command(namespace, name, image, replicas, certs_dir, failure_policy, timeout_seconds, mode,
+                               defaults, host_network, port, url) -> int:
+        """Print the manifests that run the admission webhook: ServiceAccount, Deployment, PodDisruptionBudget, Service,
+        Mutating- and ValidatingWebhookConfiguration (and cert-manager's Issuer and Certificate without --certs-dir)."""
+        from shmguard.manifests.yamlio import dump
+
+        docs = render(namespace=namespace, name=name, image=image, replicas=replicas, certs_dir=certs_dir,
+                      failure_policy=failure_policy, timeout_seconds=timeout_seconds, mode=mode, defaults=defaults,
+                      host_network=host_network, port=port, url=url)
+        click.echo(dump(docs), nl=False)
+        return 0
+
+    return render_webhook_command
+
+
+def needs_the_extra() -> None:
+    """`webhook serve` needs the webhook extra: prometheus_client is found, not imported (--processes sets it up
+    first), and its absence is one line, exit 2."""
+    import importlib.util
+
+    if importlib.util.find_spec("prometheus_client") is None:
+        raise UsageError("`webhook serve` needs the webhook extra (prometheus_client is missing): "
+                         "pip install 'shmguard[webhook]'")

@@ -3,11 +3,17 @@
 `diagnose(evidence) -> Diagnosis` is pure: the exit code, the OOM-kill flag, the log
 text, the /dev/shm size and (when `run` watched it) its peak, the memory limit and the
 job. It reads the log with the signatures of shmguard.diagnosis.rules (one table: each
-rule's pattern, verdict, fix and the public log it came from, in
-tests/data/explain/public/), which recognise the shared-memory deaths by their real
-messages (PyTorch's, NCCL's, multiprocessing's semaphores, Ray's object store, SIGBUS
-under a launcher) and name their look-alikes (a GPU out of memory, an OOM kill, a full
-disk, open files, an NCCL timeout, a refused connection, an exception in a worker).
+rule's pattern, verdict, fix, the library source it reproduces and the log it came from),
+which recognise the shared-memory deaths by their mechanism (a shared-memory pool,
+segment, semaphore or store that had no room in /dev/shm: PyTorch's, NCCL's,
+multiprocessing's, Triton's, UCX's, PostgreSQL's, pandarallel's, Ray's; SIGBUS under a
+launcher) and name their look-alikes (a GPU out of memory, an OOM kill, a full disk, open
+files, System V limits, a segfault, SIGTERM, the pin-memory thread, Slurm's time limit, an
+eviction, an NCCL timeout, a refused connection, an exception in a worker).
+
+The three rooms: rules.py is the table, decisions.py what depends on the facts and on the
+lines around a line, machinery.py the Rule, the Context and the one reading of a log (in
+time linear in its length: needles, then bounded patterns on the lines that hold them).
 
 Advice follows the evidence, never the symptom alone: ENOSPC naming another path, or
 raised by torch.save, is a full disk; a SIGBUS while /dev/shm stayed under half full is
@@ -28,9 +34,12 @@ Verdicts, and the exit code `explain` gives each:
 from __future__ import annotations
 
 from shmguard.diagnosis.advice import facts, peak_full, peak_low, peak_of, quote
-from shmguard.diagnosis.platforms import platforms_in
+from shmguard.diagnosis.machinery import Context, Reader, Rule
+from shmguard.diagnosis.platforms import MARKERS as PLATFORM_MARKERS
+from shmguard.diagnosis.platforms import has_dev_shm, platforms_in, seen_in
 from shmguard.diagnosis.records import (
     BLAMES_SHM,
+    CRASHES,
     LIKELY,
     NO_FAILURE,
     NOT_SHARED_MEMORY,
@@ -44,61 +53,34 @@ from shmguard.diagnosis.records import (
     Evidence,
     Signal,
 )
-from shmguard.diagnosis.rules import RULES, TORCH_SEGMENT_IN_LINE, Context, Rule
-from shmguard.terminal import strip_sequences
+from shmguard.diagnosis.rules import MARKERS, MARKS, RULES
 
 __all__ = [
-    "BLAMES_SHM", "LIKELY", "NO_FAILURE", "NOT_SHARED_MEMORY", "PLATFORMS", "RULES", "SHARED_MEMORY",
-    "SIGBUS_EXIT", "SIGKILL_EXIT", "TORCH_SEGMENT_IN_LINE", "UNDETERMINED", "VERDICTS", "Diagnosis", "Evidence",
-    "Rule", "Signal", "diagnose", "facts", "peak_full", "peak_low", "peak_of", "quote", "scan",
+    "READER",
+    "BLAMES_SHM", "CRASHES", "LIKELY", "NO_FAILURE", "NOT_SHARED_MEMORY", "PLATFORMS", "RULES", "SHARED_MEMORY",
+    "SIGBUS_EXIT", "SIGKILL_EXIT", "UNDETERMINED", "VERDICTS", "Diagnosis", "Evidence", "Rule", "Signal",
+    "causes", "diagnose", "facts", "peak_full", "peak_low", "peak_of", "quote", "rule_of", "scan",
 ]
 
-CONTEXT_LINES = 15  # lines before a line that a rule may read (a traceback reads upwards)
-_LINE_RULES = tuple(rule for rule in RULES if rule.patterns)
-
-
-def classify(line: str, before: list[str]) -> Signal | None:
-    """The signal a log line is: the kind of the first rule whose pattern (and test) matches it."""
-    for rule in _LINE_RULES:
-        for pattern in rule.patterns:
-            m = pattern.search(line)
-            if m is None:
-                continue
-            if rule.where is not None:
-                details = rule.where(m, line, before)
-                if details is None:
-                    continue
-            else:
-                details = {k: v for k, v in m.groupdict().items() if v is not None}
-            return Signal(rule.kind, line, details)
-    return None
-
-
-# Kinds that only mark a line for the rules (an error nothing names, the exit code, df's /dev/shm): not signals
-# of a failure of their own, so `scan` leaves them out.
-MARKS = ("error", "exit-code", "df-shm", "job-memory")
+READER = Reader(RULES, {**MARKERS, **PLATFORM_MARKERS})
 
 
 def scan(logs: str) -> list[Signal]:
     """The shared-memory (and look-alike) signals in a log, in order of appearance."""
-    return [s for s in read_log(logs) if s.kind not in MARKS]
+    return [s for s in READER.read(logs).signals if s.kind not in MARKS]
 
 
-def read_log(logs: str) -> list[Signal]:
-    """Every line of the log that a rule marks, in order of appearance."""
-    lines = strip_sequences(logs).splitlines()
-    found: list[Signal] = []
-    for index, raw in enumerate(lines):
-        line = raw.strip()
-        if not line:
-            continue
-        signal = classify(line, lines[max(0, index - CONTEXT_LINES):index])
-        if signal is not None:
-            found.append(signal)
-    return found
+def rule_of(kind: str) -> Rule:
+    """The first rule whose lines are of this kind (the one that classified them)."""
+    return next(rule for rule in RULES if rule.kind == kind)
 
 
-def with_log_facts(ev: Evidence, signals: list[Signal]) -> tuple[Evidence, tuple[str, ...]]:
+def causes() -> tuple[str, ...]:
+    """Every cause a diagnosis can give, in table order: the --json schemas list them."""
+    return tuple(dict.fromkeys(cause for rule in RULES for cause in rule.causes))
+
+
+def with_log_facts(ev: Evidence, signals: tuple[Signal, ...]) -> tuple[Evidence, tuple[str, ...]]:
     """The evidence with what the log states and the evidence does not: the exit code (the last one the log
     gives), the size df shows of /dev/shm, the memory Slurm gave the job."""
     seen: list[str] = []
@@ -122,10 +104,11 @@ def with_log_facts(ev: Evidence, signals: list[Signal]) -> tuple[Evidence, tuple
 
 def diagnose(ev: Evidence) -> Diagnosis:
     """The most telling explanation of the evidence: the first rule of RULES that fires."""
-    signals = read_log(ev.logs)
-    ev, seen = with_log_facts(ev, signals)
-    ctx = Context(ev, tuple(signals), platforms_in(strip_sequences(ev.logs), ev.platform), tuple(facts(ev, seen)),
-                  seen)
+    reading = READER.read(ev.logs)
+    ev, seen = with_log_facts(ev, reading.signals)
+    platforms = seen_in(reading.marks)
+    ctx = Context(ev, reading.signals, platforms_in(platforms, ev.platform), tuple(facts(ev, seen)), seen,
+                  reading.marks, has_dev_shm(platforms, ev.platform))
     for rule in RULES:
         found = rule.diagnose(ctx)
         if found is not None:

@@ -16,7 +16,7 @@ from shmguard.fixes import Want, job_memory_fixes, nofile_fixes, shm_fixes
 from shmguard.units import format_size
 
 if TYPE_CHECKING:
-    from shmguard.diagnosis.rules import Context
+    from shmguard.diagnosis.machinery import Context
 
 DESCRIBE = ("Describing the job (--workers, --batch-size, --sample-shape or --sample-bytes, or its SHMGUARD_* "
             "variables) gives the exact size: run shmguard explain again with it; shmguard measure finds the "
@@ -45,16 +45,21 @@ def had(ev: Evidence) -> str:
 
 
 def evidence_want(ctx: Context, extra: int | None = None) -> Want:
-    """The smallest /dev/shm the evidence supports without the job: what it had plus a segment that did not
-    fit (`extra`), the size Ray asks for, or more than what it had."""
+    """The smallest /dev/shm the evidence supports without the job: the size Ray asks for; more than the
+    largest pool, region or allocation the log says could not be made (`requested`: Triton's, UCX's,
+    PostgreSQL's); what it had plus a segment that did not fit (`extra`: NCCL's; Docker's 64 MiB default when
+    the log does not say what it had); or more than what it had."""
     ev = ctx.ev
     size = ev.shm_size if ev.shm_size is not None and not ev.shm_unbounded else None
-    ray = ctx.first("ray-object-store", "ray-object-store-crash")
+    ray = ctx.first("ray-object-store", "ray-object-store-crash", "ray-plasma-request")
     asked = ray.details.get("asked") if ray is not None else None
     if isinstance(asked, int):
         return Want(size=sizing.shm_size_for(asked), at_least=True)
-    if extra is not None and size is not None:
-        return Want(size=sizing.shm_size_for(size + extra), at_least=True)
+    stated = [s.details["requested"] for s in ctx.signals if isinstance(s.details.get("requested"), int)]
+    if stated:
+        return Want(size=sizing.shm_size_for(max(stated) + 1), at_least=True)
+    if extra is not None:
+        return Want(size=sizing.shm_size_for((size if size is not None else sizing.SHM_FLOOR) + extra), at_least=True)
     return Want(above=size)
 
 

@@ -14,6 +14,11 @@ NO_FAILURE = "no-failure"
 VERDICTS = (SHARED_MEMORY, LIKELY, NOT_SHARED_MEMORY, UNDETERMINED, NO_FAILURE)
 BLAMES_SHM = (SHARED_MEMORY, LIKELY)
 
+# How the Python API (shmguard.api.messages) words a DataLoader's shared-memory crash; a rule's `crash` is one.
+CRASH_BUS, CRASH_ALLOC, CRASH_ENOSPC = "bus error", "shared memory allocation", "no space left in /dev/shm"
+CRASH_TIMEOUT = "a batch that never came"  # a worker's queue thread failed to share it: only when shm was short
+CRASHES = (CRASH_BUS, CRASH_ALLOC, CRASH_ENOSPC, CRASH_TIMEOUT)
+
 SIGBUS_EXIT = 128 + 7
 SIGKILL_EXIT = 128 + 9
 # How the fix is spelled: `run` (shmguard run's flags), docker, kubernetes, slurm, ray, or None: what the log

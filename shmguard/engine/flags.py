@@ -26,28 +26,13 @@ from typing import Any, Callable
 
 from shmguard.errors import UsageError
 from shmguard.record import Record
-from shmguard.units import MIB, docker_size, parse_size
+from shmguard.units import MIB, docker_size, parse_bytes
 
-MAX_BYTES = 2**63 - 1  # the engine's sizes are int64
 MIN_CPUS = 0.01  # the engine's smallest --cpus (nano_cpus 10^7)
 HEALTH_INTERVAL_S = 10
 
 
 # ---- parsers: a user's (or a docker run line's) text -> a value; UsageError on bad input ----
-
-def parse_bytes(flag: str, text: str, minimum: int = 1) -> int:
-    try:
-        value = parse_size(text)
-    except OverflowError:
-        value = MAX_BYTES + 1
-    except ValueError as exc:
-        raise UsageError(f"{flag}: {exc}") from None
-    if value < minimum:
-        raise UsageError(f"{flag} must be at least {minimum} byte{'s' if minimum > 1 else ''}, not {text!r}"
-                         + (" (Docker reads 0 as its default, 64m)" if value == 0 and flag == "--shm-size" else ""))
-    if value > MAX_BYTES:
-        raise UsageError(f"{flag} {text!r} is beyond what the engine can hold (2^63 bytes)")
-    return value
 
 
 def parse_number(flag: str, text: str, minimum: float) -> float:

@@ -44,6 +44,7 @@ from typing import Any
 
 from shmguard import pod, sizing
 from shmguard.errors import UsageError
+from shmguard.evidence import SHELLS, words
 from shmguard.manifests import annotations as ann
 from shmguard.manifests import scope
 from shmguard.manifests.templates import (
@@ -675,7 +676,7 @@ def processes_placeholder(container) -> str | None:
     """What a container's process count comes from when that is a placeholder: a launcher's flag
     (`--nproc_per_node=${GPU_PER_NODE}`) or, with no literal flag, an accelerator resource (`nvidia.com/gpu:
     $GPU_PER_NODE`); None when it is known."""
-    text = scope.words(container)
+    text = words(container)
     flags = PROCESS_FLAG.findall(text)
     for flag, value in flags:
         if placeholder(value):
@@ -704,7 +705,7 @@ def template_placeholders(containers: list) -> list[str]:
         texts.append(str(container.get("image") or ""))
         texts += [str(e.get("value")) for e in list_of(container.get("env")) if isinstance(e, dict) and e.get("value")]
         line = [str(w) for key in ("command", "args") for w in list_of(container.get(key))]
-        if line and line[0].rsplit("/", 1)[-1] not in scope.SHELLS:
+        if line and line[0].rsplit("/", 1)[-1] not in SHELLS:
             texts += line
     return list(dict.fromkeys(m.group(0) for text in texts for m in PLACEHOLDER.finditer(text)))
 

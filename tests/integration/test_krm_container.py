@@ -13,7 +13,7 @@ import uuid
 import pytest
 import yaml
 
-from shmguard.manifests import krm
+from shmguard.commands import fn as krm
 from tests.support.ci import unavailable
 from tests.support.containers import SESSION, TEST_LABEL
 from tests.support.paths import CHECKOUT, DATA

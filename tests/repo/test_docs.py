@@ -23,9 +23,9 @@ def test_the_readme_is_a_front_door():
 
 def test_the_readme_shows_every_command():
     readme = (CHECKOUT / "README.md").read_text(encoding="utf-8")
-    from shmguard.cli import cli
+    from shmguard.cli import COMMANDS
 
-    for name in cli.commands:
+    for name in COMMANDS:
         assert f"**`{name}`**" in readme, f"the README has no example of `shmguard {name}`"
 
 

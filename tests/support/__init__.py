@@ -8,5 +8,7 @@
 - webhook, hostile: AdmissionReviews, a webhook server in this process, and the hostile HTTP corpus;
 - death: the forms a DataLoader's shared-memory death takes, and the demo job that dies of it;
 - containers, throwaway_engine, podman, slurm_cluster, burners: real components the integration tests start;
-- health, datasets, crds, fix_sizes, properties, public_logs: helpers of one area each.
+- health, datasets, crds, fix_sizes, properties, public_logs: helpers of one area each;
+- explain_corpus: the judged corpus of issue 41 (its split, its cases, the scorer), shared with
+  benchmarks/explain_corpus.py.
 """

@@ -43,7 +43,9 @@ def test_the_cli_takes_its_choice_lists_from_the_modules_that_decide_them():
     """Issue 39.2: kinds, launchers, platforms and sharing strategies were spelled again in the cli."""
     import click
 
-    from shmguard import cli, fixes, job, slurm
+    from shmguard import fixes, job, slurm
+    from shmguard.commands import explain, measure
+    from shmguard.commands import render as render_command
     from shmguard.manifests import render
 
     def choices(command, name):
@@ -51,8 +53,8 @@ def test_the_cli_takes_its_choice_lists_from_the_modules_that_decide_them():
         assert isinstance(param.type, click.Choice)
         return tuple(param.type.choices)
 
-    group = cli.cli
-    assert choices(group.commands["render"].commands["k8s"], "kind") == render.KINDS
-    assert choices(group.commands["render"].commands["slurm"], "launcher") == slurm.LAUNCHERS
-    assert choices(group.commands["explain"], "platform") == fixes.SPELLED_FOR
-    assert choices(group.commands["measure"], "sharing_strategy") == job.SHARING_STRATEGIES
+    renders = render_command.command()
+    assert choices(renders.commands["k8s"], "kind") == render.KINDS
+    assert choices(renders.commands["slurm"], "launcher") == slurm.LAUNCHERS
+    assert choices(explain.command(), "platform") == fixes.SPELLED_FOR
+    assert choices(measure.command(), "sharing_strategy") == job.SHARING_STRATEGIES

@@ -20,11 +20,12 @@ from shmguard import model, pod, sizing
 from shmguard.api import check as api_check
 from shmguard.api.loader import Settings
 from shmguard.commands import explain
+from shmguard.commands import fn as krm
 from shmguard.declared import visible_devices
 from shmguard.exporter import engine as exporter_engine
 from shmguard.exporter.podnames import volume_target
 from shmguard.job import ENV_VARS
-from shmguard.manifests import krm, podspec
+from shmguard.manifests import podspec
 from shmguard.manifests.annotations import KEYS, annotation_values
 from shmguard.manifests.templates import find_templates
 from shmguard.manifests.yamlio import load

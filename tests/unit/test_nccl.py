@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from shmguard import model, nccl, sizing
+from shmguard import diagnosis, model, nccl, sizing
 from shmguard.errors import UsageError
 from shmguard.job import job_from_env, make_job
 
@@ -203,20 +203,29 @@ def test_job_from_env_reads_the_nccl_variables_and_carries_the_transport():
     assert job_from_env({**environ, **p2p.to_env()}).nccl_transport == "p2p"
 
 
-@pytest.mark.parametrize("ident, line", [
-    ("nccl.shm.create", "ubuntu:9621:9688 [3] misc/shmutils.cc:112 NCCL WARN Error while creating shared memory "
-                        "segment /dev/shm/nccl-KWfVyt (size 5967872)"),  # NVIDIA/nccl-tests#166
-    ("nccl.shm.extend", "ubuntu:9621:9691 [6] misc/shmutils.cc:71 NCCL WARN Error: failed to extend "
-                        "/dev/shm/nccl-fjwOOB to 5967876 bytes"),  # NVIDIA/nccl-tests#166
-    ("nccl.shm.extend", "NCCL WARN Error: failed to extend /dev/shm/nccl-03v824 to 4194660 bytes"),  # the NCCL guide
-    ("nccl.shm.attach", "g148:14937:69361 [0] misc/shmutils.cc:129 NCCL WARN Error while attaching to shared memory "
-                        "segment /dev/shm/nccl-glnlGK (size 14156128), error: No such file or directory (2)"),  # nccl#1589
-    ("nccl.shm.unlink", "NCCL WARN unlink shared memory /dev/shm/nccl-d5rTd0 failed, error: No such file or directory"),
-    ("nccl.shm.fallocate", "NCCL WARN Call to posix_fallocate failed : No space left on device"),
+@pytest.mark.parametrize("kind, line", [
+    ("nccl-create", "ubuntu:9621:9688 [3] misc/shmutils.cc:112 NCCL WARN Error while creating shared memory "
+                    "segment /dev/shm/nccl-KWfVyt (size 5967872)"),  # NVIDIA/nccl-tests#166
+    ("nccl-extend", "ubuntu:9621:9691 [6] misc/shmutils.cc:71 NCCL WARN Error: failed to extend "
+                    "/dev/shm/nccl-fjwOOB to 5967876 bytes"),  # NVIDIA/nccl-tests#166
+    ("nccl-extend", "NCCL WARN Error: failed to extend /dev/shm/nccl-03v824 to 4194660 bytes"),  # the NCCL guide
+    ("nccl-attach", "g148:14937:69361 [0] misc/shmutils.cc:129 NCCL WARN Error while attaching to shared memory "
+                    "segment /dev/shm/nccl-glnlGK (size 14156128), error: No such file or directory (2)"),  # nccl#1589
+    ("nccl-unlink", "NCCL WARN unlink shared memory /dev/shm/nccl-d5rTd0 failed, error: No such file or directory"),
+    ("nccl-call", "NCCL WARN Call to posix_fallocate failed : No space left on device"),
 ])
-def test_error_patterns_match_published_lines(ident, line):
-    matched = [i for i, pattern, _, _ in nccl.NCCL_SHM_ERRORS if re.search(pattern, line)]
-    assert matched == [ident]
+def test_the_rule_table_knows_nccls_published_lines(kind, line):
+    """NCCL's shared-memory messages live in the diagnosis's one table (issue 39: no second list in nccl.py)."""
+    assert [s.kind for s in diagnosis.scan(line)] == [kind]
+    assert any(rule.kind == kind and rule.source for rule in diagnosis.RULES)
+
+
+def test_a_segment_removed_under_nccl_is_not_its_size():
+    """`unlink shared memory … failed`: the segment vanished (systemd RemoveIPC, a cleanup), which explain missed."""
+    found = diagnosis.diagnose(diagnosis.Evidence(logs="NCCL WARN unlink shared memory /dev/shm/nccl-d5rTd0 failed, "
+                                                       "error: No such file or directory"))
+    assert (found.verdict, found.cause) == (diagnosis.UNDETERMINED, "nccl-shm-removed")
+    assert "RemoveIPC=no" in found.fix and found.shm_needed is None
 
 
 @pytest.mark.parametrize("ranks", range(2, 17))

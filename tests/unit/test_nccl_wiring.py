@@ -155,7 +155,7 @@ def test_run_gpus_all_counts_one_gpu_per_process(capsys):
 
 
 def test_health_in_the_container_counts_nccl(tree, monkeypatch):
-    from shmguard.health import assess
+    from shmguard.commands.health import assess
     from shmguard.job import job_from_env
 
     env = {"SHMGUARD_WORKERS": "0", "SHMGUARD_BATCH_SIZE": "1", "SHMGUARD_SAMPLE_BYTES": "1",

@@ -111,7 +111,7 @@ def test_explain_logs_that_do_not_point_at_shm_exit_0(monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("args, stdin, message", [
-    ([], None, "give a CONTAINER, or pipe"),
+    ([], None, "give a CONTAINER or a log FILE, or pipe"),
     ([], "   \n", "stdin is empty"),
     (["--shm-size", "lots"], "log", "--shm-size"),
     (["--workers", "x", "--batch-size", "4", "--sample-bytes", "1k"], "log", "--workers must be a whole number"),
@@ -321,3 +321,62 @@ def test_27_6_a_pods_memory_and_shm_are_read_as_the_kubelet_sets_them():
     trainer = pods_in([yaml.safe_load((PODS / "oom-unbounded-shm.yaml").read_text())])[0]
     (_, ev), _ = pod_evidence(trainer, NO_FLAGS)
     assert ev.shm_unbounded and any("metrics without a memory limit" in n and "nothing but the node" in n for n in ev.notes)
+
+
+def test_explain_reads_a_file_named_as_users_type_it(monkeypatch, capsys, tmp_path):
+    """`shmguard explain crash.log` (issue 41 item 4): the file is read as stdin is, never asked of the engine."""
+    monkeypatch.setattr(explaining, "read_container", lambda *a: pytest.fail("a file is not a container"))
+    log = tmp_path / "crash.log"
+    log.write_text((CAPTURED / "dataloader-enospc-64m" / "logs.txt").read_text())
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run_cli(monkeypatch, capsys, ["crash.log", "--shm-size", "64m", *JOB_FLAGS])
+    assert code == 1 and "shared-memory (shm-enospc)" in out and "--shm-size=368m" in out
+    code, out, _ = run_cli(monkeypatch, capsys, ["--json", str(log)])
+    data = json.loads(out)
+    assert code == 1 and data["source"] == "logs" and data["name"] == str(log)
+
+
+def test_explain_a_pod_object_in_a_file(monkeypatch, capsys, tmp_path):
+    pod = tmp_path / "pod.yaml"
+    pod.write_text((PODS / "enospc-default-shm.yaml").read_text())
+    code, out, _ = run_cli(monkeypatch, capsys, ["--json", str(pod)])
+    assert json.loads(out)["source"] == "pod"
+
+
+def test_a_dash_reads_stdin_even_from_a_terminal(monkeypatch, capsys):
+    monkeypatch.setattr(explaining, "read_container", lambda *a: pytest.fail("- is stdin, not a container"))
+    logs = "RuntimeError: DataLoader worker (pid 7) is killed by signal: Bus error."
+    monkeypatch.setattr("sys.stdin", io.StringIO(logs))
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+    code = main(["explain", "-"])
+    assert code == 1 and "worker-bus-error" in capsys.readouterr().out
+
+
+def test_a_name_that_is_no_file_is_still_a_container(monkeypatch, capsys, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    asked = []
+
+    def fake_read(name, host, tail):
+        asked.append(name)
+        return inspect("dataloader-enospc-64m"), (CAPTURED / "dataloader-enospc-64m" / "logs.txt").read_text()
+
+    monkeypatch.setattr(explaining, "read_container", fake_read)
+    code, out, _ = run_cli(monkeypatch, capsys, ["trainer"])
+    assert code == 1 and asked == ["trainer"] and "shm-enospc" in out
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda d: d, "is not a file"),
+    (lambda d: (d / "empty.log").write_text("  \n") and d / "empty.log", "empty.log is empty"),
+])
+def test_a_bad_file_is_one_line_and_exit_2(monkeypatch, capsys, tmp_path, make, message):
+    code, _, err = run_cli(monkeypatch, capsys, [str(make(tmp_path))])
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_an_unreadable_file_is_one_line_and_exit_2(monkeypatch, capsys, tmp_path):
+    log = tmp_path / "secret.log"
+    log.write_text("x")
+    monkeypatch.setattr("builtins.open", lambda *a, **k: (_ for _ in ()).throw(PermissionError(13, "Permission denied")))
+    code, _, err = run_cli(monkeypatch, capsys, [str(log)])
+    assert code == 2 and "secret.log: cannot read it (Permission denied)" in err

@@ -273,11 +273,14 @@ def test_a_coloured_log_is_read_and_quoted_without_its_escapes():
     assert all("\x1b" not in e and "\x07" not in e for e in found.evidence)
 
 
-def test_torch_write_without_a_reason_is_its_own_kind_and_with_one_stays_enospc_shm():
-    """The Python API reads `enospc-shm` for torch's segment writer with ENOSPC: that kind must not change."""
-    assert [s.kind for s in scan("RuntimeError: unable to write to file </torch_5_6>")] == ["torch-shm-write"]
-    assert [s.kind for s in scan("RuntimeError: unable to write to file </torch_5_6>: No space left on device (28)")
-            ] == ["enospc-shm"]
+def test_torch_write_with_or_without_a_reason_is_its_allocators_failure():
+    """torch's segment writer, with its reason or without (PyTorch before 1.12), is one kind, which the Python API
+    words as an allocation crash (the rule's `crash`)."""
+    for line in ("RuntimeError: unable to write to file </torch_5_6>",
+                 "RuntimeError: unable to write to file </torch_5_6>: No space left on device (28)",
+                 "RuntimeError: unable to write to file </torch_76_3625483894> at /pytorch/aten/src/TH/THAllocator.c:383"):
+        assert [s.kind for s in scan(line)] == ["torch-shm-write"], line
+        assert diagnose(Evidence(logs=line)).cause == "shm-enospc"
 
 
 @pytest.mark.parametrize("line", ['        "OOMKilled": true,', "    Reason:       OOMKilled",

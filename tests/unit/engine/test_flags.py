@@ -254,9 +254,9 @@ def test_number_text_round_trips():
 
 
 def test_click_options_come_from_the_table():
-    from shmguard.cli import run
+    from shmguard.commands.run import command
 
-    names = {p.name for p in run.params}
+    names = {p.name for p in command().params}
     assert {row.key for row in flags.ROWS if row.option} <= names
 
 

@@ -517,7 +517,7 @@ def test_a_training_job_an_argo_step_creates_is_sized_inside_its_string():
 def test_the_krm_function_reads_wrappers_and_names_evidence():
     """fn shares patch's core: a Katib trial is sized, a database left alone with its evidence, and its
     functionConfig's job is the job given (a template with no evidence either way is sized)."""
-    from shmguard.manifests.krm import run
+    from shmguard.commands.fn import run
 
     experiment = yaml.safe_load((DEV / "katib-experiment-pytorchjob-mnist.yaml").read_text())
     database = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "db"},

@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from shmguard.commands import fn as krm
 from shmguard.job import make_job
-from shmguard.manifests import krm, render, yamlio
+from shmguard.manifests import render, yamlio
 from shmguard.manifests.podspec import patch_documents
 from shmguard.manifests.yamledit import patch_text, render_scalar
 

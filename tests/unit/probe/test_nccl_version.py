@@ -17,7 +17,7 @@ import pytest
 
 from shmguard import nccl
 from shmguard.cli import main
-from shmguard.health import assess
+from shmguard.commands.health import assess
 from shmguard.job import job_from_env, make_job
 from shmguard.probe import Root
 from shmguard.probe.nccl_version import installed, library_version, wheel_version, with_installed_version

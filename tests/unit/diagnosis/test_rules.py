@@ -1,0 +1,280 @@
+"""The rule table's own rules: linear patterns with needles, the causes it can give, the families of issue 41.
+
+Speed is a benchmark's (benchmarks/explain_speed.py); here the patterns are held to what makes it: each is
+linear by construction, and each has needles that every line it matches holds.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from shmguard import schemas
+from shmguard.api import messages
+from shmguard.diagnosis import (
+    BLAMES_SHM,
+    CRASHES,
+    NOT_SHARED_MEMORY,
+    READER,
+    RULES,
+    SHARED_MEMORY,
+    UNDETERMINED,
+    Evidence,
+    causes,
+    diagnose,
+    scan,
+)
+from shmguard.diagnosis.machinery import ANCHORS, lines_of, needles_of, pattern_faults
+from shmguard.diagnosis.platforms import HINTS
+from tests.support.explain_corpus import cases, faults, fix_sizes
+from tests.support.paths import DATA
+
+PROBES = READER.probes
+
+
+@pytest.mark.parametrize("probe", PROBES, ids=lambda p: f"{p.owner}:{p.pattern.pattern[:40]}")
+def test_every_pattern_is_linear_by_construction(probe):
+    """Bounded repeats, none nested, a bounded match: each place in a line costs a bounded number of steps, so
+    a line costs time in proportion to its length (issue 43 item 15, issue 41 item 6)."""
+    assert pattern_faults(probe.pattern) == []
+
+
+def test_the_quadratic_ray_hint_is_gone_and_would_be_caught():
+    """`\\bobject store\\b.*/dev/shm` took ~28 s on a 10 MB log (issue 43 item 15): the check names it."""
+    assert pattern_faults(re.compile(r"\bobject store\b.*/dev/shm"))
+    assert all(not pattern_faults(p) for patterns in HINTS.values() for p in patterns)
+
+
+@pytest.mark.parametrize("probe", PROBES, ids=lambda p: f"{p.owner}:{p.pattern.pattern[:40]}")
+def test_every_pattern_has_needles(probe):
+    """The reader searches the text for needles, then tries a pattern only on the lines that hold one of its own:
+    a pattern without needles would be tried on every line."""
+    assert probe.needles and min(map(len, probe.needles)) >= 2, probe.needles
+    assert all(len(anchor) >= 10 for anchor in ANCHORS)
+
+
+def _corpus_lines() -> list[str]:
+    texts = [path.read_text() for path in (DATA / "explain").rglob("*.log")]
+    texts += [path.read_text() for path in (DATA / "explain").rglob("logs.txt")]
+    return [line.strip() for text in texts for line in lines_of(text) if line.strip()]
+
+
+def test_every_line_a_pattern_matches_holds_one_of_its_needles():
+    """Needles are taken from the patterns themselves; on every line of every corpus they are found where the
+    pattern matches (the prefilter never hides a line)."""
+    lines = _corpus_lines()
+    assert len(lines) > 1500
+    for probe in PROBES:
+        for line in lines:
+            if probe.pattern.search(line):
+                assert any(needle in line for needle in probe.needles), (probe.pattern.pattern, line)
+
+
+def test_needles_of_a_branch_and_of_a_repeat():
+    assert needles_of(re.compile(r"Watchdog caught (?:foo|barbaz) x")) == {"Watchdog caught "}
+    assert needles_of(re.compile(r"(?:alpha|beta)\d{1,3}")) == {"alpha", "beta"}
+    assert needles_of(re.compile(r"(?:alpha|beta) (?:gamma)")) == {" gamma"}  # the longer literal wins
+    assert needles_of(re.compile(r"\d{1,3}")) == frozenset()
+
+
+def test_a_long_line_of_repeated_prefixes_is_read_and_nothing_is_found():
+    """A 1 MB line of a pattern's own beginnings (the issue's pathological input) is classified like any line;
+    its cost is the benchmark's to show, its result is here."""
+    for text in ("object store " * 80_000, "DataLoader worker (pid " * 40_000, "shared memory segment " * 40_000):
+        assert diagnose(Evidence(logs=text)).cause == "none"
+
+
+def test_the_causes_a_diagnosis_gives_are_declared_by_the_rules():
+    assert len(causes()) == len(set(causes()))
+    for rule in RULES:
+        assert rule.cause == "" or rule.cause in rule.causes, rule
+
+
+@pytest.mark.parametrize("name", ["explain", "run"])
+def test_the_schemas_list_the_causes_of_the_rules(name):
+    """The --json schemas' cause lists are the rule table's (issue 39 item 2), as the verdicts are."""
+    schema = json.dumps(schemas.load(name))
+    listed = set(re.search(r"Shared memory: ([^.]+)\. Not \(or not shown to be\) shared memory: ([^.]+)\.",
+                           schema).group(1, 2)[0].split(", "))
+    listed |= set(re.search(r"Not \(or not shown to be\) shared memory: ([^.]+)\.", schema).group(1).split(", "))
+    assert listed == set(causes())
+
+
+def test_the_api_reads_the_crash_of_the_rule():
+    """The Python API words a crash by the rule that recognised it; the timeout by the rule's own pattern, so
+    `…after 12.5 seconds` is one (its old regex wanted whole seconds)."""
+    assert messages.crash_kind("RuntimeError: DataLoader timed out after 12.5 seconds") == messages.TIMEOUT
+    assert {rule.crash for rule in RULES if rule.crash} == set(CRASHES)
+    bus = "RuntimeError: DataLoader worker (pid 5) is killed by signal: Bus error."
+    assert messages.crash_kind("RuntimeError: DataLoader timed out after 5 seconds\n" + bus) == messages.BUS
+
+
+# --- the families of issue 41 -------------------------------------------------------------------------------
+
+TRITON = ("Failed to increase the shared memory pool size for key 'triton_python_backend_shm_region_1' to 67108864 "
+          "bytes. If you are running Triton inside docker, use '--shm-size' flag to control the shared memory region "
+          "size. Error: No space left on device")
+
+
+def test_a_pool_that_could_not_grow_is_sized_from_the_log():
+    """Triton's Python backend (src/shm_manager.cc): the size it states becomes the fix's, never SIZE."""
+    found = diagnose(Evidence(logs=TRITON))
+    assert (found.verdict, found.cause) == (SHARED_MEMORY, "shm-pool")
+    assert "SIZE" not in found.fix and min(fix_sizes(found.fix)) > 67108864
+
+
+def test_enomem_on_a_file_in_dev_shm_is_likely_shared_memory():
+    found = diagnose(Evidence(logs="OSError: [Errno 12] Cannot allocate memory: '/dev/shm/sem.mp-x1y2'"))
+    assert (found.verdict, found.cause) == ("likely-shared-memory", "shm-enospc")
+    assert "--shm-size" in found.fix
+    for other in ("OSError: [Errno 12] Cannot allocate memory",
+                  "unable to mmap 8 bytes from file </dev/shm/torch_1_2>: Cannot allocate memory (12)"):
+        assert diagnose(Evidence(logs=other)).verdict not in BLAMES_SHM, other
+
+
+def test_a_pool_refused_for_another_reason_is_not_its_size():
+    found = diagnose(Evidence(logs=TRITON.replace("No space left on device", "File exists")))
+    assert (found.verdict, found.cause) == (NOT_SHARED_MEMORY, "shm-file") and not fix_sizes(found.fix)
+
+
+def test_ray_plasma_request_is_sized_from_the_request():
+    """The plasma store's own message (ray src/ray/object_manager/plasma/store_runner.cc): its request in bytes."""
+    found = diagnose(Evidence(logs="[2024-01-01 00:00:00,000 W 12 12] store_runner.cc:48: System memory request "
+                                   "exceeds memory available in /dev/shm. The request is for 2147483648 bytes, and "
+                                   "the amount available is 60397977 bytes. You may be able to free up space by "
+                                   "deleting files in /dev/shm."))
+    assert (found.verdict, found.cause) == (SHARED_MEMORY, "ray-object-store")
+    assert min(fix_sizes(found.fix)) >= 2147483648 and "object-store-memory" in found.fix
+
+
+def test_an_eviction_for_disk_is_its_own_cause():
+    """The kubelet's message (pkg/kubelet/eviction/helpers.go): ephemeral storage, not /dev/shm."""
+    found = diagnose(Evidence(logs="Status:  Failed\nReason:  Evicted\nMessage: The node was low on resource: "
+                                   "ephemeral-storage. Container trainer was using 10Gi, which exceeds its request of 0."))
+    assert (found.verdict, found.cause) == (NOT_SHARED_MEMORY, "evicted")
+    assert "ephemeral-storage" in found.fix and not fix_sizes(found.fix)
+
+
+@pytest.mark.parametrize("log", [
+    # wrapped by a terminal (torch's message over three lines)
+    "RuntimeError: DataLoader worker (pid 47) is killed by signal: Bus\nerror. It is possible that dataloader's "
+    "workers are out of shared\nmemory. Please try to raise your shared memory limit.",
+    # prefixed by a launcher, a logger, Ray
+    "[rank3]: RuntimeError: DataLoader worker (pid 47) is killed by signal: Bus error.",
+    "(RayTrainWorker pid=4242) RuntimeError: DataLoader worker (pid 47) is killed by signal: Bus error.",
+    "2024-05-01 12:00:01,123 - ERROR: Unexpected bus error encountered in worker. This might be caused by "
+    "insufficient shared memory (shm).",
+    # coloured
+    "\x1b[31mRuntimeError: DataLoader worker (pid 47) is killed by signal: Bus error.\x1b[0m",
+    # interleaved with a progress bar's redraws
+    "train:   2%|#         | 1/46 [00:01<01:10]\rERROR: Unexpected bus error encountered in worker.",
+])
+def test_torchs_message_wrapped_prefixed_or_interleaved(log):
+    found = diagnose(Evidence(logs=log))
+    assert (found.verdict, found.cause) == (SHARED_MEMORY, "worker-bus-error"), found
+
+
+@pytest.mark.parametrize("log, cause", [
+    ("RuntimeError: DataLoader worker (pid 9) is killed by signal: Segmentation fault.", "segfault"),
+    ("RuntimeError: DataLoader worker (pid 9) is killed by signal: Terminated.", "terminated"),
+    ("RuntimeError: Pin memory thread exited unexpectedly", "pin-memory"),
+    ("slurmstepd: error: *** JOB 1 ON n1 CANCELLED AT 2024-01-01T00:00:00 DUE TO TIME LIMIT ***", "time-limit"),
+    ("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0 (pid: 9) of binary: "
+     "/usr/bin/python", "killed"),
+    ("UCX ERROR shmget(size=4263936 flags=0x7b0) for mm_recv_desc failed: No space left on device, please check "
+     "shared memory limits by 'ipcs -l'", "sysv-shm"),
+    ("RuntimeError: DataLoader worker (pid 9) exited unexpectedly with exit code 1. Details are lost due to "
+     "multiprocessing.", "worker-exception"),
+])
+def test_each_lookalike_family_has_its_own_cause_and_no_shm_size(log, cause):
+    found = diagnose(Evidence(logs=log))
+    assert found.cause == cause and found.verdict not in BLAMES_SHM, found
+    assert found.fix and not fix_sizes(found.fix) and "--shm-size" not in found.fix
+
+
+@pytest.mark.parametrize("log, cause", [
+    # round 2, from round 1's held-out misses (tests/data/explain/judged/held-out/)
+    ('  File "/root/.local/lib/python3.10/site-packages/datasets/arrow_writer.py", line 575, in write_table\n'
+     "OSError: [Errno 28] No space left on device", "disk-full"),
+    ("Read -1, expected 4096, errno =1", "mpi-cma"),
+    ("Apr 17 15:57:31 runner01 gitlab-runner[17]: WARNING: Job failed: exit code 137", "killed"),
+])
+def test_round_2_families(log, cause):
+    found = diagnose(Evidence(logs=log))
+    assert found.cause == cause and found.verdict not in BLAMES_SHM and not fix_sizes(found.fix or "")
+
+
+@pytest.mark.parametrize("log, cause", [
+    # round 3: signals and exit statuses by number and name, in the forms shells, debuggers and launchers print
+    ("14957 segmentation fault (core dumped)  python train.py", "segfault"),
+    ("Core was generated by `python train.py'. Program terminated with signal SIGSEGV, Segmentation fault.", "segfault"),
+    ("Process finished with exit code 139 (interrupted by signal 11: SIGSEGV)", "segfault"),
+    ("Error: Process completed with exit code 137.", "killed"),
+    ("ERROR: Command 'pip3 install torch' returned code 137", "killed"),
+    ("torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 0", "killed"),
+    ("ERROR: Job failed (system failure): Error in container build: exit code: 137, reason: 'OOMKilled'", "oom"),
+    ("Warning  Evicted  109s  kubelet  Pod ephemeral local storage usage exceeds the total limit of containers 5Gi.",
+     "evicted"),
+    ('  File "C:\\Python38\\lib\\multiprocessing\\spawn.py", line 277, in _fixup_main_from_path', "spawn-main"),
+    ("RuntimeError: write(): fd 29 failed with Input/output error", "disk-full"),
+])
+def test_round_3_signals_and_statuses(log, cause):
+    found = diagnose(Evidence(logs=log))
+    assert found.cause == cause and found.verdict not in BLAMES_SHM, found
+    assert not fix_sizes(found.fix or "")
+
+
+def test_rays_boilerplate_naming_sigsegv_is_not_a_segfault():
+    log = ("Worker exit detail: There are some potential root causes. (3) The worker is crashed unexpectedly due to "
+           "SIGSEGV or other unexpected errors.\n(RayWorker pid=4712) *** SIGBUS received at time=1692322557 ***")
+    assert diagnose(Evidence(logs=log)).cause == "sigbus"
+
+
+def test_a_negative_exit_code_is_the_signal_and_zero_is_never_read_loosely():
+    assert diagnose(Evidence(logs="Process finished with exit code -11")).cause == "segfault"
+    assert diagnose(Evidence(logs="Process finished with exit code 0\nKeyError: 'x'")).verdict != "no-failure"
+
+
+def test_an_eviction_fix_names_no_shm_size():
+    found = diagnose(Evidence(logs="The node was low on resource: ephemeral-storage."))
+    assert found.cause == "evicted" and "sizeLimit" not in found.fix and "--shm-size" not in found.fix
+
+
+def test_a_timeout_on_a_platform_without_dev_shm_is_not_given_one():
+    found = diagnose(Evidence(logs="Platforms: windows, mac\nRuntimeError: DataLoader timed out after 5 seconds"))
+    assert (found.verdict, found.cause) == (NOT_SHARED_MEMORY, "loader-timeout")
+    assert "--shm-size" not in found.fix and "sizeLimit" not in found.fix
+
+
+def test_gkes_kubectl_version_is_kubernetes():
+    found = diagnose(Evidence(logs='Server Version: version.Info{Major:"1", Minor:"21", GitVersion:"v1.21.11-gke.1100"}'
+                                   "\nERROR: Unexpected bus error encountered in worker."))
+    assert "sizeLimit" in found.fix and "--shm-size" not in found.fix
+
+
+def test_a_segment_of_nccl_with_no_size_of_shm_known_is_sized_on_dockers_default():
+    found = diagnose(Evidence(logs="NCCL WARN Error while creating shared memory segment /dev/shm/nccl-x (size 9637888)"))
+    assert found.cause == "nccl-shm" and min(fix_sizes(found.fix)) >= 64 * 2**20 + 9637888
+
+
+# --- the development half of the judged corpus --------------------------------------------------------------
+
+# Development cases explain misses, with why: a new miss fails this test and names its case.
+KNOWN_MISSES = {
+    "returnn-1792-file-cache-enospc.log": "an ENOSPC with no path; the cache's paths are in the lines after it, "
+                                          "which are not its traceback",
+}
+
+
+def test_the_development_half_scores_as_benchmarked():
+    """The held-out half is not scored here (benchmarks/explain_corpus.py): no test pulls a rule towards it."""
+    missed = {case.name: why for case in cases("development") if (why := faults(case))}
+    assert missed.keys() == KNOWN_MISSES.keys(), missed
+
+
+def test_scan_reports_signals_not_marks():
+    assert [s.kind for s in scan("shm 64M 64M 0 100% /dev/shm\nTraceback (most recent call last):")] == []
+    assert diagnose(Evidence(logs="shm 64M 64M 0 100% /dev/shm")).verdict in BLAMES_SHM
+    assert diagnose(Evidence(logs="shm 64M 1M 63M 2% /dev/shm", exit_code=1)).verdict == UNDETERMINED
