@@ -184,7 +184,7 @@ def report_lines(result) -> list[str]:
     if mount is not None:  # not the tmpfs shmguard sized: said as what it is
         lines.append(f"shmguard: /dev/shm was {mount.describe()}, not the container's own tmpfs: the size shmguard "
                      f"planned did not apply")
-        if not mount.tmpfs:
+        if mount.tmpfs is False:
             lines.append("shmguard: peak /dev/shm not measured: it is not a tmpfs, and its filesystem's use is "
                          "everything else's on it too")
     if result.peak_shm is not None:

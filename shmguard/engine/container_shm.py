@@ -39,20 +39,24 @@ class ContainerShm(Record):
     kind: str  # OWN, HOST, USERS or NONE
     mount: Mount | None = None  # the mount visible there (the container's view)
     host_path: str | None = None  # where the host has that filesystem's folder, when it is one of the host's
+    given: str | None = None  # the user's option that put it there, when the mounts could not be read (it ended)
 
     @property
     def device(self) -> str | None:
         return self.mount.device if self.mount is not None else None
 
     @property
-    def tmpfs(self) -> bool:
-        return self.mount is not None and self.mount.fstype == "tmpfs"
+    def tmpfs(self) -> bool | None:
+        """Whether it is a tmpfs; None when not known (not read)."""
+        return None if self.mount is None and self.given else self.mount is not None and self.mount.fstype == "tmpfs"
 
     def describe(self) -> str:
         """What is there, for a person: `the host's /dev/shm`, `/data/shm of the host (ext4 /dev/vda1)`."""
         mount = self.mount
         if self.kind == OWN:
             return "the container's own tmpfs"
+        if mount is None and self.given:
+            return f"{self.given} (as given: the container ended before its mounts could be read)"
         if self.kind == NONE or mount is None:
             return "no filesystem (a folder of the container's /dev)"
         if self.kind == HOST:

@@ -17,7 +17,6 @@ from typing import Callable, ContextManager
 from shmguard.engine.elastic_policy import Decision, Memory, Policy, decide, short_at_start
 from shmguard.engine.ledger import DEFAULT_DIR, Ledger, uncoordinated
 from shmguard.engine.remount import gone, load_libc, open_process, remount
-from shmguard.probe.cgroup import parse_memory_stat
 from shmguard.record import Record
 from shmguard.units import MIB
 
@@ -50,28 +49,9 @@ class MemoryFiles(Record):
     levels: tuple[tuple[str, str], ...]  # (directory, "v1" | "v2")
 
 
-def own_memory(usage: int, stat: dict[str, int], version: str) -> int:
-    """The processes' own memory: the cgroup's usage less its tmpfs pages (/dev/shm's among them) and the file
-    cache the kernel reclaims first."""
-    prefix = "" if version == "v2" else "total_"
-    return max(0, usage - stat.get(f"{prefix}shmem", 0) - stat.get(f"{prefix}inactive_file", 0))
-
-
-def parse_meminfo(text: str) -> tuple[int | None, int | None]:
-    """(MemTotal, MemAvailable) in bytes."""
-    found: dict[str, int] = {}
-    for line in text.splitlines():
-        key, _, rest = line.partition(":")
-        if key in ("MemTotal", "MemAvailable"):
-            try:
-                found[key] = int(rest.split()[0]) * 1024
-            except (IndexError, ValueError):
-                continue
-    return found.get("MemTotal"), found.get("MemAvailable")
-
-
 def memory_levels(pid: int, root=None) -> MemoryFiles:
-    """The memory cgroup directories of a container's process, from the host (probe.cgroup's rules)."""
+    """The memory cgroup directories of a container's process, from the host (probe.cgroup's rules). OSError when its
+    /proc/PID/cgroup cannot be read (it ended)."""
     from shmguard.probe import Root
     from shmguard.probe.cgroup import controller_dirs, parse_proc_cgroup
     from shmguard.probe.mountinfo import read_mountinfo
@@ -86,27 +66,19 @@ def memory_levels(pid: int, root=None) -> MemoryFiles:
 def memory_reader(files: MemoryFiles, root=None) -> Callable[[], Memory]:
     """A reader of the container's Memory (limit, own, the host's MemAvailable) from its cgroup and /proc/meminfo."""
     from shmguard.probe import Root
-    from shmguard.probe.cgroup import Level, memory_limit
+    from shmguard.probe.cgroup import Level, memory_limit, memory_own, read_meminfo
 
     root = root or Root("/")
     levels = [Level(path=path, version=version) for path, version in files.levels]
 
     def read() -> Memory:
-        total, available = parse_meminfo(root.read_or_none("/proc/meminfo") or "")
-        found = memory_limit(root, levels, total) if levels else None
+        host = read_meminfo(root)
+        found = memory_limit(root, levels, host.total) if levels else None
         limit = found.value if found is not None else None
-        own = 0
-        if levels:
-            own_dir, version = files.levels[0]
-            usage_text = root.read_or_none(f"{own_dir}/{'memory.current' if version == 'v2' else 'memory.usage_in_bytes'}")
-            stat = parse_memory_stat(root.read_or_none(f"{own_dir}/memory.stat") or "")
-            try:
-                own = own_memory(int((usage_text or "0").strip()), stat, version)
-            except ValueError:
-                own = 0
+        own = int(memory_own(root, levels).value or 0) if levels else 0
         own_limit = found is None or found.source is None or found.source.startswith(files.levels[0][0] + "/")
-        return Memory(limit=int(limit) if limit is not None else None, own=own, available=available, host_total=total,
-                      own_limit=own_limit)
+        return Memory(limit=int(limit) if limit is not None else None, own=own, available=host.available,
+                      host_total=host.total, own_limit=own_limit)
 
     return read
 

@@ -33,6 +33,7 @@ from shmguard.engine.plan import (
     create_kwargs,
     post_mortem,
     resource_kwargs,
+    shm_target,
     user_environment,
 )
 from shmguard.errors import EXIT_INTERRUPTED, EXIT_RUN_FAILED
@@ -532,6 +533,9 @@ def execute(plan: RunPlan, client, image, engine_info: dict, out=None, err=None,
             state = {}
         peak = watcher.peaks["shm"] if watcher else None
         users = seen if seen is not None and seen.shm.kind != container_shm.OWN else None
+        target = None if opts.ipc_host or seen is not None else shm_target(opts)
+        if target:  # a mount of the user's there, which the container ended too soon to be read: said as given
+            users = SeenShm(shm=container_shm.ContainerShm(container_shm.USERS, given=target), size=None)
         # A /dev/shm of the user's (or the host's): judged and reported as what it is, not as the size planned.
         judged = plan.replace(shm_bytes=users.size) if users is not None and users.size is not None else plan
         grown = elastic.outcome(watcher, judged, peak)

@@ -247,6 +247,20 @@ def parse_memory_stat(text: str, keys=None) -> dict[str, int]:
 STAT_KEYS = frozenset(("inactive_file", "total_inactive_file", "shmem", "total_shmem"))
 
 
+def memory_own(root, levels: list[Level], stat: dict[str, int] | None = None) -> Limit:
+    """The processes' own memory: what is charged to the cgroup less its inactive file cache (memory_usage) and less
+    its tmpfs pages, /dev/shm's among them (memory_shmem): what elastic /dev/shm must leave room for beside /dev/shm
+    under the memory limit. stat: its memory.stat already read (memory_stat)."""
+    if stat is None:
+        stat = memory_stat(root, levels)
+    usage = memory_usage(root, levels, stat or {})
+    if usage.value is None:
+        return usage
+    shmem = memory_shmem(root, levels, stat) if stat is not None else Limit()
+    return Limit(value=max(0, int(usage.value) - int(shmem.value or 0)), source=usage.source,
+                 errors=usage.errors + shmem.errors)
+
+
 def memory_stat(root, levels: list[Level]) -> dict[str, int] | None:
     """memory.stat of the process's own cgroup, the lines memory_usage and memory_shmem need; None when it
     cannot be read."""
@@ -304,11 +318,12 @@ def cpu_quota(root, levels: list[Level]) -> Limit:
     return Limit(value=best, source=source, errors=tuple(errors))
 
 
-def read_proc_cgroup(root) -> tuple[list[CgroupEntry], str | None]:
+def read_proc_cgroup(root, pid: int | str = "self") -> tuple[list[CgroupEntry], str | None]:
+    """The cgroups of a process (this one by default) from root's /proc/PID/cgroup, or why they cannot be read."""
     try:
-        return parse_proc_cgroup(root.read("/proc/self/cgroup")), None
+        return parse_proc_cgroup(root.read(f"/proc/{pid}/cgroup")), None
     except (OSError, ValueError) as exc:
-        return [], f"cannot read /proc/self/cgroup: {getattr(exc, 'strerror', None) or exc}"
+        return [], f"cannot read /proc/{pid}/cgroup: {getattr(exc, 'strerror', None) or exc}"
 
 
 # The container's memory: /dev/shm pages are charged to the memory cgroup of the process
@@ -322,17 +337,45 @@ class MemoryInfo(Record):
     errors: tuple
 
 
-def parse_meminfo_total(text: str) -> int | None:
+class Meminfo(Record):
+    """/proc/meminfo's totals: the host's memory in all, and what the kernel can still give without swapping (page
+    cache and reclaimable slab included: what a tmpfs's next pages can take from the host)."""
+
+    total: int | None = None  # MemTotal, bytes
+    available: int | None = None  # MemAvailable, bytes
+
+
+MEMINFO_KEYS = {"MemTotal": "total", "MemAvailable": "available"}
+
+
+def parse_meminfo(text: str) -> Meminfo:
+    """The one parser of /proc/meminfo (check, health, both exporter modes, elastic's grower): `Key:   value kB`
+    lines (the kernel writes kB; a value with another unit is taken as bytes); a line that cannot be read is
+    skipped."""
+    found: dict[str, int] = {}
     for line in text.splitlines():
-        if line.startswith("MemTotal:"):
-            fields = line.split()
-            try:
-                value = int(fields[1])
-            except (IndexError, ValueError):
-                return None
-            unit = fields[2].lower() if len(fields) > 2 else "kb"
-            return value * 1024 if unit == "kb" else value
-    return None
+        key, _, rest = line.partition(":")
+        name = MEMINFO_KEYS.get(key)
+        if name is None:
+            continue
+        fields = rest.split()
+        try:
+            value = int(fields[0])
+        except (IndexError, ValueError):
+            continue
+        found[name] = value * 1024 if len(fields) < 2 or fields[1].lower() == "kb" else value
+    return Meminfo(**found)
+
+
+def read_meminfo(root) -> Meminfo:
+    """The host's memory from root's /proc/meminfo; unknown (None) when it cannot be read."""
+    text = root.read_or_none("/proc/meminfo")
+    return parse_meminfo(text) if text else Meminfo()
+
+
+def parse_meminfo_total(text: str) -> int | None:
+    """MemTotal in bytes (parse_meminfo)."""
+    return parse_meminfo(text).total
 
 
 def probe_memory(root, mounts, entries) -> MemoryInfo:

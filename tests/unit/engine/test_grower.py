@@ -22,42 +22,15 @@ from shmguard.engine.grower import (
     Grower,
     MemoryFiles,
     memory_reader,
-    own_memory,
-    parse_meminfo,
 )
-from shmguard.probe.cgroup import parse_memory_stat
 
 MIB = 2**20
 GIB = 2**30
 BATCH = 20 * MIB  # two fit in a 64 MiB /dev/shm: no growth at the first reading
 PLENTY = Memory(limit=None, own=0, available=20 * GIB, host_total=24 * GIB)
 
-V1_STAT = """cache 300000000
-rss 50000000
-shmem 250000000
-total_cache 310000000
-total_rss 60000000
-total_shmem 260000000
-total_inactive_file 10000000
-"""
-V2_STAT = """anon 60000000
-file 310000000
-shmem 260000000
-inactive_file 10000000
-"""
-
-
-def test_the_processes_own_memory_is_the_usage_less_tmpfs_and_inactive_cache():
-    assert own_memory(400_000_000, parse_memory_stat(V1_STAT), "v1") == 400_000_000 - 260_000_000 - 10_000_000
-    assert own_memory(400_000_000, parse_memory_stat(V2_STAT), "v2") == 400_000_000 - 260_000_000 - 10_000_000
-    assert own_memory(1000, {}, "v2") == 1000
-    assert own_memory(10, parse_memory_stat(V2_STAT), "v2") == 0  # never negative
-
-
-def test_meminfo_total_and_available():
-    text = "MemTotal:       24684084 kB\nMemFree:        21529376 kB\nMemAvailable:   23888920 kB\n"
-    assert parse_meminfo(text) == (24684084 * 1024, 23888920 * 1024)
-    assert parse_meminfo("garbage") == (None, None)
+STATS = Path(__file__).resolve().parents[2] / "data" / "memory-stat"
+V1_STAT = (STATS / "v1.txt").read_text()  # a v1 cgroup's memory.stat: 260 MB of shmem, 10 MB of inactive file cache
 
 
 def test_reads_the_containers_memory_from_its_cgroup_and_the_host(tree):

@@ -344,3 +344,14 @@ def test_a_refusal_at_attach_is_the_container_not_starting(engine, capsys):
     assert ("shmguard: error: the container did not start: preparing container 4e4e7e40 for attach: unable to find user "
             "nosuchuser") in err
     assert container.removed >= 1 and container.started == 0
+
+
+def test_a_users_mount_at_dev_shm_is_reported_as_given_when_the_container_ended_before_it_was_read(engine, capsys):
+    """Issue 43.8, a job that ends at once: its mounts cannot be read any more, and the size shmguard planned is still
+    not what was there: said as the option given, never as the planned tmpfs."""
+    engine(FakeContainer([(b"done\n", None)]))
+    code = main(["run", *P, "--no-healthcheck", "--json", "-v", "data:/dev/shm", "demo:latest"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0 and result["shm_mount"] == {
+        "kind": "user", "what": "-v data:/dev/shm (as given: the container ended before its mounts could be read)",
+        "tmpfs": None}

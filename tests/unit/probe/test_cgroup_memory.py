@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from shmguard.probe import cgroup
 from shmguard.probe.cgroup import parse_meminfo_total, probe_memory
 from shmguard.probe.mountinfo import parse_mountinfo
@@ -24,3 +26,25 @@ def test_nothing_readable(tree):
     info = probe_memory(tree({}), [], [])
     assert info.limit is None and info.host is None and info.usage is None
     assert any("MemTotal" in e for e in info.errors) and any("no cgroup memory" in e for e in info.errors)
+
+
+
+STATS = Path(__file__).resolve().parents[2] / "data" / "memory-stat"
+V1_STAT = (STATS / "v1.txt").read_text()  # 260 MB of shmem (hierarchical), 10 MB of inactive file cache
+V2_STAT = (STATS / "v2.txt").read_text()  # the same, as v2 writes it
+
+
+def test_the_processes_own_memory_is_the_usage_less_tmpfs_and_inactive_cache(tree):
+    """What elastic /dev/shm leaves room for beside /dev/shm under the limit (one rule, here: issue 40)."""
+    from shmguard.probe.cgroup import Level, memory_own
+
+    v1 = tree({"/cg1/memory.usage_in_bytes": "400000000\n", "/cg1/memory.stat": V1_STAT,
+               "/cg2/memory.current": "400000000\n", "/cg2/memory.stat": V2_STAT,
+               "/cg3/memory.current": "1000\n", "/cg3/memory.stat": "",
+               "/cg4/memory.current": "10\n", "/cg4/memory.stat": V2_STAT})
+    own = 400_000_000 - 260_000_000 - 10_000_000
+    assert memory_own(v1, [Level(path="/cg1", version="v1")]).value == own
+    assert memory_own(v1, [Level(path="/cg2", version="v2")]).value == own
+    assert memory_own(v1, [Level(path="/cg3", version="v2")]).value == 1000
+    assert memory_own(v1, [Level(path="/cg4", version="v2")]).value == 0  # never negative
+    assert memory_own(v1, [Level(path="/missing", version="v2")]).value is None
