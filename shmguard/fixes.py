@@ -305,3 +305,40 @@ def spawn_main_fix() -> str:
     return ("put the script's training code under `if __name__ == '__main__':` (Windows and macOS start DataLoader "
             "workers by spawn, which imports the script again), or run with DataLoader(num_workers=0); a notebook "
             "cannot be imported that way: move the dataset into a module. A bigger /dev/shm would not help")
+
+
+def slurm_cancelled_fix() -> str:
+    """A Slurm job or step cancelled (scancel, preemption, a node failure, srun ending a step after a task failed)."""
+    return ("find who cancelled it: sacct -j JOB -o JobID,State,ExitCode,Reason (CANCELLED by a uid is scancel; "
+            "PREEMPTED and NODE_FAIL say so); when a task failed first, its own error is above (srun "
+            "--kill-on-bad-exit then ends the others). A bigger /dev/shm would not help")
+
+
+def ucx_proc_link_fix() -> str:
+    """UCX's posix transport could not open a peer's segment through /proc/PID/fd."""
+    return ("UCX_POSIX_USE_PROC_LINK=n (UCX then opens the peer's segment by its name in /dev/shm, not through "
+            "/proc/PID/fd), or run a node's ranks in one PID namespace (docker run --pid=host; Kubernetes "
+            "shareProcessNamespace: true) and keep each rank alive until its peers have connected; UCX_TLS=^sm "
+            "leaves shared memory out. A bigger /dev/shm would not help")
+
+
+def cuda_error_fix() -> str:
+    """A CUDA error other than out of memory (an illegal memory access, a device-side assert, a launch failure)."""
+    return ("run with CUDA_LAUNCH_BLOCKING=1 to see the operation that failed (an illegal memory access or a "
+            "device-side assert is most often an index out of range, a label outside the classes, or a bug in a "
+            "custom kernel; TORCH_USE_CUDA_DSA=1 names the assert), and check that the driver, CUDA and torch "
+            "builds match the GPU. A bigger /dev/shm would not help")
+
+
+def nccl_ib_fix() -> str:
+    """NCCL could not register memory with the InfiniBand NIC (ibv_reg_mr and kin)."""
+    return ("let the process lock memory (docker run --ulimit memlock=-1; in Kubernetes the runtime's "
+            "LimitMEMLOCK; ulimit -l unlimited), lower NCCL_BUFFSIZE if it was raised, or check the NIC's "
+            "driver (NCCL_IB_DISABLE=1 tells whether the network is the cause). A bigger /dev/shm would not help")
+
+
+def memory_error_fix() -> str:
+    """Python's MemoryError: the process's own memory, not /dev/shm."""
+    return ("lower what the process holds at once (batch size, what the dataset keeps in memory, caches), or "
+            "give it more memory (a larger memory limit; on Windows a larger page file). A bigger /dev/shm would "
+            "not help")

@@ -142,6 +142,10 @@ def check_memory(job, memory, shm, platform: str | None = None, slurm=None) -> l
         limit = slurm.memory
         asked = (f"the job asked for {format_size(limit)} ({slurm.memory_source}; no memory cgroup enforces it, "
                  f"and beyond it the job takes other jobs' memory on the node): ")
+    elif limit is None and under_slurm and slurm is not None and slurm.whole_node_memory and memory.host:
+        # --mem=0: the node's memory is the job's (a cgroup at the node's size reads as no limit).
+        limit = memory.host
+        asked = f"the job has all of the node's memory ({slurm.memory_source}): "
     fix = fixes.job_memory_fix(job, platform, slurm)
     if limit is None:
         if memory.errors:
@@ -217,6 +221,17 @@ def check_gpu(job, gpu, platform: str | None = None, slurm=None) -> list[Finding
     if job.gpus == 0:
         return [Finding(id="gpu.visible", status=PASS, message=f"the job asks for no GPU ({gpu.visible} visible)",
                         found=str(gpu.visible), needed="0")]
+    own = slurm.gpus_per_task if slurm is not None and slurm.in_task else None
+    if own:  # srun bound this task to its own GPUs (--gpus-per-task): it sees those, the step's are listed
+        source = f"SLURM_GPUS_PER_TASK={own}" + (f", of the step's {given} ({slurm.gpus_source})" if given else "")
+        if gpu.visible >= own:
+            return [Finding(id="gpu.visible", status=PASS,
+                            message=f"{gpu.visible} GPU{'s' if gpu.visible != 1 else ''} visible: this srun task's own "
+                                    f"({source})", found=str(gpu.visible), needed=str(own))]
+        return [Finding(id="gpu.visible", status=FAIL,
+                        message=f"this srun task was given {own} GPU{'s' if own != 1 else ''} ({source}) but sees "
+                                f"{gpu.visible}", found=str(gpu.visible), needed=str(own),
+                        fix=fixes.gpu_fix(job, platform, slurm))]
     notes = list(gpu.notes)
     if given is not None and given < job.gpus:
         note = f"; {'; '.join(notes)}" if notes else ""

@@ -109,6 +109,12 @@ helm install shmguard charts/shmguard -n shmguard --set exporter.serviceMonitor.
   with the alerts, and a ConfigMap with the Grafana dashboard, each behind its switch (the first two need the
   Prometheus operator's CRDs, so they are off by default and a cluster without them installs).
 
+On a cluster without `policy/v1` (Kubernetes 1.20) the PodDisruptionBudget is `policy/v1beta1`: the chart asks
+the cluster. Where the apiserver cannot reach the webhook's Service (no kube-proxy beside it; a node on loopback,
+whose addresses no Endpoints object takes), `webhook.url` makes it call `https://HOST:PORT` instead, with
+`webhook.hostNetwork`; the certificate Helm makes then names that host too. `tests/integration/test_kube_helm.py`
+installs, upgrades, rolls back and uninstalls it with Helm 3 and Helm 4 on the project's Kubernetes v1.20.2.
+
 Values that contradict each other stop `helm install` before anything is made: the schema refuses `provided`
 certificates without their CA and the exporter without the kubelet root, and the templates refuse both parts
 off, a ServiceMonitor or PrometheusRule without the exporter, and the operator's kinds on a cluster without its

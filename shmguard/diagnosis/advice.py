@@ -51,7 +51,7 @@ def evidence_want(ctx: Context, extra: int | None = None) -> Want:
     the log does not say what it had); or more than what it had."""
     ev = ctx.ev
     size = ev.shm_size if ev.shm_size is not None and not ev.shm_unbounded else None
-    ray = ctx.first("ray-object-store", "ray-object-store-crash", "ray-plasma-request")
+    ray = ctx.first("ray-object-store", "ray-object-store-crash", "ray-plasma-request", "ray-store-full")
     asked = ray.details.get("asked") if ray is not None else None
     if isinstance(asked, int):
         return Want(size=sizing.shm_size_for(asked), at_least=True)

@@ -181,6 +181,12 @@ def timeout_seconds(match: re.Match[str], line: str, before: list[str], after: l
     return {"seconds": float(match.group("seconds"))}
 
 
+def eviction_resource(match: re.Match[str], line: str, before: list[str], after: list[str]) -> dict:
+    """The resource a kubelet eviction names (its node condition read as the resource: DiskPressure is disk)."""
+    resource = match.groupdict().get("resource") or "ephemeral-storage"
+    return {"resource": {"DiskPressure": "ephemeral-storage", "MemoryPressure": "memory"}.get(resource, resource)}
+
+
 def worker_pids(match: re.Match[str], line: str, before: list[str], after: list[str]) -> dict:
     return {"pids": match.group("pids").strip()}
 
@@ -378,8 +384,15 @@ def segfault(ctx: Context, s: Signal | None) -> Diagnosis | None:
 
 
 def evicted(ctx: Context, s: Signal | None) -> Diagnosis:
+    """A kubelet eviction: for disk, not /dev/shm; for memory, /dev/shm's pages (a memory emptyDir) count in the
+    pod's usage the kubelet ranks by, so nothing here says whether they were part of it."""
     assert s is not None
     resource = s.details.get("resource", "ephemeral-storage")
+    if resource == "memory":
+        return ctx.make(UNDETERMINED, "evicted",
+                        "The kubelet evicted the pod: the node ran short of memory, and the pod used more than it "
+                        "asked for (its processes, and /dev/shm's pages when /dev/shm is a memory emptyDir; nothing "
+                        "here says which). Not /dev/shm's size.", fixes.eviction_fix(resource) + ".", s)
     return ctx.make(NOT_SHARED_MEMORY, "evicted",
                     f"The kubelet evicted the pod: the node ran short of {resource}, and the pod used more of it "
                     f"than it asked for. Not /dev/shm's size.", fixes.eviction_fix(resource) + ".", s)
@@ -461,6 +474,13 @@ def enospc_unplaced(ctx: Context, s: Signal | None) -> Diagnosis:
         return ctx.make(SHARED_MEMORY, "shm-enospc",
                         f"Something ran out of space (No space left on device) while /dev/shm was full (peak "
                         f"{peak_of(ev)}): it is /dev/shm that had no room left.", fix, s, needed)
+    full = next((df for df in ctx.all("df-shm") if df.details.get("full")), None)
+    if full is not None and not peak_low(ev):  # the log's own df shows /dev/shm full
+        fix, needed = shm_advice(ctx)
+        return ctx.make(LIKELY, "shm-enospc",
+                        f"Something ran out of space (No space left on device), and df in the log shows /dev/shm "
+                        f"full ({format_size(full.details['size'])}, 98% used or more): most likely it is /dev/shm "
+                        f"that had no room left.", fix, s, needed)
     if peak_low(ev):
         return ctx.make(NOT_SHARED_MEMORY, "disk-full",
                         f"Something ran out of space (No space left on device), but not /dev/shm: it stayed under "
@@ -516,6 +536,10 @@ def ray_object_store(ctx: Context, s: Signal | None) -> Diagnosis:
     if s.kind == "ray-object-store-crash":
         summary = ("Ray refused to start: the object store it was configured with does not fit in /dev/shm"
                    + (f" ({s.details['shm']} GB)" if s.details.get("shm") else "") + ".")
+    elif s.kind == "ray-store-full":
+        summary = (f"Ray's object store had no room for an object of {format_size(asked or 0)}: the store (in "
+                   f"/dev/shm) is smaller than what the job keeps in it at once (objects in use cannot be spilled "
+                   f"to disk), or than the object itself.")
     elif s.kind == "ray-plasma-request":
         summary = (f"Ray's object store (plasma) asked for {format_size(asked or 0)} of /dev/shm and only "
                    f"{format_size(s.details.get('available') or 0)} was free: it stops, or runs with a smaller store "

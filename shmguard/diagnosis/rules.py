@@ -38,6 +38,8 @@ PUBLIC = "tests/data/explain/public/"
 JUDGED = "tests/data/explain/judged/development/"
 # Round 1's held-out logs: written from in round 2 only (tests/data/explain/judged/SPLIT.md).
 ROUND_1 = "tests/data/explain/judged/held-out/"
+# Round 3's held-out logs: written from in round 4 only.
+ROUND_3 = "tests/data/explain/judged/held-out-3/"
 TESTS = "tests/unit/diagnosis/test_init.py::"
 RULE_TESTS = "tests/unit/diagnosis/test_rules.py::"
 
@@ -106,7 +108,7 @@ RULES: tuple[Rule, ...] = (
     # from 2.30; NCCL's troubleshooting guide, "Shared memory" and "Systemd"). The lines are marked here, and
     # one rule decides on all of them: a segment that did not fit (ENOSPC) is /dev/shm, other reasons are not.
     Rule("", kind="nccl-call", where=d.groups, source="include/shm.h shm_allocate + include/checks.h SYSCHECK",
-         patterns=compile_all(r"NCCL WARN Call to (?P<call>\w{1,40}) failed ?: ?(?P<error>[^\n]{1,200})")),
+         patterns=compile_all(r"NCCL WARN Call to (?P<call>(?!ibv_)\w{1,40}) failed ?: ?(?P<error>[^\n]{1,200})")),
     Rule("", kind="nccl-extend", where=d.groups, source="src/misc/shmutils.cc, src/os/linux.cc",
          patterns=compile_all(r"Error: failed to extend (?P<path>\S{1,200}) to (?P<size>\d{1,20}) bytes"
                               r"(?:, error: (?P<error>[^\n]{1,200}))?")),
@@ -166,6 +168,13 @@ RULES: tuple[Rule, ...] = (
              r"bytes, and the amount available is (?P<available>\d{1,20}) bytes"),
          source="ray src/ray/object_manager/plasma/store_runner.cc (Arrow's plasma store before it)",
          case=RULE_TESTS + "test_ray_plasma_request_is_sized_from_the_request"),
+    # The store full when an object is put (ObjectStoreFullError): what it holds in use cannot be spilled, or the
+    # object is larger than the whole store.
+    Rule("ray-object-store", kind="ray-store-full", decide=d.ray_object_store, where=d.ray_asked,
+         patterns=compile_all(r"Failed to put object \S{1,100} in object store because it is full\. Object size is "
+                              r"(?P<requested>\d{1,20}) bytes"),
+         source="ray src/ray/core_worker/store_provider/plasma_store_provider.cc",
+         case=ROUND_3 + "ray-22176-plasma-full-200g.log"),
     # 2. The OOM killer: Docker's flag, the kernel's words, Slurm's, the kubelet's.
     Rule("", kind="oom-kill", where=d.oom_by,
          patterns=compile_all(r"Memory cgroup out of memory|\boom-kill:|Out of memory: Kill(?:ed)? process",
@@ -174,7 +183,7 @@ RULES: tuple[Rule, ...] = (
                               r"slurmstepd(?:-\S{1,40})?: error: Detected \d{1,9} oom[-_]kill event",
                               r"\bExitCode=0:125\b",
                               r"srun: error: .{0,200}: task \d{1,9}: Out Of Memory",
-                              r"\bOUT_OF_ME(?:MORY|\+)", r"The node was low on resource: memory")),
+                              r"\bOUT_OF_ME(?:MORY|\+)")),
     Rule("oom", decide=d.oom, gives=("oom", "oom-shm"), case=PUBLIC + "arjuna-52-slurm-oom-kill.log"),
     # 3. Failures that are not shared memory, whatever else the log shows.
     Rule("command-not-found", kind="command-not-found", decide=d.command_not_found,
@@ -214,12 +223,46 @@ RULES: tuple[Rule, ...] = (
     Rule("cuda-oom", NOT_SHARED_MEMORY, kind="cuda-oom", where=d.cuda_size,
          patterns=compile_all(r"CUDA out of memory\. Tried to allocate (?P<size>[\d.]{1,20} [KMGT]?i?B)",
                               r"CUDA out of memory|torch\.cuda\.OutOfMemoryError|CUDA error: out of memory",
-                              r"cuda runtime error \(2\) : out of memory"),
+                              r"cuda runtime error \(2\) : out of memory", r"THCudaCheck FAIL .{0,300} : out of memory",
+                              r"\bCUDA_ERROR_OUT_OF_MEMORY\b"),
          summary="The GPU ran out of memory (CUDA out of memory{size_text}): that is the GPU's own memory, not "
                  "/dev/shm, so a bigger shm would not help.",
          fix="lower the batch size or what the model keeps on the GPU (mixed precision, activation checkpointing); "
              "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True when memory is reserved but unallocated.",
          case=PUBLIC + "atacworks-251-cuda-oom.log"),
+    # The GPU's other errors (c10's "CUDA error: …", THC's check before 1.x, the driver API's names).
+    Rule("cuda-error", NOT_SHARED_MEMORY, kind="cuda-error",
+         patterns=compile_all(r"\bCUDA error: (?P<error>[^\n]{1,200})",
+                              r"\bcuda runtime error \(\d{1,4}\) : (?P<error>[^\n]{1,200})",
+                              r"THCudaCheck FAIL file=\S{1,300} line=\d{1,6} error=\d{1,4} : (?P<error>[^\n]{1,200})",
+                              r"\b(?P<error>CUDA_ERROR_(?!OUT_OF_MEMORY)\w{1,60})"),
+         summary="The GPU reported an error ({error}): a fault in a kernel or its inputs, or a driver and build that "
+                 "do not match, not /dev/shm.",
+         fix=fixes.cuda_error_fix() + ".", source="pytorch c10/cuda/CUDAException.h, aten/src/THC/THCGeneral",
+         case=ROUND_3 + "crnn-241-thcudacheck-77.log"),
+    # Python's MemoryError: the process's own memory (a full /dev/shm gives SIGBUS or ENOSPC, never this).
+    Rule("oom", NOT_SHARED_MEMORY, kind="memory-error",
+         patterns=compile_all(r"^\s{0,16}MemoryError\b", r"\bMemoryError: Unable to allocate\b"),
+         summary="Python could not allocate memory (MemoryError): the process's own memory (the RAM, a memory limit, "
+                 "or on Windows the page file) ran out, not /dev/shm.",
+         fix=fixes.memory_error_fix() + ".", source="cpython Objects/obmalloc.c (PyErr_NoMemory)",
+         case=ROUND_3 + "controlnet-276-save-memoryerror.log"),
+    # NCCL's InfiniBand verbs (src/misc/ibvwrap.cc): registering memory with the NIC refused.
+    Rule("nccl-ib", NOT_SHARED_MEMORY, kind="nccl-ib",
+         patterns=compile_all(r"NCCL WARN Call to (?P<call>ibv_\w{1,60}) failed(?: with error)? ?:? ?(?P<error>[^\n]{1,200})"),
+         summary="NCCL could not use the InfiniBand NIC ({call} failed: {error}): registering memory with it needs "
+                 "locked memory (ulimit -l), which a large NCCL_BUFFSIZE raises. Not /dev/shm.",
+         fix=fixes.nccl_ib_fix() + ".", source="nccl src/misc/ibvwrap.cc",
+         case=ROUND_3 + "vllm-19613-nccl-ibv-enomem.log"),
+    # UCX's posix transport opens a peer's segment through /proc/PID/fd (UCX_POSIX_USE_PROC_LINK): the peer gone,
+    # or in another PID namespace, refuses it — not a question of room.
+    Rule("shm-file", NOT_SHARED_MEMORY, kind="ucx-proc-link",
+         patterns=compile_all(r"open\(file_name=(?P<path>/proc/\d{1,10}/fd/\d{1,10}) flags=\S{1,20}\) failed: "
+                              r"(?P<error>[^\n]{1,200})"),
+         summary="UCX's posix transport could not open a peer's shared-memory segment through {path} ({error}): the "
+                 "peer process was gone or in another PID namespace. Not /dev/shm's size.",
+         fix=fixes.ucx_proc_link_fix() + ".", source="openucx/ucx src/uct/sm/mm/posix/mm_posix.c (proc link)",
+         case=ROUND_3 + "ucx-8511-proc-link-enoent.log"),
     Rule("", kind="open-files", patterns=compile_all(r"Too many open files", r"received (?:\d{1,9}|%d) items of ancdata")),
     Rule("open-files", kind="shm-open", decide=d.open_files, fires_on=("open-files", "shm-open"),
          patterns=compile_all(r"unable to open shared memory object <[^>]{0,200}> in read-write mode"),
@@ -249,19 +292,30 @@ RULES: tuple[Rule, ...] = (
          fix=fixes.time_limit_fix() + ".", source="slurm src/slurmd/slurmstepd/req.c",
          case=JUDGED + "zetta-671-slurm-time-limit.log"),
     Rule("evicted", kind="evicted", decide=d.evicted,
-         patterns=compile_all(r"The node was low on resource: (?P<resource>ephemeral-storage)",
-                              r"The node had condition: \[(?P<resource>DiskPressure)\]",
+         patterns=compile_all(r"The node was low on resource: (?P<resource>ephemeral-storage|memory)",
+                              r"The node had condition: \[(?P<resource>DiskPressure|MemoryPressure)\]",
                               r"Pod ephemeral local storage usage exceeds the total limit of containers",
                               r"exceeded its local ephemeral storage limit",
                               r"Usage of EmptyDir volume \S{1,200} exceeds the limit"),
-         where=lambda m, line, before, after: {"resource": "ephemeral-storage"},
-         source="kubernetes pkg/kubelet/eviction/helpers.go, eviction_manager.go", case=RULE_TESTS + "test_an_eviction_for_disk_is_its_own_cause"),
+         where=d.eviction_resource,
+         source="kubernetes pkg/kubelet/eviction/helpers.go, eviction_manager.go",
+         case=RULE_TESTS + "test_an_eviction_for_disk_is_its_own_cause"),
+    # Slurm's other cancellations (slurmstepd's req.c: scancel, preemption, a node failure), and srun's word for a
+    # task it terminated; the time limit's own line is the rule above.
+    Rule("terminated", UNDETERMINED, kind="slurm-cancelled",
+         patterns=compile_all(r"\*\*\* (?:JOB|STEP) \S{1,60} ON \S{1,200} CANCELLED AT \S{1,40}(?: DUE TO (?:PREEMPTION|NODE "
+                              r"FAILURE))?", r"\bsrun: error: \S{1,200}: tasks? [\d,-]{1,60}: Terminated\b"),
+         summary="Slurm cancelled the job or its step (scancel, a preemption, a node failure, or srun ending a step "
+                 "after a task failed): its tasks were terminated. Not a crash of the job's own, and not /dev/shm's "
+                 "size.",
+         fix=fixes.slurm_cancelled_fix() + ".", source="slurm src/slurmd/slurmstepd/req.c, src/srun",
+         case=ROUND_3 + "myria3d-123-slurm-step-cancelled.log"),
     # DataLoader workers that died of something other than a full /dev/shm (torch/csrc/DataLoader.cpp).
     # Signals by name or number in the forms launchers, shells, debuggers and torch print them (round 3).
     Rule("segfault", kind="segfault", decide=d.segfault, always=True,
          # (not Ray's boilerplate "crashed unexpectedly due to SIGSEGV or other unexpected errors")
          patterns=compile_all(r"[Ss]egmentation [Ff]ault", r"\bSIGSEGV received\b|\bwith signal SIGSEGV\b|\bSIGSEGV\)",
-                              r"\bsignal 11\b", r"Unexpected segmentation fault encountered"),
+                              r"\bsignal 11\b", r"Unexpected segmentation fault encountered", r"\bwas sent SIGSEGV!"),
          source="torch/csrc/DataLoader.cpp; the kernel's signal 11", case=JUDGED + "db-94-worker-segfault.log"),
     Rule("terminated", UNDETERMINED, kind="terminated",
          patterns=compile_all(r"is killed by signal: Terminated", r"\bsignal 15 \(SIGTERM\) received"),
@@ -326,7 +380,8 @@ RULES: tuple[Rule, ...] = (
     Rule("killed", kind="sigkill", decide=d.killed, always=True,
          patterns=compile_all(r"^\s{0,16}Killed\s{0,16}$", r"\bline \d{1,9}: {1,8}\d{1,10} Killed\b",
                               r"exited on signal 9 \(Killed\)", r"command terminated with exit code 137",
-                              r"killed by signal 9\b", r"failed \(exitcode: -9\)", r"Signal 9 \(SIGKILL\) received"),
+                              r"killed by signal 9\b", r"failed \(exitcode: -9\)", r"Signal 9 \(SIGKILL\) received",
+                              r"(?:it/s|s/it)\]\s{0,4}Killed\s{0,16}$", r"^\s{0,16}已杀死\s{0,16}$", r"\bwas sent SIGKILL!"),
          case=PUBLIC + "argo-8981-killed.log"),
     # Facts a log states, read by the rules above (the exit code, the size df shows of /dev/shm).
     Rule("", kind="exit-code", where=d.exit_code_of, patterns=compile_all(
@@ -336,7 +391,8 @@ RULES: tuple[Rule, ...] = (
         # round 3: any "exit code N" / "exit status N" / "returned code N" / torchrun's "exitcode: -N", never 0
         r"\b[Ee]xit (?:[Cc]ode|[Ss]tatus)(?: of)?:?\s{0,3}\(?(?P<code>-?[1-9]\d{0,2})\b",
         r"\breturned (?:non-zero exit status |(?:exit )?code )(?P<code>-?[1-9]\d{0,2})\b",
-        r"\bexitcode: (?P<code>-?[1-9]\d{0,2})\b")),
+        r"\bexitcode: (?P<code>-?[1-9]\d{0,2})\b",
+        r"\bWorker \(pid:\d{1,10}\) was sent code (?P<code>\d{1,3})!")),  # gunicorn/arbiter.py
     Rule("", kind="job-memory", where=d.job_memory, patterns=compile_all(
         r"\bMinMemoryNode=(?P<mem>\d{1,12}[KMGT]?)\b", r"#SBATCH --mem=(?P<mem>\d{1,12}[KMGTkmgt]?)[bB]?\b")),
     Rule("", kind="df-shm", where=d.df_size, patterns=(d.DF_SHM,)),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from shmguard.budget import check
 from shmguard.record import Record
 
 SET, ADD, APPEND, REMOVE = "set", "add", "append", "remove"
@@ -41,6 +42,7 @@ def diff(before: Any, after: Any, path: tuple = ()) -> list[Op]:
 
 
 def _diff(before: Any, after: Any, path: tuple, ops: list[Op]) -> None:
+    check()  # every node: a Pod of thousands of containers stops when nobody waits (shmguard.budget)
     if before is after:
         return
     if isinstance(before, dict) and isinstance(after, dict):

@@ -44,6 +44,7 @@ import re
 from typing import Any
 
 from shmguard import pod, sizing
+from shmguard.budget import check
 from shmguard.errors import UsageError
 from shmguard.evidence import SHELLS
 from shmguard.manifests import annotations as ann
@@ -240,13 +241,17 @@ class Sizer:
         self.result = TemplateResult(template.name, template.doc_index + 1, template.path, UNCHANGED)
         self.layers = (template.template_annotations, template.object_annotations)  # most specific first
         self.queue = scope.kueue_queue(template)
+        self.noted: set[str] = set()  # the notes' texts, so that adding one is not a walk of all (issue 43.16)
+        self.index: dict[int, int] | None = None  # id(container) -> its index in the template's containers
 
     def change(self, path: str, before, after, why: str) -> None:
         self.result.changes.append(Change(path, None if before is None else str(before), str(after), why))
 
     def note(self, text: str) -> None:
-        if text not in self.result.notes:
-            self.result.notes.append(text)
+        if text in self.noted and text in self.result.notes:  # the list is walked only for a text seen before
+            return
+        self.noted.add(text)
+        self.result.notes.append(text)
 
     def leave(self, reason: str) -> TemplateResult:
         self.result.status = SKIPPED
@@ -280,7 +285,9 @@ class Sizer:
 
     def name_in(self, container: dict) -> str:
         """The container's name for messages (what its platform calls an unnamed one)."""
-        index = next((i for i, c in enumerate(self.t.containers) if c is container), None)
+        if self.index is None or len(self.index) != len(self.t.containers):
+            self.index = {id(c): i for i, c in enumerate(self.t.containers)}
+        index = self.index.get(id(container))
         return self.t.container_name(index) if index is not None else pod.name_of(container)
 
     def label(self, container: dict, cpath: str) -> str:
@@ -488,6 +495,7 @@ class Sizer:
 
     def size_memory(self, container: dict, cpath: str, job, object_store, asked, memory: pod.PodMemory) -> int | None:
         """Raise the container's memory limit to what the job needs (never lower it); the limit it ends with."""
+        check()  # once per DataLoader container (shmguard.budget)
         label = self.label(container, cpath)
         resources = container.get("resources")
         resources = {} if resources is None else mapping(resources, self.where, f"{cpath}.resources")
@@ -655,25 +663,31 @@ class Sizer:
             return  # the host's /dev/shm is not spread to more containers
         t = self.t
         # The DataLoader's containers, and those whose own command runs one too; not a monitor, a server or a
-        # sidecar beside them (issue 42.2: "/dev/shm mounted for monitor").
+        # sidecar beside them (issue 42.2: "/dev/shm mounted for monitor"). By identity: comparing containers by
+        # value is a walk of each (43.16).
+        loading = {id(c) for c, _ in loaders}
         targets = list(loaders) + [(c, p) for c, p in zip(t.containers, t.container_paths)
-                                   if (c, p) not in loaders and pod.trainer_evidence(c)[0] == 0]
-        others = [self.name_in(c) for c, p in zip(t.containers, t.container_paths)
-                  if (c, p) not in targets and not pod.is_sidecar(c) and not pod.shm_mounts(c)]
+                                   if id(c) not in loading and pod.trainer_evidence(c)[0] == 0]
+        chosen = {id(c) for c, _ in targets}
+        others = [self.name_in(c) for c in t.containers
+                  if id(c) not in chosen and not pod.is_sidecar(c) and not pod.shm_mounts(c)]
         if self.options.include_init:
-            targets += [pair for pair in self.everyone() if pair not in targets]
+            for pair in self.everyone():
+                if id(pair[0]) not in chosen:
+                    chosen.add(id(pair[0]))
+                    targets.append(pair)
         elif others:
             self.note(f"{', '.join(others)}: not the DataLoader's container, no /dev/shm added (--include-init adds "
                       f"it to every container)")
         for container, cpath in targets:
-            if pod.shm_mounts(container):
+            if pod.shm_mounts(container):  # checks the budget
                 continue
             mounts = listing(container.get("volumeMounts"), self.where, f"{cpath}.volumeMounts")
             mounts.append({"name": name, "mountPath": SHM_PATH})
             container["volumeMounts"] = mounts
             self.change(f"{cpath}.volumeMounts", None, f"{name} at /dev/shm", f"for {self.name_in(container)}")
-        skipped = [t.container_name(i) for i, (c, p) in enumerate(zip(t.containers, t.container_paths))
-                   if pod.is_sidecar(c) and not pod.shm_mounts(c) and (c, p) not in loaders]
+        skipped = [t.container_name(i) for i, c in enumerate(t.containers)
+                   if pod.is_sidecar(c) and not pod.shm_mounts(c) and id(c) not in loading]
         if skipped and not self.options.include_init:
             self.note(f"sidecar(s) {', '.join(skipped)}: no /dev/shm, no limit change (--include-init)")
 
@@ -733,6 +747,7 @@ def template_placeholders(containers: list) -> list[str]:
 
     texts: list[str] = []
     for container in containers:
+        check()
         if not isinstance(container, dict):
             continue
         texts.append(str(container.get("image") or ""))
@@ -748,6 +763,7 @@ def without_placeholders(value):
     reading a template whose limits a tool fills in later (they are kept in the manifest, and said)."""
     if isinstance(value, list):
         return [without_placeholders(v) for v in value]
+    check()
     if not isinstance(value, dict):
         return value
     if isinstance(value.get("resources"), dict):

@@ -8,8 +8,11 @@ Under Slurm the numbers that matter are the job's, not the container's (docs/des
 - whether this process is an srun task (SLURM_STEP_ID is set; the batch script has none): srun binds each task
   to its own CPUs, so its affinity is already its share;
 - the memory asked for: SLURM_MEM_PER_NODE (MiB), or SLURM_MEM_PER_CPU x SLURM_CPUS_ON_NODE; the memory
-  cgroup enforces it only with ConstrainRAMSpace=yes;
-- the GPUs: SLURM_STEP_GPUS in a step, SLURM_JOB_GPUS (`0,1`), or SLURM_GPUS_ON_NODE.
+  cgroup enforces it only with ConstrainRAMSpace=yes. SLURM_MEM_PER_NODE=0 is `--mem=0`: all of the node's
+  memory, not none (Slurm 22.05 exports no variable for it at all; its cgroup limit is the node's RealMemory);
+- the GPUs: SLURM_STEP_GPUS in a step, SLURM_JOB_GPUS (`0,1`), or SLURM_GPUS_ON_NODE; with --gpus-per-task,
+  SLURM_GPUS_PER_TASK (`1`, or `a100:1`): srun binds each task to its own, so a task sees that many while
+  SLURM_STEP_GPUS lists the step's.
 
 Pure parsers next to one reader of an injectable environment. Standard library only: `health` and `check` import it.
 """
@@ -37,8 +40,10 @@ class SlurmInfo(Record):
     cpus_on_node: int | None = None
     memory: int | None = None  # bytes asked for on this node (--mem, or --mem-per-cpu x CPUs)
     memory_source: str | None = None
+    whole_node_memory: bool = False  # --mem=0 (SLURM_MEM_PER_NODE=0): all of the node's memory
     gpus: int | None = None
     gpus_source: str | None = None
+    gpus_per_task: int | None = None  # --gpus-per-task: each srun task's own GPUs
     errors: tuple = ()
 
     @property
@@ -132,6 +137,8 @@ def tasks_on_node(environ, node_id: int | None, errors: list[str]) -> tuple[int 
 def memory_asked(environ, errors: list[str]) -> tuple[int | None, str | None]:
     """The memory the job asked for on this node, in bytes: --mem, else --mem-per-cpu x the node's CPUs."""
     per_node = _number(environ, "SLURM_MEM_PER_NODE", errors)
+    if per_node == 0:
+        return None, "SLURM_MEM_PER_NODE=0 (--mem=0: all of the node's memory)"
     if per_node:
         return per_node * MIB, f"SLURM_MEM_PER_NODE={environ['SLURM_MEM_PER_NODE']}"
     per_cpu = _number(environ, "SLURM_MEM_PER_CPU", errors)
@@ -158,6 +165,18 @@ def gpus_given(environ, errors: list[str]) -> tuple[int | None, str | None]:
     return None, None
 
 
+def gpus_per_task(environ, errors: list[str]) -> int | None:
+    """SLURM_GPUS_PER_TASK (`--gpus-per-task=1`, `=a100:1`): the GPUs srun binds to each task."""
+    text = environ.get("SLURM_GPUS_PER_TASK")
+    if text is None or not str(text).strip():
+        return None
+    count = str(text).strip().rpartition(":")[2]
+    if not (count.isascii() and count.isdigit()):
+        errors.append(f"SLURM_GPUS_PER_TASK={text!r} is not [TYPE:]COUNT")
+        return None
+    return int(count)
+
+
 def probe_slurm(environ=None) -> SlurmInfo | None:
     """The Slurm job this process runs in, or None outside Slurm (no SLURM_JOB_ID)."""
     environ = os.environ if environ is None else environ
@@ -168,11 +187,13 @@ def probe_slurm(environ=None) -> SlurmInfo | None:
     node_id = _number(environ, "SLURM_NODEID", errors)
     tasks, tasks_source = tasks_on_node(environ, node_id, errors)
     memory, memory_source = memory_asked(environ, errors)
+    whole_node = memory is None and memory_source is not None
     gpus, gpus_source = gpus_given(environ, errors)
     step = (environ.get("SLURM_STEP_ID") or environ.get("SLURM_STEPID") or "").strip() or None
     return SlurmInfo(job_id=job_id, step_id=step, node_id=node_id, job_uid=_number(environ, "SLURM_JOB_UID", errors),
                      tasks=tasks, tasks_source=tasks_source,
                      cpus_per_task=_number(environ, "SLURM_CPUS_PER_TASK", errors),
                      cpus_on_node=_number(environ, "SLURM_CPUS_ON_NODE", errors),
-                     memory=memory, memory_source=memory_source, gpus=gpus, gpus_source=gpus_source,
+                     memory=memory, memory_source=memory_source, whole_node_memory=whole_node,
+                     gpus=gpus, gpus_source=gpus_source, gpus_per_task=gpus_per_task(environ, errors),
                      errors=tuple(errors))

@@ -162,10 +162,15 @@ def _validate(uid: str, pod_object: dict, config: Config) -> Outcome:
     containers = [c for c in _list(_mapping(pod_object.get("spec")).get("containers")) if isinstance(c, dict)]
     shm = shm_info(reading.shm)
     findings = list(verdict.check_shm(job, shm))
+    judged = set()  # each limit judged once, each finding kept once: linear in containers (issue 43.16)
     for index in reading.loaders:  # every DataLoader container's limit must hold the job
         limit = pod.effective_memory_limit(containers[index], reading.memory)
+        if limit in judged:
+            continue
+        judged.add(limit)
         memory = MemoryInfo(host=None, limit=limit, limit_source="resources.limits.memory", usage=None, errors=())
-        findings += [f for f in verdict.check_memory(job, memory, shm) if f not in findings]
+        findings += verdict.check_memory(job, memory, shm)
+    findings = list(dict.fromkeys(findings))  # in order, without repeats
     failed = [f for f in findings if f.status == verdict.FAIL]
     warned = [f for f in findings if f.status == verdict.WARN]
     if failed and config.mode == "deny":

@@ -45,6 +45,8 @@ import collections
 import gc
 import os
 import queue
+import re
+import select
 import signal
 import socket
 import sys
@@ -52,6 +54,7 @@ import threading
 import time
 from typing import Any, Callable, TextIO
 
+from shmguard.budget import Budget, Cancelled, within
 from shmguard.net.connections import BODY, MAX_CONNECTIONS, TIMEOUT, Connection, ConnectionLoop
 from shmguard.webhook import jsonio
 from shmguard.webhook.certs import CertStore
@@ -61,6 +64,10 @@ from shmguard.webhook.review import BadReview, Config, decide, error_outcome, pa
 MAX_BODY = 3 * 1024 * 1024  # etcd's request limit is 1.5 MiB per object; a review carries object and oldObject
 OFFLOAD_BYTES = 64 * 1024  # bodies this large are reviewed in the review thread (a 4 KB Pod takes a fraction of a ms)
 MAX_BUFFER = 64 * 1024 * 1024  # the budget of buffered bodies without a memory limit to take a share of
+MAX_REVIEW_SECONDS = 30.0  # the longest an apiserver waits for a webhook (timeoutSeconds is 1 to 30)
+ABANDONED = "abandoned"  # the decision counted for a review nobody waited for any more
+GO_DURATION = re.compile(r"(\d+(?:\.\d*)?)(h|ms|us|µs|ns|m|s)")
+GO_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 __all__ = ["MAX_BODY", "MAX_CONNECTIONS", "TIMEOUT", "JsonLog", "WebhookServer", "buffer_budget", "serve"]
 
 def buffer_budget(memory_limit: int | None, processes: int = 1, max_body: int = MAX_BODY) -> int:
@@ -97,6 +104,43 @@ class JsonLog:
                 self.stream.flush()
             except (OSError, ValueError):
                 pass  # a closed stderr must not take the server down
+
+
+def apiserver_timeout(target: str) -> float | None:
+    """The `timeout` the apiserver puts in a webhook call's query (`/mutate?timeout=10s`, a Go duration: `1m30s`,
+    `500ms`): how long it waits for the answer. None when absent or not a duration."""
+    _, _, query = target.partition("?")
+    for item in query.split("&"):
+        name, _, value = item.partition("=")
+        if name != "timeout":
+            continue
+        parts = GO_DURATION.findall(value)
+        if not parts or "".join(number + unit for number, unit in parts) != value:
+            return None
+        return sum(float(number) * GO_UNITS[unit] for number, unit in parts)
+    return None
+
+
+def peer_gone(sock: socket.socket) -> Callable[[], bool]:
+    """A test of whether the client has closed its side (or the connection broke), without reading from it:
+    poll for POLLRDHUP. A client that half-closes after its request (shutdown(SHUT_WR)) counts as gone; the
+    apiserver never does that."""
+    poller = select.poll()
+    try:
+        poller.register(sock.fileno(), select.POLLRDHUP)
+    except (ValueError, OSError):
+        return lambda: True  # closed already
+    return lambda: bool(poller.poll(0))
+
+
+def review_budget(conn: Connection) -> Budget:
+    """How long a review may go on: until the apiserver's timeout (at most MAX_REVIEW_SECONDS) from the end of its
+    request's head, and while its client is there (shmguard.budget)."""
+    assert conn.request is not None
+    waited = apiserver_timeout(conn.request.path)
+    limit = MAX_REVIEW_SECONDS if waited is None else min(waited, MAX_REVIEW_SECONDS)
+    started = time.monotonic() - (time.perf_counter() - conn.started)
+    return Budget(started + limit, peer_gone(conn.sock))
 
 
 class ReviewThread:
@@ -248,9 +292,13 @@ class WebhookServer(ConnectionLoop):
         else:
             self._reject(conn, 404, f"no such path: {path}")
 
-    def _review_answer(self, conn: Connection, body: bytes) -> tuple[int, bytes, str]:
-        """The answer to one review, as (status, body, content type), counted and logged. In the loop, or in the
-        review thread for a large body: it touches nothing of the connection but its request."""
+    def _review_answer(self, conn: Connection, body: bytes) -> tuple:
+        """The answer to one review, as _send's arguments (status, body, content type[, close]), counted and
+        logged. In the loop, or in the review thread for a large body: it touches nothing of the connection but
+        its request, and polls its socket (review_budget).
+
+        A review nobody waits for any more (past the apiserver's timeout, or its client gone) is abandoned where
+        it is (shmguard.budget): logged, answered 504 if anyone still reads, and the connection closed."""
         assert conn.request is not None
         action = conn.request.route[1:]
         try:
@@ -258,8 +306,16 @@ class WebhookServer(ConnectionLoop):
         except BadReview as exc:
             return self._status(400, str(exc))
         config = self.config
+        budget = review_budget(conn)
         try:
-            outcome = decide(admission_review, config, action)
+            with within(budget):
+                outcome = decide(admission_review, config, action)
+        except Cancelled:
+            seconds = time.perf_counter() - conn.started
+            self.metrics.observe(action, ABANDONED, seconds)
+            self.log("review-abandoned", level="warning", uid=admission_review["request"]["uid"], action=action,
+                     reason=budget.reason, duration_ms=round(seconds * 1000, 3))
+            return (*self._status(504, f"review abandoned: {budget.reason}"), True)
         except Exception as exc:  # a bug in shmguard: answer by on_error, log it, keep serving
             outcome = error_outcome(admission_review["request"]["uid"], f"internal error: {type(exc).__name__}: {exc}",
                                     config)

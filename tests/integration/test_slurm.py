@@ -107,6 +107,27 @@ def test_the_preflight_stops_a_job_that_cannot_fit_before_it_starts(cluster):
     assert f"fix: #SBATCH --mem={slurm_size(sizing.slurm_memory_needed(JOB))}" in output
 
 
+def test_the_torchrun_script_runs_the_command_as_python_would(cluster):
+    """Issue 43.14: `render slurm --launcher torchrun -- python3.11 -u train.py` wrote `torchrun … python3.11 -u
+    train.py` (or `torchrun … -u train.py`), which fails after the allocation. The script now runs that interpreter's
+    torchrun (`-m torch.distributed.run`) with -u as PYTHONUNBUFFERED, and the ranks start."""
+    hello = cluster.path / "jobs" / "hello_rank.py"
+    hello.write_text("import os, sys\nprint('rank', os.environ['LOCAL_RANK'], 'of', os.environ['LOCAL_WORLD_SIZE'], "
+                     "'unbuffered', os.environ.get('PYTHONUNBUFFERED'), 'args', sys.argv[1:], flush=True)\n")
+    hello.chmod(0o644)
+    rendered = subprocess.run([sys.executable, "-m", "shmguard", "render", "slurm", "--workers", "0", "--batch-size", "8",
+                               "--sample-shape", "3,32,32", "--procs-per-node", "2", "--launcher", "torchrun",
+                               "--name", "sg-torchrun", "--", cluster.python, "-u", str(hello), "--x", "1"],
+                              capture_output=True, text=True, cwd=SOURCE, timeout=120)
+    assert rendered.returncode == 0, rendered.stderr
+    job_id = cluster.sbatch(rendered.stdout)
+    state, code = cluster.wait(job_id, timeout=300)
+    output = cluster.output(job_id)
+    assert (state, code) == ("COMPLETED", "0:0"), output
+    for rank in (0, 1):
+        assert f"rank {rank} of 2 unbuffered 1 args ['--x', '1']" in output, output
+
+
 # ---- srun's ranks ----
 
 CHECK_JOB = ["--workers", "2", "--batch-size", "64", "--sample-shape", "3,224,224"]

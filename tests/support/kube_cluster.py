@@ -618,9 +618,15 @@ def _running(cgroup_root: str) -> Iterator[KubeCluster]:
     sock = path / "containerd" / "containerd.sock"
     state = {"socket": str(sock), "cgroup_root": cgroup_root, "logs_before": sorted(map(str, logs_before)),
              "made_log_folders": [str(p) for p in made_log_folders]}
-    for sub in ("run", "log", "etcd", "kubelet", "containerd/cni/bin", "containerd/cni/net.d"):
+    for sub in ("run", "log", "etcd", "kubelet", "containerd/cni/bin", "containerd/cni/net.d", "containerd/state"):
         (path / sub).mkdir(parents=True, exist_ok=True)
     (path / "state.json").write_text(json.dumps(state))
+    # containerd's state folder as a shared mount, as /run/containerd is on a systemd node: a Pod that mounts it with
+    # HostToContainer propagation (the exporter's DaemonSet, for the sandboxes' shm) is refused on a private "/"
+    # ("is mounted on "/" but it is not a shared or slave mount"). Unmounted with the rest at teardown.
+    shared = path / "containerd" / "state"
+    subprocess.run(["mount", "--bind", str(shared), str(shared)], check=True, capture_output=True, timeout=60)
+    subprocess.run(["mount", "--make-rshared", str(shared)], check=True, capture_output=True, timeout=60)
     pki = path / "pki"
     try:
         make_pki(pki, node)
@@ -736,6 +742,16 @@ def kubelet_cgroup_root(cluster: KubeCluster, cgroup_root: str = "own") -> Itera
                         timeout=300)
         cluster.wait_for("the node's Pods gone",
                          lambda: cluster.kubectl("get", "pods", "-A", "-o", "name").stdout.strip() == "", 300)
+        tops = [top for top in cgroup_tops(cluster.cgroup_root) if top.name == "kubepods" and "memory" in top.parts]
+
+        def pods_cgroups_gone() -> bool:  # the kubelet removes a deleted Pod's cgroups itself: let it finish
+            try:
+                return not any(p.is_dir() for top in tops for p in top.glob("**/pod*"))
+            except FileNotFoundError:  # one going while we look
+                return False
+
+        with contextlib.suppress(AssertionError):
+            cluster.wait_for("the deleted Pods' cgroups gone", pods_cgroups_gone, 60)
         stop(cluster.pids.pop("kubelet", None))
         try:
             left = remove_cgroups(cluster.cgroup_root)

@@ -149,3 +149,32 @@ def test_stale_segments_under_slurm_may_be_other_jobs(tree):
 ])
 def test_the_python_api_counts_srun_ranks(env, expected):
     assert fit.procs_per_node(None, env) == expected
+
+
+# ---- issue 43.13 ----
+
+FOUR_GPUS = {**{f"dev/nvidia{i}": "" for i in range(4)}, "dev/nvidiactl": ""}
+
+
+def test_a_task_bound_to_its_own_gpu_is_not_short_of_the_steps(tree):
+    """--gpus-per-task=1 with 4 tasks: SLURM_STEP_GPUS=0,1,2,3 while each task sees 1 (CUDA_VISIBLE_DEVICES=0).
+    check FAILed "needs 4 GPUs" with the fix --gres=gpu:4, which the job already had."""
+    env = environ("task", SLURM_STEP_GPUS="0,1,2,3", SLURM_JOB_GPUS="0,1,2,3", SLURM_GPUS_PER_TASK="1",
+                  SLURM_STEP_TASKS_PER_NODE="4", SLURM_TASKS_PER_NODE="4", CUDA_VISIBLE_DEVICES="0")
+    snap = snapshot(tree, "task", env=env, files=FOUR_GPUS)
+    assert snap.gpu.visible == 1 and snap.slurm.gpus == 4 and snap.slurm.gpus_per_task == 1
+    f = finding(evaluate(job(gpus=4, procs_per_node=4), snap), "gpu.visible")
+    assert f.status == PASS and "this srun task's own (SLURM_GPUS_PER_TASK=1" in f.message
+    blind = environ("task", SLURM_STEP_GPUS="0,1,2,3", SLURM_GPUS_PER_TASK="a100:2", CUDA_VISIBLE_DEVICES="0")
+    f = finding(evaluate(job(gpus=4), snapshot(tree, "task", env=blind, files=FOUR_GPUS)), "gpu.visible")
+    assert f.status == FAIL and "given 2 GPUs" in f.message and "sees 1" in f.message
+
+
+def test_mem_0_is_all_of_the_nodes_memory_not_none(tree):
+    """--mem=0 (SLURM_MEM_PER_NODE=0) was read as no --mem: a WARN that advised asking for a few hundred MiB."""
+    unlimited = {f"sys/fs/cgroup/memory/slurm_vm/uid_65534/job_1/{p}memory.limit_in_bytes": "9223372036854771712"
+                 for p in ("", "step_0/")}
+    snap = snapshot(tree, "task", env=environ("task", SLURM_MEM_PER_NODE="0"), files=unlimited)
+    assert snap.slurm.whole_node_memory and snap.slurm.memory is None
+    f = finding(evaluate(job(), snap), "memory.limit")
+    assert f.status == PASS and "all of the node's memory (SLURM_MEM_PER_NODE=0" in f.message and f.fix is None
