@@ -131,15 +131,16 @@ def assess(min_free: int | None, job, root, slurm=None) -> tuple[bool, str]:
     limit = usage = None
     whose = "the memory limit"
     if needed or slurm is not None:  # nothing to fit under the memory limit, and no Slurm cap to name: not read
-        from shmguard.probe.cgroup import probe_memory, read_proc_cgroup
+        from shmguard.probe.cgroup import memory_cgroup_limit, memory_usage, read_proc_cgroup
 
         entries, _ = read_proc_cgroup(root)
-        memory = probe_memory(root, mounts, entries)
-        limit, usage = memory.limit, memory.usage
-    if slurm is not None:
-        whose = "the Slurm job's memory limit"
-        if limit is None and slurm.memory is not None:
-            limit, whose = slurm.memory, f"the Slurm job's --mem ({slurm.memory_source}, not enforced by a cgroup)"
+        levels, limit = memory_cgroup_limit(root, mounts, entries)
+        if slurm is not None:
+            whose = "the Slurm job's memory limit"
+            if limit is None and slurm.memory is not None:
+                limit, whose = slurm.memory, f"the Slurm job's --mem ({slurm.memory_source}, not enforced by a cgroup)"
+        if limit is not None and needed:  # the usage only under a limit (none by Docker's default: not read)
+            usage = memory_usage(root, levels).value
     if limit is not None and usage is not None and needed:
         headroom = limit - usage
         if headroom < needed:

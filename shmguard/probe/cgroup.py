@@ -378,6 +378,21 @@ def parse_meminfo_total(text: str) -> int | None:
     return parse_meminfo(text).total
 
 
+def memory_cgroup_limit(root, mounts, entries) -> tuple[list[Level], int | float | None]:
+    """The memory cgroup's directories and the limit on them (None: no limit), as probe_memory finds it, reading
+    /proc/meminfo only once a limit is found: the host's memory is what tells a limit from one at or above it (no
+    limit). The smallest limit on the walk is below the host's memory exactly when memory_limit, given that, keeps
+    one. For `health`, every few seconds: without a limit (Docker's default) it reads neither meminfo nor the usage.
+    """
+    levels, _ = controller_dirs(root, mounts, entries, "memory")
+    limit = memory_limit(root, levels, None).value
+    if limit is not None:
+        host = read_meminfo(root).total
+        if host and limit >= host:
+            limit = None
+    return levels, limit
+
+
 def probe_memory(root, mounts, entries) -> MemoryInfo:
     errors = []
     meminfo = root.read_or_none("/proc/meminfo")

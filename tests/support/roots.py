@@ -75,3 +75,16 @@ def unreadable(path: Path) -> None:
     """Make a file unreadable, even for root: replace it with a directory (reading raises IsADirectoryError)."""
     os.remove(path)
     path.mkdir()
+
+
+def record_reads(root: Root) -> list[str]:
+    """The paths a root reads from now on, in order (read_or_none reads through read too)."""
+    paths: list[str] = []
+    read = root.read
+
+    def recorded(path: str) -> str:
+        paths.append(path)
+        return read(path)
+
+    root.read = recorded  # type: ignore[method-assign]
+    return paths

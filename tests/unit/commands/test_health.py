@@ -10,7 +10,7 @@ from shmguard.commands.health import assess, main
 from shmguard.job import make_job
 from shmguard.units import MIB
 from tests.support.health import HEAVY, health_imports, top_level
-from tests.support.roots import SHM_LINE, mountinfo
+from tests.support.roots import SHM_LINE, mountinfo, record_reads
 
 JOB = make_job(workers=4, batch_size=64, sample_shape="3,224,224")  # needs 367.7 MiB
 
@@ -73,6 +73,20 @@ def test_memory_headroom(tree):
     root = tree(base="docker-v1", shm=(2**30, 2**30), files={"sys/fs/cgroup/memory/memory.usage_in_bytes": str(2**30 - 100 * MIB)})
     healthy, message = assess(None, JOB, root)
     assert not healthy and "memory limit" in message
+
+
+def test_without_a_memory_limit_neither_meminfo_nor_the_usage_is_read(tree):
+    """Docker's default: no limit to fit under, so health reads only the limit (BENCHMARKS.md section 10.2); under a
+    limit it reads the host's memory (to tell a limit from none) and the usage, as before."""
+    root = tree(base="docker-v1", shm=(2**30, 2**30),
+                files={"sys/fs/cgroup/memory/memory.limit_in_bytes": "9223372036854771712"})
+    paths = record_reads(root)
+    assert assess(None, JOB, root) == (True, "healthy: /dev/shm 1.0 GiB free of 1.0 GiB for the job's 367.7 MiB")
+    assert "/proc/meminfo" not in paths and not [p for p in paths if "usage" in p or p.endswith("memory.stat")], paths
+    root = tree(base="docker-v1", shm=(2**30, 2**30), files={"sys/fs/cgroup/memory/memory.limit_in_bytes": "1073741824"})
+    paths = record_reads(root)
+    assert assess(None, JOB, root)[0]
+    assert {"/proc/meminfo", "/sys/fs/cgroup/memory/memory.usage_in_bytes"} <= set(paths), paths
 
 
 def test_min_free(tree):

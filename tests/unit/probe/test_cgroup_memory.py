@@ -7,6 +7,7 @@ from pathlib import Path
 from shmguard.probe import cgroup
 from shmguard.probe.cgroup import parse_meminfo_total, probe_memory
 from shmguard.probe.mountinfo import parse_mountinfo
+from tests.support.roots import record_reads
 
 
 def test_parse_meminfo_total():
@@ -48,3 +49,35 @@ def test_the_processes_own_memory_is_the_usage_less_tmpfs_and_inactive_cache(tre
     assert memory_own(v1, [Level(path="/cg3", version="v2")]).value == 1000
     assert memory_own(v1, [Level(path="/cg4", version="v2")]).value == 0  # never negative
     assert memory_own(v1, [Level(path="/missing", version="v2")]).value is None
+
+
+def test_the_limit_alone_is_probe_memorys_limit_and_reads_meminfo_only_under_one(tree):
+    """health's memory_cgroup_limit keeps probe_memory's rule (a limit at or above the host's memory is none) but
+    reads /proc/meminfo only when a limit is found, and never the usage."""
+    kept = set()
+    for base in ("docker-v1", "docker-v2", "podman-rootless-v2"):
+        for limit in (None, "1073741824\n", "9223372036854771712\n", "max\n", f"{24598640 * 1024}\n",
+                      f"{24598640 * 1024 - 4096}\n"):
+            root = tree(base=base)
+            if limit is not None:
+                for name in ("memory.limit_in_bytes", "memory.max"):
+                    for found in (Path(root.path) / "sys/fs/cgroup").rglob(name):
+                        found.write_text(limit)
+            mounts, _ = parse_mountinfo(root.read("/proc/self/mountinfo"))
+            entries = cgroup.parse_proc_cgroup(root.read("/proc/self/cgroup"))
+            expected = probe_memory(root, mounts, entries).limit
+            paths = record_reads(root)
+            levels, found_limit = cgroup.memory_cgroup_limit(root, mounts, entries)
+            assert found_limit == expected, (base, limit)
+            kept.add((base, found_limit is not None))
+            assert ("/proc/meminfo" in paths) == (cgroup.memory_limit(root, levels, None).value is not None)
+            assert not any(p.endswith(("usage_in_bytes", "memory.current", "memory.stat")) for p in paths), paths
+    assert kept >= {("docker-v1", True), ("docker-v1", False), ("docker-v2", True), ("docker-v2", False)}
+
+
+def test_without_meminfo_a_limit_is_kept(tree):
+    root = tree(base="docker-v1")
+    (Path(root.path) / "proc/meminfo").unlink()
+    mounts, _ = parse_mountinfo(root.read("/proc/self/mountinfo"))
+    entries = cgroup.parse_proc_cgroup(root.read("/proc/self/cgroup"))
+    assert cgroup.memory_cgroup_limit(root, mounts, entries)[1] == probe_memory(root, mounts, entries).limit == 2**30
