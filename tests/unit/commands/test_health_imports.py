@@ -96,3 +96,16 @@ def test_the_launcher_exits_as_health_says_and_still_runs_exit_handlers(root, mi
     assert proc.returncode == expected_code, proc.stderr
     assert proc.stdout.startswith(line) and proc.stdout.endswith("\nsite thread done\nexit handler ran\n"), proc.stdout
     assert not proc.stderr
+
+
+def test_the_launcher_does_not_look_for_shmguard_in_its_own_folder(tmp_path, root):
+    """Python puts a script's folder first on sys.path; the launcher takes it off (nothing of shmguard's is there, and
+    searching it costs every run a listing and six stats): a shmguard.py beside it is not what runs."""
+    bin_dir = tmp_path / "venv-bin"
+    bin_dir.mkdir()
+    shutil.copy(LAUNCHER, bin_dir / "shmguard")
+    (bin_dir / "shmguard.py").write_text("raise SystemExit('the folder of the launcher was searched')\n")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SHMGUARD_", "SLURM_", "NCCL_"))}
+    proc = subprocess.run([sys.executable, str(bin_dir / "shmguard"), "health", "--root", str(root), "--min-free", "1"],
+                          capture_output=True, text=True, env={**clean, "PYTHONPATH": str(CHECKOUT)})
+    assert proc.returncode == 0 and proc.stdout.startswith("healthy: "), proc.stderr
