@@ -17,7 +17,7 @@ import sys
 
 __version__ = "0.1.0"
 __all__ = ["check_loader", "guard", "recommend_workers", "GuardedLoader", "ShmguardError", "ShmTooSmall",
-           "ShmguardWarning", "main", "__version__"]
+           "ShmguardWarning", "main", "launch", "__version__"]
 
 # Name -> the module that defines it, imported on first use.
 _LAZY = {
@@ -76,3 +76,36 @@ def main(argv=None) -> int:
     from shmguard.cli import main as cli_main
 
     return cli_main(args)
+
+
+def launch() -> None:
+    """The `shmguard` command (bin/shmguard calls this and nothing else: a script is compiled at every run, a
+    module once, and the healthcheck runs every few seconds: BENCHMARKS.md section 10.2).
+
+    For `health`, no collection while its modules load (each import allocates enough to set one off, and none of
+    them makes garbage in cycles), and the process ends once it has done what the interpreter's own exit would do
+    for it: the threads a site may have started are joined and the atexit handlers run (as Py_FinalizeEx does, in
+    that order), and stdout and stderr are flushed. Then it exits without tearing the interpreter down (module by
+    module, every object freed). The line, the exit code and a site's exit handlers are as before; only objects
+    still alive are not finalised, and nothing on health's path needs that (its files are closed as they are read).
+    """
+    args = sys.argv[1:]
+    if args[:1] != ["health"]:
+        sys.exit(main(args))
+    import gc
+
+    gc.disable()
+    code = main(args)
+    import atexit
+    import os
+
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        threading._shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed by its reader, or closed: nothing more can be said there
+            pass
+    os._exit(code)

@@ -81,13 +81,15 @@ def merged_values(layers: list[dict]) -> dict:
 
 
 def declared_job(defaults=None, env: Mapping[str, str] | None = None, annotations=(), command=(),
-                 devices: pod.Accelerators | None = None, given=None, procs_named: str = "") -> Declared:
+                 devices: pod.Accelerators | None = None, given=None, procs_named: str = "",
+                 launched=None) -> Declared:
     """The job a container declares (see the module docstring for the layers); UsageError for a bad value.
 
     env: the container's environment (name -> value); annotations: `shmguard.io/*` mappings, most specific first
     (the template's, then its object's); command: the container's command and arguments, as words; devices: the
     accelerators it is given; procs_named: how to name the layer of a given processes count in a disagreement
-    (default: the option, `--procs-per-node N`).
+    (default: the option, `--procs-per-node N`); launched: what the object that launches the pod says of its
+    processes (a launchers.Launch: an MPIJob's slotsPerWorker, a PyTorchJob's nprocPerNode).
     """
     env = env or {}
     devices = devices or pod.Accelerators()
@@ -104,7 +106,7 @@ def declared_job(defaults=None, env: Mapping[str, str] | None = None, annotation
         values["gpus"] = devices.count
     given_procs = values.get("procs_per_node")
     source = procs_named or _procs_source(given_procs, layers, own)
-    procs = procs_per_node(given_procs, command, env, per_device, named if per_device else None, source)
+    procs = procs_per_node(given_procs, command, env, per_device, named if per_device else None, source, launched)
     if given_procs is None and procs.value > 1:
         values["procs_per_node"] = procs.value
     notes = []
@@ -112,6 +114,10 @@ def declared_job(defaults=None, env: Mapping[str, str] | None = None, annotation
             devices.resource != "aws.amazon.com/neuroncore":
         notes.append(f"{devices.resource} counts devices, of 2 (Trn1, Inf2) to 8 (Trn2) NeuronCores each: when "
                      f"each core runs a process, shmguard.io/procs-per-node says how many")
+    if given_procs is None and devices.resource == "google.com/tpu" and devices.count > 1 and \
+            procs.source == f"one per {devices.resource}":
+        notes.append("one training process per TPU chip, as PyTorch/XLA runs them; a JAX job runs one per host: "
+                     "shmguard.io/procs-per-node: 1 says so")
     try:
         job = make_job(**values, nccl_env=nccl_environ(env))
     except UsageError as exc:
@@ -158,12 +164,13 @@ def _procs_source(value, layers: list[dict], own: dict) -> str | None:
 
 # --- the adapters: what a Kubernetes container and a `docker inspect` give -------------------------------------
 
-def container_job(container, annotations=(), defaults=None, devices: pod.Accelerators | None = None) -> Declared:
+def container_job(container, annotations=(), defaults=None, devices: pod.Accelerators | None = None,
+                  launched=None) -> Declared:
     """The job a Kubernetes container declares: its literal env, command and args, the accelerators it asks for
     (devices: what it really gets, when the caller knows better, as Argo's podSpecPatch), the pod's annotations
-    (most specific first) and the command's defaults."""
+    (most specific first), the command's defaults, and what the object that launches it says of its processes."""
     return declared_job(defaults, pod.env_of(container), annotations, pod.command_of(container),
-                        pod.accelerators(container) if devices is None else devices)
+                        pod.accelerators(container) if devices is None else devices, launched=launched)
 
 
 def inspect_env(attrs: dict) -> dict[str, str]:

@@ -10,7 +10,6 @@ that name the option. Standard library only: `shmguard health` imports this.
 
 import os
 
-from shmguard.errors import UsageError
 from shmguard.record import Record
 from shmguard.units import SIZE_RULE, parse_size
 
@@ -29,6 +28,14 @@ COLLATES = ("default", "list")
 VALUE, FLAG = "value", "flag"  # an option's type: one text (`--workers 4`), or on/off (`--pin-memory/--no-pin-memory`)
 ENV_PREFIX = "SHMGUARD_"
 ANNOTATION_PREFIX = "shmguard.io/"
+
+
+def usage(message: str) -> Exception:
+    """The UsageError (shmguard.errors) that refuses a value: made, and its module loaded, only when one is refused,
+    so that `health`, which runs every few seconds, loads no error module on its way (BENCHMARKS.md section 10.2)."""
+    from shmguard.errors import UsageError
+
+    return UsageError(message)
 
 
 class JobOption(Record):
@@ -182,19 +189,19 @@ MAX_SAMPLE_BYTES = 2**40  # 1 TiB per sample: past that it is not a DataLoader s
 
 
 def parse_count(name: str, value, minimum: int = 0, maximum: int = MAX_COUNT) -> int:
-    """A whole number in [minimum, maximum], or a UsageError naming the option."""
+    """A whole number in [minimum, maximum], or a UsageError naming the option (usage)."""
     text = str(value).strip()
     flag = f"--{name.replace('_', '-')}"
     if len(text) > 20:
-        raise UsageError(f"{flag} must be a whole number from {minimum} to {maximum:,}, not {text[:20]}…")
+        raise usage(f"{flag} must be a whole number from {minimum} to {maximum:,}, not {text[:20]}…")
     try:
         number = int(text)
     except ValueError:
-        raise UsageError(f"{flag} must be a whole number, not {text!r}") from None
+        raise usage(f"{flag} must be a whole number, not {text!r}") from None
     if number < minimum:
-        raise UsageError(f"{flag} must be at least {minimum}, not {number}")
+        raise usage(f"{flag} must be at least {minimum}, not {number}")
     if number > maximum:
-        raise UsageError(f"{flag} must be at most {maximum:,}, not {number:,}")
+        raise usage(f"{flag} must be at most {maximum:,}, not {number:,}")
     return number
 
 
@@ -203,13 +210,13 @@ def parse_shape(value) -> tuple[int, ...]:
     text = str(value).strip()
     parts = text.replace("x", ",").replace("X", ",").split(",")
     if len(parts) > 16 or len(text) > 200:
-        raise UsageError(f"--sample-shape must be at most 16 dimensions like 3,224,224, not {text[:40]!r}…")
+        raise usage(f"--sample-shape must be at most 16 dimensions like 3,224,224, not {text[:40]!r}…")
     try:
         shape = tuple(int(p) for p in parts)
     except ValueError:
-        raise UsageError(f"--sample-shape must be positive integers like 3,224,224, not {text!r}") from None
+        raise usage(f"--sample-shape must be positive integers like 3,224,224, not {text!r}") from None
     if any(d <= 0 for d in shape):
-        raise UsageError(f"--sample-shape must be positive integers like 3,224,224, not {text!r}")
+        raise usage(f"--sample-shape must be positive integers like 3,224,224, not {text!r}")
     return shape
 
 
@@ -221,7 +228,7 @@ def parse_flag(name: str, value) -> bool:
         return True
     if text in ("0", "false", "no", "off", ""):
         return False
-    raise UsageError(f"--{name.replace('_', '-')} must be true or false, not {value!r}")
+    raise usage(f"--{name.replace('_', '-')} must be true or false, not {value!r}")
 
 
 def make_job(
@@ -239,40 +246,40 @@ def make_job(
     replaces what collate and tensors_per_sample would otherwise estimate.
     """
     if workers is None or batch_size is None:
-        raise UsageError("the job needs --workers and --batch-size (or SHMGUARD_WORKERS and SHMGUARD_BATCH_SIZE)")
+        raise usage("the job needs --workers and --batch-size (or SHMGUARD_WORKERS and SHMGUARD_BATCH_SIZE)")
     workers_n = parse_count("workers", workers, 0)
     batch_n = parse_count("batch_size", batch_size, 1)
     shape = None
     dtype_name = None
     if sample_bytes is not None and sample_shape is not None:
-        raise UsageError("give the sample size once: --sample-shape (with --dtype) or --sample-bytes, not both")
+        raise usage("give the sample size once: --sample-shape (with --dtype) or --sample-bytes, not both")
     if sample_bytes is not None:
         try:
             per_sample = parse_size(sample_bytes)
         except ValueError as exc:
-            raise UsageError(f"--sample-bytes: {exc}") from None
+            raise usage(f"--sample-bytes: {exc}") from None
         if per_sample <= 0:
-            raise UsageError("--sample-bytes must be more than 0")
+            raise usage("--sample-bytes must be more than 0")
         if per_sample > MAX_SAMPLE_BYTES:
-            raise UsageError(f"--sample-bytes {sample_bytes} is more than 1 TiB per sample")
+            raise usage(f"--sample-bytes {sample_bytes} is more than 1 TiB per sample")
     elif sample_shape is not None:
         shape = sample_shape if isinstance(sample_shape, tuple) else parse_shape(sample_shape)
         dtype_name = (dtype or "float32").strip().lower().removeprefix("torch.")
         if dtype_name not in DTYPE_BYTES:
-            raise UsageError(f"--dtype must be one of {', '.join(sorted(DTYPE_BYTES))}, not {dtype!r}")
+            raise usage(f"--dtype must be one of {', '.join(sorted(DTYPE_BYTES))}, not {dtype!r}")
         per_sample = DTYPE_BYTES[dtype_name]
         for dim in shape:
             per_sample *= dim
         if per_sample > MAX_SAMPLE_BYTES:
-            raise UsageError(f"--sample-shape {','.join(map(str, shape))} is more than 1 TiB per sample")
+            raise usage(f"--sample-shape {','.join(map(str, shape))} is more than 1 TiB per sample")
     else:
-        raise UsageError("the job needs the sample size: --sample-shape 3,224,224 [--dtype float32] or --sample-bytes SIZE")
+        raise usage("the job needs the sample size: --sample-shape 3,224,224 [--dtype float32] or --sample-bytes SIZE")
     strategy = (sharing_strategy or "file_descriptor").strip()
     if strategy not in SHARING_STRATEGIES:
-        raise UsageError(f"--sharing-strategy must be file_descriptor or file_system, not {strategy!r}")
+        raise usage(f"--sharing-strategy must be file_descriptor or file_system, not {strategy!r}")
     collate_name = str(collate or "default").strip().lower()
     if collate_name not in COLLATES:
-        raise UsageError(f"--collate must be default (torch's default_collate) or list (per-sample tensors kept in "
+        raise usage(f"--collate must be default (torch's default_collate) or list (per-sample tensors kept in "
                          f"lists, e.g. collate_fn=lambda b: tuple(zip(*b))), not {collate!r}")
     segments = None
     if batch_segments is not None and batch_segments != "" and batch_segments != ():
@@ -280,16 +287,16 @@ def make_job(
             try:
                 segments = tuple(int(size) for size in batch_segments)
             except (TypeError, ValueError):
-                raise UsageError(f"--batch-segments must be byte sizes, not {batch_segments!r}") from None
+                raise usage(f"--batch-segments must be byte sizes, not {batch_segments!r}") from None
             if any(size < 0 for size in segments):
-                raise UsageError("--batch-segments sizes cannot be negative")
+                raise usage("--batch-segments sizes cannot be negative")
         else:
             from shmguard.segments import decode
 
             try:
                 segments = decode(batch_segments)
             except ValueError as exc:
-                raise UsageError(f"--batch-segments: {exc}") from None
+                raise usage(f"--batch-segments: {exc}") from None
     return Job(
         workers=workers_n,
         batch_size=batch_n,
@@ -370,9 +377,13 @@ def job_from_env(environ=None) -> Job | None:
         return None
     try:
         return make_job(**values, nccl_env=nccl_environ(environ))
-    except UsageError as exc:
-        # Name the variables the values came from, not the flags of other commands.
+    except Exception as exc:
+        from shmguard.errors import UsageError  # on the error path only
+
+        if not isinstance(exc, UsageError):
+            raise
+        # A bad variable: name the variables the values came from, not the flags of other commands.
         message = str(exc)
         for name, var in ENV_VARS.items():
             message = message.replace(f"--{name.replace('_', '-')}", var)
-        raise UsageError(message) from None
+        raise usage(message) from None

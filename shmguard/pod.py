@@ -8,8 +8,10 @@ What it answers, each once:
 
 - **the DataLoader's container(s)**: those `shmguard.io/container` (or `--container`)
   names, comma-separated; else those whose `env` sets `SHMGUARD_*` job variables; else
-  the first container that is not a known sidecar (istio-proxy, fluent-bit, …); else
-  the first;
+  the one the evidence points to (shmguard.evidence: a launcher or DataLoader script in
+  its command, a training name, accelerators), never a known sidecar (istio-proxy,
+  fluent-bit, …) or a server or idle container (vLLM, `sleep`) while another is there;
+  with the reason, which `patch` and the webhook say;
 - **/dev/shm**, as a container sees it: the volume mounted at `/dev/shm` (`/dev/shm/`
   counts) and what it is; with none, the runtime's own 64 MiB, or the node's /dev/shm
   when the pod has `hostIPC: true`;
@@ -24,7 +26,8 @@ What it answers, each once:
   sidecar (restartable) init containers added up, or the largest init container with the
   sidecars started before it, whichever is more, plus `spec.overhead`;
 - **accelerators**: the devices a container asks for, NVIDIA's and the others'
-  (AMD, Intel, Habana Gaudi, AWS Neuron, Huawei Ascend), each run by one training process.
+  (AMD, Intel, Habana Gaudi, AWS Neuron, Huawei Ascend, Google's TPUs, any vendor's
+  `domain/gpu|tpu|npu|…`), each run by one training process.
 
 Sources: docs/design/kubelet.md (the kubelet's rules, with the Kubernetes source lines).
 """
@@ -53,13 +56,28 @@ SIDECAR_NAMES = frozenset(SIDECARS)
 # --nproc_per_node). Collective libraries that keep buffers in /dev/shm between local ranks: NCCL (NVIDIA)
 # and RCCL (AMD's port of it); the others' (HCCL, oneCCL, Neuron's) are not modelled, so only the first two
 # make the job's `gpus`, which sizes NCCL's share of /dev/shm (shmguard.nccl).
-NCCL_ACCELERATORS = ("nvidia.com/gpu", "amd.com/gpu")
+NCCL_ACCELERATORS = ("nvidia.com/gpu", "amd.com/gpu", "nvidia.com/gpu.shared")  # .shared: time-sliced, renamed
 ACCELERATORS = NCCL_ACCELERATORS + (
     "habana.ai/gaudi",  # Intel Gaudi (Habana device plugin)
     "aws.amazon.com/neuroncore", "aws.amazon.com/neuron", "aws.amazon.com/neurondevice",  # AWS Trainium/Inferentia
     "gpu.intel.com/i915", "gpu.intel.com/xe", "intel.com/gpu",  # Intel GPU device plugin
+    "google.com/tpu",  # GKE's TPU chips
 )
-ACCELERATOR_PREFIXES = ("huawei.com/Ascend", "nvidia.com/mig-")  # Ascend910, Ascend910B, Ascend310P, MIG slices
+# Ascend910, Ascend910B, Ascend310P; MIG slices; the Cloud TPU resources (cloud-tpus.google.com/v3: cores).
+ACCELERATOR_PREFIXES = ("huawei.com/Ascend", "nvidia.com/mig-", "cloud-tpus.google.com/")
+# Other vendors' device plugins name the resource after the device: iluvatar.ai/gpu, cambricon.com/mlu, hygon.com/dcu.
+DEVICE_NAMES = ("gpu", "tpu", "npu", "xpu", "mlu", "dcu", "gcu", "ipu")
+
+
+def is_accelerator(resource) -> bool:
+    """Whether an extended resource is accelerator devices, one training process each: a known device plugin's, or
+    a vendor's `domain/<device>` (gpu, tpu, npu, …); not a share of one (nvidia.com/gpumem, …/gpucores)."""
+    if not isinstance(resource, str) or "/" not in resource:
+        return False
+    if resource in ACCELERATORS or resource.startswith(ACCELERATOR_PREFIXES):
+        return True
+    return resource.rsplit("/", 1)[1].lower() in DEVICE_NAMES
+
 
 # How /dev/shm reaches a container.
 RUNTIME, HOST_IPC, HOST_PATH, MEMORY, DISK, OTHER, MISSING = (
@@ -137,7 +155,7 @@ class PodReading(Record):
     """What one pod (or pod template) gives its DataLoader."""
 
     loaders: tuple[int, ...]  # indices into the containers of those that run the DataLoader
-    loaders_by: str  # how they were chosen: "annotation", "env", "first main container", "first container"
+    loaders_by: str  # why they were chosen, in words (ANNOTATION, ENV, or trainer_evidence's reason)
     shm: Shm  # /dev/shm as the first DataLoader container sees it
     memory: PodMemory
     shm_volumes: dict  # volume name -> [container names] mounting it at /dev/shm (two names: a conflict)
@@ -206,10 +224,11 @@ def env_of(container) -> dict[str, str]:
 
 
 def command_of(container) -> list[str]:
-    """The container's command and args, as words."""
+    """The container's command and args, as words, and an Argo script's source (the program its command runs)."""
     if not isinstance(container, dict):
         return []
-    return [str(word) for key in ("command", "args") if isinstance(container.get(key), list) for word in container[key]]
+    words = [str(word) for key in ("command", "args") if isinstance(container.get(key), list) for word in container[key]]
+    return words + ([container["source"]] if isinstance(container.get("source"), str) else [])
 
 
 def sets_job_variables(container) -> bool:
@@ -243,7 +262,7 @@ def accelerators(container) -> Accelerators:
     found: dict[str, int] = {}
     for key in ("requests", "limits"):  # limits last: they win
         for name, value in dict_of(resources.get(key)).items():
-            if not isinstance(name, str) or not (name in ACCELERATORS or name.startswith(ACCELERATOR_PREFIXES)):
+            if not is_accelerator(name):
                 continue
             text = str(value).strip()
             if text.isdigit() and int(text) > 0:
@@ -265,12 +284,41 @@ def wanted_names(value) -> list[str]:
     return [str(w).strip() for w in words if str(w).strip()]
 
 
+ANNOTATION, ENV = "named by shmguard.io/container or --container", "its env sets SHMGUARD_* variables"
+
+
+def trainer_evidence(container) -> tuple[int, str]:
+    """(rank, why) of a container as the one that runs the DataLoader, lower first (shmguard.evidence): its command
+    runs a launcher or a DataLoader script (0); its name says it trains (1); it asks for accelerators (2); it is
+    not a sidecar, a server nor idle (3); not a sidecar (4); anything (5)."""
+    from shmguard import evidence
+
+    name = name_of(container)
+    match = evidence.DATALOADER_COMMAND.search(evidence.words(container))
+    if match:
+        return 0, f"it runs {' '.join(match.group(0).split())}"
+    if evidence.named_training(name):
+        return 1, f"it is named {name}"
+    if is_sidecar(container):
+        return 5, "the first container (all are sidecars)"
+    other = evidence.server(container, name) or evidence.idle(container)
+    if other:
+        return 4, "the first container that is not a sidecar; nothing says one of them trains"
+    devices = accelerators(container)
+    if devices.count:
+        return 2, f"it asks for {devices.count} {devices.resource}"
+    return 3, "the first container that is not a sidecar, a server or idle; nothing says one of them trains"
+
+
 def dataloader_containers(containers: list, wanted=None) -> tuple[tuple[int, ...], str]:
-    """(indices of the containers that run the DataLoader, how they were chosen).
+    """(indices of the containers that run the DataLoader, why they were chosen).
 
     wanted: `shmguard.io/container` or `--container` (names, comma-separated); a name that is not there is
-    a PodError. Else the containers whose env sets SHMGUARD_* job variables; else the first container that
-    is not a known sidecar; else the first. A sidecar is never chosen by position.
+    a PodError. Else the containers whose env sets SHMGUARD_* job variables. Else the one the evidence points
+    to (trainer_evidence): the first whose command runs a launcher or a DataLoader script (torchrun, accelerate,
+    deepspeed, xla_spawn.py, `*train*.py`, ...), else whose name says it trains, else that asks for
+    accelerators, else the first that is not a sidecar, a server (a vLLM or database container) nor idle (`sleep`),
+    else the first that is not a sidecar; a sidecar is never chosen by position while another container is there.
     """
     names = wanted_names(wanted)
     if names:
@@ -279,14 +327,15 @@ def dataloader_containers(containers: list, wanted=None) -> tuple[tuple[int, ...
         if missing:
             raise PodError(f"no container named {missing[0]} (shmguard.io/container or --container); "
                            f"the containers are {', '.join(name_of(c) for c in containers) or 'none'}")
-        return tuple(i for i, c in enumerate(containers) if name_of(c, "") in names), "annotation"
+        return tuple(i for i, c in enumerate(containers) if name_of(c, "") in names), ANNOTATION
     described = tuple(i for i, c in enumerate(containers) if sets_job_variables(c))
     if described:
-        return described, "env"
-    main = [i for i, c in enumerate(containers) if not is_sidecar(c)]
-    if main:
-        return (main[0],), "first main container"
-    return ((0,), "first container") if containers else ((), "")
+        return described, ENV
+    if not containers:
+        return (), ""
+    ranked = [(trainer_evidence(c), i) for i, c in enumerate(containers)]
+    (rank, why), index = min(ranked, key=lambda item: (item[0][0], item[1]))
+    return (index,), why
 
 
 # --- the pod's memory limit and its /dev/shm ---------------------------------------------------------

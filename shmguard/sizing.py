@@ -249,9 +249,6 @@ def ray_memory_needed(job, object_store: int | None) -> int:
 
 # ---- processes per node: how many training processes (each with its own DataLoader) share the container ----
 
-LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
-
-
 class ProcsPerNode(Record):
     """The inferred count, where it came from (for the plan), and disagreements between the sources."""
 
@@ -265,36 +262,6 @@ class ProcsPerNode(Record):
         if not given and self.source != "default" and self.value != 1:
             lines.append(f"shmguard: {self.value} process{'es' if self.value > 1 else ''} per node (from {self.source})")
         return lines + [f"shmguard: warning: {w}" for w in self.warnings]
-
-
-def nproc_in_command(command) -> str | None:
-    """The literal value of --nproc_per_node / --nproc-per-node (`=` or space form) given to torchrun or
-    `python -m torch.distributed.run` in the command (also inside a `sh -c "..."` string); None if absent."""
-    if not command:
-        return None  # no shlex (and its re) for `health`, which has no command
-    import shlex
-
-    args: list[str] = []
-    for arg in command:
-        if " " in arg:
-            try:
-                args += shlex.split(arg)
-            except ValueError:
-                args.append(arg)
-        else:
-            args.append(arg)
-    launcher = next((i for i, a in enumerate(args) if a.rsplit("/", 1)[-1] in LAUNCHERS), None)
-    if launcher is None:
-        return None
-    for i in range(launcher + 1, len(args)):
-        name, eq, value = args[i].partition("=")
-        if name in ("--nproc_per_node", "--nproc-per-node"):
-            if eq:
-                return value
-            return args[i + 1] if i + 1 < len(args) else None
-        if not args[i].startswith("-") and args[i - 1] not in ("-m",) and args[i].endswith(".py"):
-            break  # the training script: what follows is its own
-    return None
 
 
 def _count(text) -> int | None:
@@ -318,14 +285,18 @@ def slurm_tasks_on_node(environ) -> tuple[int, str] | None:
 
 
 def procs_per_node(given=None, command=(), environ=None, gpus: int | None = None,
-                   devices: str | None = None, given_source: str | None = None) -> ProcsPerNode:
+                   devices: str | None = None, given_source: str | None = None, launched=None) -> ProcsPerNode:
     """How many training processes run in the container, and from what.
 
-    Sources, first found wins: the explicit value (--procs-per-node or SHMGUARD_PROCS_PER_NODE); a literal
-    --nproc_per_node in a torchrun command (`gpu`/`auto` mean the GPU count); LOCAL_WORLD_SIZE, then WORLD_SIZE
-    in the (container's) environment, except that in a Slurm job without torchrun the tasks Slurm runs on this
-    node come before WORLD_SIZE (SLURM_NTASKS_PER_NODE, else this node's SLURM_STEP_TASKS_PER_NODE or
-    SLURM_TASKS_PER_NODE: srun's ranks share the job's memory cgroup); the GPU count (one process per GPU, as torchrun is used); else 1.
+    Sources, first found wins: the explicit value (--procs-per-node or SHMGUARD_PROCS_PER_NODE); what a launcher
+    in the command says (shmguard.launchers: torchrun's --nproc-per-node, where `gpu`/`auto` mean the GPU count,
+    else its PET_NPROC_PER_NODE; accelerate's --num_processes over --num_machines; deepspeed's --num_gpus or
+    --include; xla_spawn's --num_cores; mpirun's and horovodrun's -np over their hosts); what the object that
+    launches the pod says (`launched`, a launchers.Launch: an MPIJob's slotsPerWorker, a PyTorchJob's
+    nprocPerNode); LOCAL_WORLD_SIZE, then WORLD_SIZE in the (container's) environment, except that in a Slurm job
+    without a launcher's word the tasks Slurm runs on this node come before WORLD_SIZE (SLURM_NTASKS_PER_NODE,
+    else this node's SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE: srun's ranks share the job's memory
+    cgroup); the GPU count (one process per device, as launchers are used); else 1.
     A warning for each source that disagrees with the one used (fewer Slurm tasks than processes is torchrun's
     way, not a disagreement). devices: how to name the GPU count's source when the devices are other
     accelerators (`8 huawei.com/Ascend910`); given_source: how to name where the explicit value came from
@@ -336,19 +307,32 @@ def procs_per_node(given=None, command=(), environ=None, gpus: int | None = None
     explicit = _count(given) if given is not None else None
     if explicit is not None:
         found.append((explicit, given_source or f"--procs-per-node {given}"))
-    nproc = nproc_in_command(command)
-    if nproc is not None:
-        text = nproc.strip().lower()
-        value = gpus if text in ("gpu", "auto") and gpus else _count(text)
+    launch = None
+    if command:  # no shlex (and its re) for `health`, which has no command
+        from shmguard.launchers import TORCHRUN, Launch, launch_in_command
+
+        launch = launch_in_command(command)
+        if launch is not None and launch.launcher == TORCHRUN and not launch.said and environ.get("PET_NPROC_PER_NODE"):
+            text = str(environ["PET_NPROC_PER_NODE"])
+            launch = Launch(TORCHRUN, f"PET_NPROC_PER_NODE={text}", text, _count(text),
+                            text.strip().lower() in ("gpu", "auto", "xpu"), where="for torchrun")
+    # An MPI launcher's -np counts every pod's processes: the object that runs it (an MPIJob) says this pod's.
+    told = (launched,) if launched is not None and launch is not None and launch.launcher in ("mpirun", "horovodrun") \
+        else (launch, launched)
+    for said in told:
+        if said is None:
+            continue
+        value = gpus if said.per_gpu and gpus else said.per_node
         if value is not None:
-            found.append((value, f"--nproc_per_node={nproc} in the command"))
+            found.append((value, said.source))
+    worded = any(s is not None and s.said for s in (launch, launched))
     local = _count(environ.get("LOCAL_WORLD_SIZE"))
     if local is not None:
         found.append((local, f"LOCAL_WORLD_SIZE={environ['LOCAL_WORLD_SIZE']}"))
-    # Slurm's tasks on this node are the ranks when srun starts them; under torchrun (one task per node starting
-    # the ranks, which get LOCAL_WORLD_SIZE) they are the launchers, so they count only without torchrun's word.
+    # Slurm's tasks on this node are the ranks when srun starts them; under a launcher (one task per node starting
+    # the ranks, which get LOCAL_WORLD_SIZE) they are the launchers, so they count only without a launcher's word.
     # They come before WORLD_SIZE, which counts every node's ranks (srun scripts often set it to SLURM_NTASKS).
-    slurm_tasks = None if nproc is not None or local is not None else slurm_tasks_on_node(environ)
+    slurm_tasks = None if worded or local is not None else slurm_tasks_on_node(environ)
     if slurm_tasks is not None:
         found.append(slurm_tasks)
     world = _count(environ.get("WORLD_SIZE")) if local is None else None

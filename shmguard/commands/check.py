@@ -60,12 +60,16 @@ def check_options(args: dict) -> int:
 
     from shmguard.declared import visible_devices
     from shmguard.options import JobOptions
+    from shmguard.probe.process import command_line
     from shmguard.slurm import fill_gpus
 
     args = dict(args)
     as_json, strict, root = args.pop("as_json"), args.pop("strict"), args.pop("root")
     given, gpu_notes = fill_gpus(JobOptions.take(args), os.environ)
-    job, notes = given.job((), os.environ, devices=visible_devices(Root(root), os.environ))
+    # What this container runs (its main process: a launcher there says how many processes train) and the
+    # accelerators it sees, read as every reader of a container's job reads them.
+    where = Root(root)
+    job, notes = given.job(command_line(where), os.environ, devices=visible_devices(where, os.environ))
     for line in gpu_notes + notes:
         print(line, file=sys.stderr)
     return check(job, as_json=as_json, strict=strict, root=Root(root))

@@ -204,6 +204,8 @@ def pod_evidence(pod: dict, flag_values: dict) -> list[tuple[str, Evidence]]:
         notes: list[str] = []
         if index in reading.loaders:  # the pod's annotations and the options describe the DataLoader's container
             own = own or bool(annotation_values(annotations))
+            if len(containers) > 1:
+                notes.append(f"the DataLoader runs in {name} ({reading.loaders_by})")
             job = job_for(lambda: container_job(container, (annotations,), flag_values), own,
                           f"{where}'s shmguard.io/* annotations or SHMGUARD_* env", notes)
         else:

@@ -116,6 +116,7 @@ class MetricsServer(ConnectionLoop):
     OOM-killed."""
 
     server_name = "shmguard-exporter"
+    stop_waiting = True  # SIGTERM: a half-sent head does not hold the stop for its deadline (a scrape is one line)
 
     def __init__(self, address: tuple[str, int], exporter: Exporter, *, timeout: float, max_connections: int,
                  err=None) -> None:

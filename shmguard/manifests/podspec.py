@@ -29,9 +29,10 @@ The rules (issues #20 and #27), each because an earlier version broke a working 
   pod left alone;
 - Ray keeps its object store in /dev/shm: a Ray pod's shm holds the store plus the
   job, and its memory limit both plus the processes (shmguard.sizing.ray_*);
-- accelerator pods run one training process per device: --procs-per-node defaults to a
-  literal torchrun `--nproc_per_node`, else to the devices the container asks for
-  (shmguard.sizing.procs_per_node, shmguard.pod.accelerators);
+- accelerator pods run one training process per device: --procs-per-node defaults to what
+  a launcher in the command says (shmguard.launchers), else what the object says (an
+  MPIJob's slotsPerWorker, a PyTorchJob's nprocPerNode: launched_by), else to the devices
+  the container asks for (shmguard.sizing.procs_per_node, shmguard.pod.accelerators);
 - a KServe InferenceService that runs a model is left alone: its /dev/shm is its
   ServingRuntime's (a volume here would replace the runtime's).
 """
@@ -45,7 +46,7 @@ from typing import Any
 from shmguard import pod, sizing
 from shmguard.budget import check
 from shmguard.errors import UsageError
-from shmguard.evidence import SHELLS, words
+from shmguard.evidence import SHELLS
 from shmguard.manifests import annotations as ann
 from shmguard.manifests import scope
 from shmguard.manifests.templates import (
@@ -90,7 +91,7 @@ class PatchOptions(Record):
     container: str | None = None  # the container(s) that run the DataLoader, comma-separated
     memory: int | None = None  # a memory limit to give DataLoader containers that have none
     size_unsized: bool = False  # cap an existing unsized memory /dev/shm at the job's need
-    include_init: bool = False  # mount /dev/shm into init containers and sidecars too
+    include_init: bool = False  # mount /dev/shm into every container: init containers, sidecars, the others too
     all_templates: bool = False  # size every template, not only the training ones (shmguard.manifests.scope)
     job_given: bool = False  # the job was given for these manifests (command line, functionConfig): a template with
     # no evidence either way is sized for it (the webhook's defaults are not such a job)
@@ -318,6 +319,8 @@ class Sizer:
             return self.leave(NO_JOB)
         self.result.job = job
         self.result.containers = [self.name_in(c) for c, _p in loaders]
+        if len(t.containers) > 1:  # which container, and why (issue 42.2: by what it runs, not by its place)
+            self.note(f"the DataLoader runs in {', '.join(self.result.containers)} ({reading.loaders_by})")
         unneeded = template_placeholders(t.containers)
         if unneeded:
             self.note(f"placeholders the size does not need, left as they are: {', '.join(unneeded[:6])}"
@@ -385,7 +388,7 @@ class Sizer:
         for key in ("requests", "limits"):
             for name, value in merged[key].items():
                 if isinstance(name, str) and not str(value).strip().isdigit() and "{{" in str(value) and (
-                        name in pod.ACCELERATORS or name.startswith(pod.ACCELERATOR_PREFIXES)):
+                        pod.is_accelerator(name)):
                     self.note(f"podSpecPatch sets {name} at run time ({value}): one training process assumed; "
                               f"shmguard.io/procs-per-node says how many")
                 if name == "memory" and key == "limits" and container is self.t.containers[0]:
@@ -399,7 +402,8 @@ class Sizer:
 
         if self.t.run_time_patch_note:
             self.note(self.t.run_time_patch_note)
-        declared = container_job(container, self.layers, self.defaults, self.accelerators(container))
+        declared = container_job(container, self.layers, self.defaults, self.accelerators(container),
+                                 launched_by(self.t))
         held = processes_placeholder(container) if declared.job is not None and not declared.procs_given else None
         if held:
             raise UsageError(f"{self.name_in(container)}: its training processes come from {held}, a placeholder: "
@@ -658,12 +662,23 @@ class Sizer:
         if volume is not None and "hostPath" in volume:
             return  # the host's /dev/shm is not spread to more containers
         t = self.t
-        targets = [(c, p) for c, p in zip(t.containers, t.container_paths) if not pod.is_sidecar(c)]
-        chosen = {id(c) for c, _ in targets}  # by identity: comparing containers by value is a walk of each
-        for pair in loaders + (self.everyone() if self.options.include_init else []):
-            if id(pair[0]) not in chosen:
-                chosen.add(id(pair[0]))
-                targets.append(pair)
+        # The DataLoader's containers, and those whose own command runs one too; not a monitor, a server or a
+        # sidecar beside them (issue 42.2: "/dev/shm mounted for monitor"). By identity: comparing containers by
+        # value is a walk of each (43.16).
+        loading = {id(c) for c, _ in loaders}
+        targets = list(loaders) + [(c, p) for c, p in zip(t.containers, t.container_paths)
+                                   if id(c) not in loading and pod.trainer_evidence(c)[0] == 0]
+        chosen = {id(c) for c, _ in targets}
+        others = [self.name_in(c) for c in t.containers
+                  if id(c) not in chosen and not pod.is_sidecar(c) and not pod.shm_mounts(c)]
+        if self.options.include_init:
+            for pair in self.everyone():
+                if id(pair[0]) not in chosen:
+                    chosen.add(id(pair[0]))
+                    targets.append(pair)
+        elif others:
+            self.note(f"{', '.join(others)}: not the DataLoader's container, no /dev/shm added (--include-init adds "
+                      f"it to every container)")
         for container, cpath in targets:
             if pod.shm_mounts(container):  # checks the budget
                 continue
@@ -671,35 +686,56 @@ class Sizer:
             mounts.append({"name": name, "mountPath": SHM_PATH})
             container["volumeMounts"] = mounts
             self.change(f"{cpath}.volumeMounts", None, f"{name} at /dev/shm", f"for {self.name_in(container)}")
-        loading = {id(c) for c, _ in loaders}
         skipped = [t.container_name(i) for i, c in enumerate(t.containers)
                    if pod.is_sidecar(c) and not pod.shm_mounts(c) and id(c) not in loading]
         if skipped and not self.options.include_init:
             self.note(f"sidecar(s) {', '.join(skipped)}: no /dev/shm, no limit change (--include-init)")
 
 
-# Launchers' process-count flags (torchrun, accelerate, deepspeed, xla_spawn) and MPI's -np.
-PROCESS_FLAG = re.compile(r"(--nproc[_-]per[_-]node|--num[_-]processes|--num[_-]gpus|--num[_-]cores|--nprocs?|-np)"
-                          r"(?:=|\s+)['\"]?([^\s'\"]+)")
-
-
 def processes_placeholder(container) -> str | None:
     """What a container's process count comes from when that is a placeholder: a launcher's flag
-    (`--nproc_per_node=${GPU_PER_NODE}`) or, with no literal flag, an accelerator resource (`nvidia.com/gpu:
-    $GPU_PER_NODE`); None when it is known."""
-    text = words(container)
-    flags = PROCESS_FLAG.findall(text)
-    for flag, value in flags:
-        if placeholder(value):
-            return f"{flag}={value}"
-    if any(value.isdigit() for _flag, value in flags):
+    (`--nproc_per_node=${GPU_PER_NODE}`, read by shmguard.launchers as the count is) or, with no literal flag, an
+    accelerator resource (`nvidia.com/gpu: $GPU_PER_NODE`); None when it is known."""
+    from shmguard.launchers import launch_in_command
+
+    launch = launch_in_command(pod.command_of(container))
+    if launch is not None and launch.value and placeholder(launch.value):
+        return launch.said
+    if launch is not None and launch.per_node:
         return None
     resources = dict_of(dict_of(container).get("resources"))
     for key in ("limits", "requests"):
         for name, value in dict_of(resources.get(key)).items():
-            if (isinstance(name, str) and (name in pod.ACCELERATORS or name.startswith(pod.ACCELERATOR_PREFIXES))
-                    and placeholder(value)):
+            if isinstance(name, str) and pod.is_accelerator(name) and placeholder(value):
                 return f"{name}: {value}"
+    return None
+
+
+def launched_by(template: PodTemplate):
+    """What the object that launches the template's pods says of their training processes (a launchers.Launch), or
+    None: an MPIJob's slotsPerWorker for its workers (the slots of each worker in the hostfile mpirun reads; the
+    launcher's too when it runs as a worker), a
+    PyTorchJob's nprocPerNode (or its elasticPolicy's nProcPerNode), which the training operator hands torchrun
+    as PET_NPROC_PER_NODE."""
+    from shmguard.launchers import Launch
+
+    obj, kind = template.obj, str(template.obj.get("kind") or "")
+    spec = dict_of(obj.get("spec"))
+    role = str(template.role).lower()
+    if group_of(obj) == "kubeflow.org" and kind == "MPIJob" and (role == "worker" or (
+            role == "launcher" and spec.get("runLauncherAsWorker") is True)):
+        slots = spec.get("slotsPerWorker")
+        if isinstance(slots, int) and not isinstance(slots, bool) and slots > 0:
+            return Launch("MPIJob", f"slotsPerWorker: {slots}", str(slots), slots, where="in the MPIJob")
+    if group_of(obj) == "kubeflow.org" and kind == "PyTorchJob":
+        for value, said in ((spec.get("nprocPerNode"), "nprocPerNode"),
+                            (dict_of(spec.get("elasticPolicy")).get("nProcPerNode"), "elasticPolicy.nProcPerNode")):
+            if value is None or isinstance(value, bool):
+                continue
+            text = str(value).strip()
+            number = int(text) if text.isdigit() and int(text) > 0 else None
+            return Launch("PyTorchJob", f"{said}: {text}", text, number, text.lower() in ("gpu", "auto"),
+                          where="in the PyTorchJob")
     return None
 
 

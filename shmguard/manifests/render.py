@@ -75,9 +75,10 @@ def cpu_request(job, cpus: float | None) -> str:
 
 
 def check_accelerator(accelerator: str) -> None:
-    if not (accelerator in pod.ACCELERATORS or accelerator.startswith(pod.ACCELERATOR_PREFIXES)):
+    if not pod.is_accelerator(accelerator):
         raise UsageError(f"--accelerator {accelerator!r} is not an accelerator resource shmguard knows: "
-                         f"{', '.join(pod.ACCELERATORS)} or huawei.com/Ascend*")
+                         f"{', '.join(pod.ACCELERATORS)}, {', '.join(p + '*' for p in pod.ACCELERATOR_PREFIXES)} "
+                         f"or a vendor's DOMAIN/{'|'.join(pod.DEVICE_NAMES)}")
 
 
 def container_spec(job, image: str, name: str, command: list[str], cpus: float | None, memory: int | None,

@@ -102,6 +102,8 @@ class ConnectionLoop:
 
     request_queue_size = 256
     server_name = "shmguard"
+    stop_waiting = False  # stopping: close a connection still waiting on a request head after IDLE_GRACE (else at
+    # its own deadline); a server whose clients may send large heads slowly keeps it False
 
     def __init__(self, address: tuple[str, int], *, tls: Callable[[], ssl.SSLContext] | None = None,
                  log: Callable[..., None] | None = None, timeout: float = TIMEOUT,
@@ -222,6 +224,8 @@ class ConnectionLoop:
                         for conn in list(self.connections.values()):
                             if conn.idle():
                                 self._last_read(conn)
+                            elif self.stop_waiting and conn.waiting_on_client():
+                                self._expire(conn)  # a head that has not come in the grace: not a request in flight
                     if self._shutdown_request and not self.connections:
                         break
                 for key, events in self.selector.select(min(poll_interval, sweep_every)):

@@ -62,3 +62,10 @@ def shared_writable_mappings(root, pid: int | str = SELF) -> list[Mapping]:
     cannot be read."""
     with open(root.join(f"/proc/{pid}/maps"), encoding="ascii", errors="replace") as maps:
         return list(parse_shared_writable(maps))
+
+
+def command_line(root, pid: int | str = 1) -> list[str]:
+    """The words a process was started with (/proc/PID/cmdline, NUL-separated); [] when unreadable. PID 1 is a
+    container's main process: `check` reads the launcher it runs (torchrun --nproc-per-node 8) from it."""
+    text = root.read_or_none(f"/proc/{pid}/cmdline")
+    return [word for word in (text or "").split("\0") if word]

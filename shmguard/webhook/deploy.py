@@ -120,7 +120,10 @@ def webhook_documents() -> list:
          "spec": {
              "replicas": Value("webhook.replicas"),
              "selector": {"matchLabels": labels},
-             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+             # A surge pod on the node's network wants the port the old one holds: with hostNetwork a rollout
+             # replaces first (a real one-node upgrade waited out its 5 minutes on the surge pod).
+             "strategy": {"type": "RollingUpdate", "rollingUpdate": Choose(
+                 Truthy(HOST_NETWORK), {"maxUnavailable": 1, "maxSurge": 0}, {"maxUnavailable": 0, "maxSurge": 1})},
              "template": {
                  "metadata": {"labels": labels},
                  "spec": {

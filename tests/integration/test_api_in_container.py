@@ -26,11 +26,11 @@ IMAGE = 3 * 224 * 224 * 4
 README = CHECKOUT / "README.md"
 API_GUIDE = CHECKOUT / "docs" / "guides" / "python-api.md"
 
+pytestmark = [pytest.mark.integration, pytest.mark.needs_docker]
+
 PRELUDE = r'''
 import gc, json, sys, warnings, torch, shmguard
 from torch.utils.data import DataLoader, Dataset
-
-pytestmark = [pytest.mark.integration, pytest.mark.needs_docker]
 
 class Images(Dataset):
     def __len__(self): return 100_000

@@ -118,8 +118,17 @@ def test_install_upgrade_rollback_uninstall(kube, helm, tmp_path):
                  timeout=400)
         secret_before = kube.get("secret", f"{release}-webhook-tls", namespace)["data"]
 
-        # The webhook sizes a real Pod at creation; the exporter serves its /dev/shm.
-        kube.apply(pod("train", image, kube.node, OPT_IN, ANNOTATIONS), "-n", namespace)
+        # The webhook sizes a real Pod at creation; the exporter serves its /dev/shm. The apiserver takes up a new
+        # WebhookConfiguration a moment after it is made: a server-side dry run tells when it calls the webhook.
+        manifest = pod("train", image, kube.node, OPT_IN, ANNOTATIONS)
+
+        def sized_by_dry_run() -> bool:
+            done = kube.apply(manifest, "-n", namespace, "--dry-run=server", "-o", "json", check=False)
+            return done.returncode == 0 and any(v.get("name") == "dshm" for v in
+                                                json.loads(done.stdout)["spec"].get("volumes", []))
+
+        kube.wait_for("the webhook called by the apiserver", sized_by_dry_run, 120)
+        kube.apply(manifest, "-n", namespace)
         created = kube.wait_pod("train", namespace, phases=("Running",))
         (dshm,) = [v for v in created["spec"]["volumes"] if v["name"] == "dshm"]
         assert dshm["emptyDir"]["sizeLimit"] == k8s_quantity(pod_shm_size(JOB))

@@ -100,8 +100,13 @@ def docker_attrs(container: dict, annotations: dict) -> dict | None:
 
 
 def container_root(attrs: dict, root: Path) -> Path:
-    """The container's filesystem as the probes read it: a /dev/nvidiaN node per GPU `docker run --gpus` gave it."""
+    """The container's filesystem as the probes read it: a /dev/nvidiaN node per GPU `docker run --gpus` gave it,
+    and its main process's command line."""
     (root / "dev").mkdir(parents=True, exist_ok=True)
+    (root / "proc" / "1").mkdir(parents=True, exist_ok=True)
+    config = attrs.get("Config") or {}
+    command = [*(config.get("Entrypoint") or []), *(config.get("Cmd") or [])]
+    (root / "proc" / "1" / "cmdline").write_text("".join(f"{word}\0" for word in command))
     for request in (attrs.get("HostConfig") or {}).get("DeviceRequests") or ():
         for index in range(request["Count"]):
             (root / "dev" / f"nvidia{index}").touch()

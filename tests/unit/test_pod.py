@@ -40,11 +40,12 @@ JOB_ENV = {"SHMGUARD_WORKERS": "4", "SHMGUARD_BATCH_SIZE": "64"}
 
 def test_the_dataloader_is_named_else_described_by_env_else_the_first_main_container():
     proxy, train, evaluate = container("istio-proxy"), container("train", env=JOB_ENV), container("eval")
-    assert pod.dataloader_containers([proxy, train, evaluate]) == ((1,), "env")
-    assert pod.dataloader_containers([proxy, container("train"), evaluate]) == ((1,), "first main container")
-    assert pod.dataloader_containers([proxy, train, evaluate], "train, eval") == ((1, 2), "annotation")
-    assert pod.dataloader_containers([proxy, train, evaluate], ["eval"]) == ((2,), "annotation")
-    assert pod.dataloader_containers([container("fluent-bit")]) == ((0,), "first container")
+    assert pod.dataloader_containers([proxy, train, evaluate]) == ((1,), pod.ENV)
+    assert pod.dataloader_containers([proxy, container("train"), evaluate]) == ((1,), "it is named train")
+    assert pod.dataloader_containers([proxy, container("app"), evaluate])[0] == (1,)  # the first main one
+    assert pod.dataloader_containers([proxy, train, evaluate], "train, eval") == ((1, 2), pod.ANNOTATION)
+    assert pod.dataloader_containers([proxy, train, evaluate], ["eval"]) == ((2,), pod.ANNOTATION)
+    assert pod.dataloader_containers([container("fluent-bit")])[0] == (0,)
     # A sidecar is known by its image too (Istio's proxyv2 under another name).
     assert pod.is_sidecar(container("mesh", image="docker.io/istio/proxyv2:1.24.2"))
     with pytest.raises(pod.PodError, match=r"no container named nope \(shmguard.io/container or --container\); the containers are istio-proxy, train"):
@@ -149,3 +150,44 @@ def test_the_reader_imports_without_pyyaml():
             "assert pod.read_pod({'spec': {'containers': [{'name': 'c'}]}}).shm.kind == pod.RUNTIME\n"
             "assert 'yaml' not in [m for m in sys.modules if sys.modules[m] is not None]\n")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=CHECKOUT)
+
+
+# --- issue 42.2: the trainer is the container that trains, not the first -------------------------------------
+
+VLLM = {"name": "server", "image": "vllm/vllm-openai:v0.6.3", "args": ["--model", "meta-llama/Llama-3.1-8B"],
+        "resources": {"limits": {"nvidia.com/gpu": 1}}}
+
+
+@pytest.mark.parametrize("trainer, why", [
+    ({"name": "trainer", "image": "pytorch/pytorch:2.4.0", "command": ["python", "main.py"]}, "it is named trainer"),
+    ({"name": "job", "image": "x", "command": ["torchrun", "--nproc_per_node=2", "main.py"]},
+     "it runs torchrun"),
+    ({"name": "job", "image": "x", "command": ["accelerate", "launch", "main.py"]}, "it runs accelerate launch"),
+    ({"name": "job", "image": "x", "command": ["python", "xla_spawn.py", "--num_cores", "8", "glue.py"]},
+     "it runs xla_spawn.py"),
+    ({"name": "job", "image": "x", "command": ["bash", "-c", "deepspeed --num_gpus 8 pretrain_gpt.py"]},
+     "it runs deepspeed"),
+])
+def test_the_dataloader_container_is_chosen_by_evidence_and_the_reason_said(trainer, why):
+    """Issue 42.2: a vLLM server first and the trainer second; the first was sized."""
+    assert pod.dataloader_containers([VLLM, trainer]) == ((1,), why)
+
+
+def test_a_monitor_first_is_never_the_trainer_and_a_server_only_when_nothing_else_is_there():
+    monitor = {"name": "monitor", "image": "busybox", "command": ["sh", "-c", "while true; do date; sleep 60; done"]}
+    app = {"name": "app", "image": "company/app:1", "command": ["python", "run.py"]}
+    assert pod.dataloader_containers([monitor, app])[0] == (1,)
+    assert pod.dataloader_containers([VLLM, app])[0] == (1,)
+    assert pod.dataloader_containers([VLLM])[0] == (0,)
+    # A container that asks for accelerators before one that does not.
+    gpu = {"name": "b", "image": "b", "resources": {"limits": {"amd.com/gpu": 2}}}
+    assert pod.dataloader_containers([{"name": "a", "image": "a"}, gpu]) == ((1,), "it asks for 2 amd.com/gpu")
+
+
+def test_every_accelerator_resource_counts():
+    """Issue 42.3: `cloud-tpus.google.com/v3: 8` was counted as no device."""
+    for resource in ("cloud-tpus.google.com/v3", "google.com/tpu", "nvidia.com/gpu.shared", "iluvatar.ai/gpu",
+                     "cambricon.com/mlu", "huawei.com/Ascend910B"):
+        assert pod.accelerators({"resources": {"limits": {resource: 8}}}).count == 8, resource
+    for resource in ("nvidia.com/gpumem", "example.com/gpucores", "cpu", "memory", "ephemeral-storage"):
+        assert not pod.is_accelerator(resource), resource

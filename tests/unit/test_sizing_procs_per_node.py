@@ -4,25 +4,23 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from shmguard import main, sizing
 
 J = ["--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224"]
 
 
-@pytest.mark.parametrize("command, value", [
-    (["torchrun", "--nproc_per_node=4", "train.py"], "4"),
-    (["torchrun", "--nproc-per-node", "2", "train.py"], "2"),
-    (["/usr/local/bin/torchrun", "--nnodes=1", "--nproc_per_node", "8", "train.py", "--lr", "1"], "8"),
-    (["python", "-m", "torch.distributed.run", "--nproc-per-node=3", "train.py"], "3"),
-    (["sh", "-c", "cd /w && torchrun --nproc_per_node=6 train.py"], "6"),
-    (["python", "train.py", "--nproc_per_node=5"], None),  # not a launcher: the script's own flag
-    (["torchrun", "train.py", "--nproc_per_node=5"], None),  # after the script: the script's
-    (["torchrun", "--nproc_per_node"], None),
-])
-def test_nproc_in_command(command, value):
-    assert sizing.nproc_in_command(command) == value
+def test_xla_spawn_and_a_tpu_resource_count_processes_issue_42_3():
+    """`xla_spawn.py --num_cores 8` and `cloud-tpus.google.com/v3: 8` were counted as 1 process."""
+    from shmguard.declared import container_job
+
+    job = {"workers": "4", "batch_size": "8", "sample_bytes": "1k"}
+    spawn = {"command": ["python", "xla_spawn.py", "--num_cores", "8", "run_glue.py"]}
+    assert container_job(spawn, (), job).job.procs_per_node == 8
+    tpu = {"command": ["python", "run.py"], "resources": {"limits": {"cloud-tpus.google.com/v3": 8}}}
+    assert container_job(tpu, (), job).job.procs_per_node == 8
+    pet = {"command": ["torchrun", "train.py"], "env": [{"name": "PET_NPROC_PER_NODE", "value": "4"}]}
+    declared = container_job(pet, (), job)
+    assert declared.job.procs_per_node == 4 and declared.procs.source == "PET_NPROC_PER_NODE=4 for torchrun"
 
 
 def test_sources_in_order_and_disagreements():

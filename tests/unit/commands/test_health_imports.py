@@ -24,8 +24,8 @@ from tests.support.paths import CHECKOUT, DATA
 # Every run of health.
 BASE = {"shmguard", "shmguard.commands", "shmguard.commands.health", "shmguard.probe", "shmguard.probe.mountinfo", "shmguard.record",
         "shmguard.units"}
-# The job from SHMGUARD_* variables, and the model that sizes it (errors: the job module raises its UsageError).
-JOB = {"shmguard.job", "shmguard.errors", "shmguard.model", "shmguard.segments"}
+# The job from SHMGUARD_* variables, and the model that sizes it (shmguard.errors only once a value is refused).
+JOB = {"shmguard.job", "shmguard.model", "shmguard.segments"}
 # The memory limit and usage, once /dev/shm has room for what is needed: is there memory for it too?
 MEMORY = {"shmguard.probe.cgroup"}
 # Files visible in /dev/shm: which are the job's own (torch_<pid>_...) and which are not.
@@ -44,7 +44,7 @@ def root(tmp_path) -> Path:
     ("the job fits: the whole path", 1024 * MIB, 1024 * MIB, [], JOB_ENV, 0, BASE | JOB | MEMORY),
     ("the job does not fit: no memory cgroup", 64 * MIB, 64 * MIB, [], JOB_ENV, 1, BASE | JOB),
     ("--min-free: no job, no model", 1024 * MIB, 1024 * MIB, ["--min-free", "1m"], {}, 0, BASE | MEMORY),
-    ("no requirement: nothing to fit", 1024 * MIB, 1024 * MIB, [], {}, 0, BASE | {"shmguard.job", "shmguard.errors"}),
+    ("no requirement: nothing to fit", 1024 * MIB, 1024 * MIB, [], {}, 0, BASE | {"shmguard.job"}),
 ])
 def test_each_path_imports_only_its_modules(root, name, total, free, args, env, expected_code, expected):
     code, imported = health_imports(root, total, free, *args, env=env)
@@ -67,6 +67,13 @@ def test_bad_usage_loads_errors_only_to_report_it(root):
     code, imported, stderr = health_child(root, 0, 0, "--min-free", "lots")
     assert code == 2 and "shmguard health: error: 'lots' is not a size" in stderr
     assert imported == (BASE - {"shmguard.probe.mountinfo", "shmguard.record"}) | {"shmguard.errors"}
+
+
+def test_a_bad_job_variable_loads_errors_only_to_report_it(root):
+    """The job module makes its UsageError only when it refuses a value: then it names the variable."""
+    code, imported, stderr = health_child(root, 1024 * MIB, 1024 * MIB, env={**JOB_ENV, "SHMGUARD_WORKERS": "many"})
+    assert code == 2 and "SHMGUARD_WORKERS must be a whole number, not 'many'" in stderr, stderr
+    assert "--workers" not in stderr and {"shmguard.job", "shmguard.errors"} <= imported
 
 
 LAUNCHER = CHECKOUT / "bin" / "shmguard"

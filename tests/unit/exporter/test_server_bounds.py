@@ -157,3 +157,14 @@ def test_listening_on_ipv6_any_is_dual_stack(serving):
     assert scrape("::1", server.port, "/healthz", socket.AF_INET6) == (200, b"ok\n")
     assert scrape("127.0.0.1", server.port, "/healthz") == (200, b"ok\n")
     assert exporter_server.url_of(server.server).startswith("http://[::]:")
+
+
+def test_a_stop_does_not_wait_for_half_sent_heads(serving):
+    """SIGTERM's shutdown waited for each half-sent head's deadline; it closes them after the idle grace."""
+    server = serving(HEAD_TIMEOUT=3600.0)
+    with half_heads(server.port, 5) as idle:
+        assert scrape("127.0.0.1", server.port)[0] == 200
+        stopper = threading.Thread(target=server.server.shutdown, daemon=True)
+        stopper.start()
+        stopper.join(60)  # a bound on a hang (the heads' deadline is an hour), not a timing
+        assert not stopper.is_alive() and all(closed_by_server(sock) for sock in idle)

@@ -59,7 +59,8 @@ def test_mutate_reads_the_job_from_env_and_keeps_an_existing_unsized_shm_volume(
     assert volume["emptyDir"] == {"medium": "Memory"}
     # No memory limit is invented (#20 item 2): without one, nothing caps the tmpfs pages but the node.
     assert "memory" not in (train.get("resources") or {}).get("limits", {})
-    assert any(m["mountPath"] == "/dev/shm" for m in sidecar["volumeMounts"])
+    # Only the DataLoader's container gets /dev/shm (issue 42.2): the busybox `sleep` beside it does not.
+    assert not any(m["mountPath"] == "/dev/shm" for m in sidecar.get("volumeMounts", []))
     assert train["env"] == ar["request"]["object"]["spec"]["containers"][0]["env"]  # valueFrom kept
     kubernetes_validate.validate(for_validation(pod), kubernetes_validate.latest_version(), strict=True)
 
