@@ -10,7 +10,8 @@ Each page is made whole from one table in the package:
   shmguard.io/* annotation, the DataLoader attribute the API reads);
 - docs/reference/metrics.md: the exporter's series, as its own exposition writes their help
   (shmguard.exporter.metrics), and its alerts (shmguard.exporter.rules);
-- docs/reference/json.md: the fields of every --json output, from the shipped schemas (shmguard/schemas/).
+- docs/reference/json.md: the fields of every --json output, from the shipped schemas (shmguard/schemas/);
+- docs/design/modules.md: every module of the package, with the first sentence of its docstring.
 
 Run from the checkout (PYTHONPATH=$PWD), with the `run` and `exporter` extras installed.
 """
@@ -194,11 +195,43 @@ def json_outputs() -> str:
     return "\n".join(lines) + "\n"
 
 
+def first_sentence(doc: str | None) -> str:
+    """The docstring's first paragraph, as one line."""
+    return " ".join((doc or "").strip().split("\n\n")[0].split())
+
+
+def modules() -> str:
+    import ast
+
+    package = CHECKOUT / "shmguard"
+    sections: dict[str, list[tuple[str, str]]] = {}
+    for path in sorted(package.rglob("*.py")):
+        if "__pycache__" in path.parts:
+            continue
+        relative = path.relative_to(CHECKOUT)
+        folder = str(relative.parent)
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
+        sections.setdefault(folder, []).append((f"`{relative.name}`", first_sentence(doc)))
+    lines = [
+        "# The package, module by module",
+        "",
+        NOTE.format(source="the modules' docstrings"),
+        "",
+        "Each module of `shmguard/` with the first paragraph of its docstring, which says what it is for: the "
+        "layers and the one place of each rule are in [where each rule lives](map.md). A module's docstring is "
+        "the place to say what it holds; this page follows it.",
+    ]
+    for folder, rows in sections.items():
+        lines += ["", f"## `{folder}/`", "", *table(("module", "what it is"), rows)]
+    return "\n".join(lines) + "\n"
+
+
 PAGES = {
     "docs/reference/run-flags.md": run_flags,
     "docs/reference/options.md": options,
     "docs/reference/metrics.md": metrics,
     "docs/reference/json.md": json_outputs,
+    "docs/design/modules.md": modules,
 }
 
 

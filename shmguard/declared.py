@@ -16,7 +16,8 @@ one size wherever it is read. Its layers, least specific first, merged field by 
 A sample size given at a more specific layer replaces the other way of giving it (a
 shape there drops bytes from below, and the reverse). The environment's NCCL_* variables
 change NCCL's own /dev/shm (shmguard.nccl). What no layer says is inferred as the launch
-makes it: the processes per node from the command's launcher, the environment (torchrun's
+makes it: the processes per node from the command's launcher (shmguard.launchers), what the
+object that launches the pod says (an MPIJob's slotsPerWorker), the environment (torchrun's
 LOCAL_WORLD_SIZE, WORLD_SIZE, Slurm's tasks) and the accelerator devices, one process each
 (shmguard.sizing.procs_per_node); the GPUs from the NCCL devices it is given (a pod's
 resources, `docker run --gpus`, Slurm's GPUs). Values are validated once, by
@@ -81,14 +82,12 @@ def merged_values(layers: list[dict]) -> dict:
 
 
 def declared_job(defaults=None, env: Mapping[str, str] | None = None, annotations=(), command=(),
-                 devices: pod.Accelerators | None = None, given=None, procs_named: str = "",
-                 launched=None) -> Declared:
+                 devices: pod.Accelerators | None = None, given=None, launched=None) -> Declared:
     """The job a container declares (see the module docstring for the layers); UsageError for a bad value.
 
     env: the container's environment (name -> value); annotations: `shmguard.io/*` mappings, most specific first
     (the template's, then its object's); command: the container's command and arguments, as words; devices: the
-    accelerators it is given; procs_named: how to name the layer of a given processes count in a disagreement
-    (default: the option, `--procs-per-node N`); launched: what the object that launches the pod says of its
+    accelerators it is given; launched: what the object that launches the pod says of its
     processes (a launchers.Launch: an MPIJob's slotsPerWorker, a PyTorchJob's nprocPerNode).
     """
     env = env or {}
@@ -105,7 +104,7 @@ def declared_job(defaults=None, env: Mapping[str, str] | None = None, annotation
     if "gpus" not in values and devices.count and devices.nccl:
         values["gpus"] = devices.count
     given_procs = values.get("procs_per_node")
-    source = procs_named or _procs_source(given_procs, layers, own)
+    source = _procs_source(given_procs, layers, own)
     procs = procs_per_node(given_procs, command, env, per_device, named if per_device else None, source, launched)
     if given_procs is None and procs.value > 1:
         values["procs_per_node"] = procs.value

@@ -1,3 +1,5 @@
+"""`python3 -m shmguard.chart`: write charts/shmguard from the code (shmguard.chart.build)."""
+
 import sys
 
 from shmguard.chart.build import main

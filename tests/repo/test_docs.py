@@ -40,6 +40,7 @@ def test_a_stale_page_is_found(tmp_path, monkeypatch):
     gen = runpy.run_path(str(GEN_DOCS))
     page = "docs/reference/run-flags.md"
     shutil.copytree(CHECKOUT / "docs", tmp_path / "docs")
+    (tmp_path / "shmguard").symlink_to(CHECKOUT / "shmguard")  # the modules page reads the package
     (tmp_path / page).write_text((tmp_path / page).read_text() + "a hand edit\n")
     gen["stale"].__globals__["CHECKOUT"] = tmp_path
     try:
