@@ -84,6 +84,7 @@ SETUP_PROGRAMS = {"pip", "pip3", "mkdir", "cp", "mv", "ln", "rm", "chmod", "chow
                   "else", "for", "do", "done", "while", "case", "esac", "mount", "umask", "ulimit"}
 IDLE_IMAGES = {"sleep", "pause", "busybox"}  # images whose entrypoint only waits (busybox's is a shell: with no
 # command it exits at once)
+WAITING_ENTRYPOINTS = {"sleep", "pause"}  # of those, the ones whose args are only the entrypoint's (a duration)
 SHELLS = {"sh", "bash", "ash", "dash", "zsh", "ksh"}
 PREFIXES = {"exec", "time", "nohup", "sudo", "env", "!", "{", "}", "(", ")"}
 
@@ -133,11 +134,12 @@ def mpi_launcher(container) -> str | None:
 def idle(container) -> str | None:
     """The evidence that a container runs only waiting, printing or setting-up programs (`sleep 600`), or None."""
     ran = programs(container)
+    repo = (str(container.get("image") or "").split("@")[0].rsplit("/", 1)[-1].split(":")[0].lower()
+            if isinstance(container, dict) else "")
+    if repo in IDLE_IMAGES and ran is None or repo in WAITING_ENTRYPOINTS and not container.get("command"):
+        # its entrypoint waits; args alone are that entrypoint's (the `sleep` image's `args: ["10s"]` is a duration)
+        return f"its image {container.get('image')} only waits"
     if ran is None:
-        _parts, image = image_words(container.get("image") if isinstance(container, dict) else None)
-        repo = str(container.get("image") or "").split("@")[0].rsplit("/", 1)[-1].split(":")[0].lower()
-        if repo in IDLE_IMAGES:
-            return f"its image {container.get('image')} only waits"
         return None
     if ran and all(p in IDLE_PROGRAMS or p in SETUP_PROGRAMS for p in ran):
         shown = list(dict.fromkeys(p for p in ran if p not in ("if", "then", "fi", "else", "do", "done", "[", "[[")))

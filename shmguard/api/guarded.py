@@ -35,6 +35,46 @@ def read_container(root: str | None) -> Snapshot:
     return take_snapshot(Root(root), use_nvml=False)
 
 
+DYING_GRACE = 10.0  # a worker a batch could not be fetched from is ending: it has this long to end
+
+
+def fetched_from_a_worker(exc: BaseException) -> bool:
+    """The error came from fetching a batch's tensors from the worker that made it: torch passes each tensor's file
+    descriptor through that worker's socket (multiprocessing's resource sharer), so a worker that dies (of a
+    SIGBUS in /dev/shm, or the OOM killer) while its last batch is read makes the read fail with
+    ConnectionResetError or ConnectionRefusedError, before torch knows the worker is dead (seen under load in CI:
+    the death itself then went unsaid, or torch's SIGCHLD handler said it by raising in the middle of the diagnosis)."""
+    import os
+
+    sharer = os.path.join("multiprocessing", "resource_sharer.py")
+    current: BaseException | None = exc
+    while current is not None:
+        traceback = current.__traceback__
+        while traceback is not None:
+            if traceback.tb_frame.f_code.co_filename.endswith(sharer):
+                return True
+            traceback = traceback.tb_next
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def await_dying_workers(iterator: Any, grace: float = DYING_GRACE) -> None:
+    """Wait (at most `grace` seconds) until one of torch's workers has ended, and reap every one that has, so that
+    its exit status tells how it died (worker_signals). torch's SIGCHLD handler may name the death meanwhile by
+    raising in this thread (its RuntimeError "DataLoader worker (pid N) is killed by signal: ..."): the caller
+    keeps that error and calls again. A reaped worker is never named again: the handler cannot raise later,
+    elsewhere, for it."""
+    from multiprocessing.connection import wait
+
+    workers = [worker for worker in getattr(iterator, "_workers", None) or () if hasattr(worker, "sentinel")]
+    if not workers:
+        return
+    ended = wait([worker.sentinel for worker in workers], grace)
+    for worker in workers:
+        if worker.sentinel in ended:
+            worker.join()  # its end has begun (its sentinel closed): its status follows at once
+
+
 class GuardedLoader:
     """A DataLoader (the user's, or the fitted one) whose shared-memory crashes come with their diagnosis.
 
@@ -59,8 +99,19 @@ class GuardedLoader:
             iterator = iter(self.loader)
             yield from iterator
         except Exception as exc:
-            text = error_text(exc)
-            text += worker_signals(iterator, text)
+            fetch_failed, named = False, None
+            while True:  # first, and in a try from its first instruction: torch's SIGCHLD handler may raise in it
+                try:
+                    fetch_failed = fetched_from_a_worker(exc)
+                    if fetch_failed:
+                        await_dying_workers(iterator)
+                    break
+                except RuntimeError as error:  # torch naming a worker's death ("is killed by signal: ...")
+                    if "DataLoader worker" not in str(error):
+                        raise
+                    named = named or error
+            text = error_text(exc) + (f"\n{type(named).__name__}: {named}" if named is not None else "")
+            text += worker_signals(iterator, text, fetch_failed)
             kind = crash_kind(text)
             if kind is None:
                 raise

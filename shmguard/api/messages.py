@@ -48,18 +48,20 @@ def error_text(exc: BaseException) -> str:
     return "\n".join(parts)
 
 
-def worker_signals(iterator: object, text: str) -> str:
+def worker_signals(iterator: object, text: str, fetch_failed: bool = False) -> str:
     """What torch would have said of each worker a signal killed, when the error does not say it.
 
     torch names a dead worker's signal ("is killed by signal: Bus error") from its SIGCHLD handler,
     which only the trainer's main thread runs. When the signal went to another of the trainer's
     threads, or the trainer's own liveness check came first, the error is the bare "DataLoader worker
-    (pid(s) N) exited unexpectedly" and the cause is lost (seen under load in CI). The workers' exit
-    codes are still on torch's iterator (multiprocessing's Process.exitcode, set by that liveness
-    check): a negative one is the signal, worded as torch words it."""
+    (pid(s) N) exited unexpectedly" and the cause is lost (seen under load in CI). So is it when a
+    batch could not be fetched from a worker that was dying (fetch_failed: shmguard.api.guarded waited
+    for its end). The workers' exit codes are still on torch's iterator (multiprocessing's
+    Process.exitcode, set by that liveness check or that wait): a negative one is the signal, worded
+    as torch words it."""
     import signal
 
-    if "is killed by signal" in text or "exited unexpectedly" not in text:
+    if "is killed by signal" in text or ("exited unexpectedly" not in text and not fetch_failed):
         return ""
     lines = []
     for worker in getattr(iterator, "_workers", None) or ():

@@ -132,11 +132,12 @@ class ElasticSampler:
         """Once the sampler died and the container is known: a plain peak sampler on its /dev/shm, started once."""
         from shmguard.engine.peak import ProcessPeakSampler
 
-        with self._lock:
+        with self._lock:  # started and published at once: stop() takes it only whole, or stops it being started
             if self.died is None or not self.config or self.fallback is not None or self._stopping:
                 return
-            self.fallback = ProcessPeakSampler(f"/proc/{int(self.config['pid'])}/root/dev/shm", self.interval)
-        self.fallback.start()
+            fallback = ProcessPeakSampler(f"/proc/{int(self.config['pid'])}/root/dev/shm", self.interval)
+            fallback.start()
+            self.fallback = fallback
 
     def _read_lines(self, proc) -> None:
         for line in proc.stdout:
@@ -199,8 +200,8 @@ class ElasticSampler:
         """Close the sampler's stdin (it prints its last line and exits), wait for the reader; kill it if it hangs."""
         import subprocess
 
-        self._stopping = True
         with self._lock:
+            self._stopping = True
             fallback, self.fallback = self.fallback, None
         if fallback is not None:
             fallback.stop()

@@ -69,3 +69,30 @@ def test_the_code_cites_only_the_repository(folder):
             text = path.read_text(encoding="utf-8", errors="replace")
             found += [f"{path.relative_to(CHECKOUT)}: {m.group(0)}" for m in OUTSIDE.finditer(text)]
     assert not found, found
+
+
+# `shmguard/job.py` (`OPTIONS`, `make_job`): a module cited with the names it holds, as the design pages cite them.
+CITED_NAMES = re.compile(r"`(shmguard/[\w/]+)\.py` \((`\w+`(?:, `\w+`)*)\)")
+
+
+def stale_names(text: str) -> list[str]:
+    """The names a page cites in a module that the module no longer has."""
+    import importlib
+
+    stale = []
+    for path, names in CITED_NAMES.findall(text):
+        module = importlib.import_module(path.replace("/", "."))
+        stale += [f"{path}.py: {name}" for name in re.findall(r"`(\w+)`", names) if not hasattr(module, name)]
+    return stale
+
+
+def test_the_pages_cite_names_the_code_has():
+    pages = [CHECKOUT / "README.md", *sorted((CHECKOUT / "docs").rglob("*.md"))]
+    cited = {page.name: CITED_NAMES.findall(page.read_text(encoding="utf-8")) for page in pages}
+    assert sum(map(len, cited.values())) >= 5, "no page cites a module's names any more: is the pattern stale?"
+    for page in pages:
+        assert stale_names(page.read_text(encoding="utf-8")) == [], f"{page.name} names what the code no longer has"
+
+
+def test_a_stale_name_is_found():
+    assert stale_names("the table is `shmguard/options.py` (`JOB_OPTIONS`)") == ["shmguard/options.py: JOB_OPTIONS"]

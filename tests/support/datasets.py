@@ -117,10 +117,16 @@ def with_pipe_leaves():
 
 
 class Images(Dataset):
-    """3x224x224 float32 images and an int label."""
+    """3x224x224 float32 images and an int label.
 
-    def __init__(self, length=256, fail_from=None, fail_with=None):
-        self.length, self.fail_from, self.fail_with = length, fail_from, fail_with
+    From index fail_from on, fail_with is raised, or the process that loads it (a worker) kills itself with
+    "sigbus" or "sigkill": once `told` (a multiprocessing.Event) is set, when one is given. A test sets it after
+    the last batch it wants has come: a worker that dies while the trainer still fetches its batch's tensors
+    makes torch raise a ConnectionResetError of that fetch instead (a race of torch's, see
+    shmguard.api.guarded.fetched_from_a_worker)."""
+
+    def __init__(self, length=256, fail_from=None, fail_with=None, told=None):
+        self.length, self.fail_from, self.fail_with, self.told = length, fail_from, fail_with, told
 
     def __len__(self):
         return self.length
@@ -128,6 +134,8 @@ class Images(Dataset):
     def __getitem__(self, i):
         if self.fail_from is not None and i >= self.fail_from:
             if self.fail_with in ("sigbus", "sigkill"):
+                if self.told is not None:
+                    self.told.wait()
                 os.kill(os.getpid(), signal.SIGBUS if self.fail_with == "sigbus" else signal.SIGKILL)
             raise self.fail_with
         return torch.zeros(3, 224, 224), i

