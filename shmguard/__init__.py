@@ -79,8 +79,12 @@ def main(argv=None) -> int:
 
 
 def launch() -> None:
-    """The `shmguard` command (bin/shmguard calls this and nothing else: a script is compiled at every run, a
-    module once, and the healthcheck runs every few seconds: BENCHMARKS.md section 10.2).
+    """The `shmguard` command. bin/shmguard is hand-written (pip's generated script imports `re`) and does nothing
+    else but call this, because a script is compiled at every run and a module once (even its comments are
+    tokenized each time), and the healthcheck runs every few seconds (BENCHMARKS.md section 10.2). Before that
+    it takes its own folder off sys.path, as `python -P` would: Python put it first, nothing of shmguard's is there
+    (a venv's bin/), and looking for the package in it cost every run a listing of it and six stats, since it holds
+    the launcher, named like the package.
 
     For `health`, no collection while its modules load (each import allocates enough to set one off, and none of
     them makes garbage in cycles), and the process ends once it has done what the interpreter's own exit would do
