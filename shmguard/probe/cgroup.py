@@ -57,8 +57,7 @@ def parse_proc_cgroup(text: str) -> list[CgroupEntry]:
             hid = int(hierarchy)
         except ValueError:
             continue
-        names = tuple(c for c in controllers.split(",") if c)
-        entries.append(CgroupEntry(hierarchy=hid, controllers=names, path=path or "/"))
+        entries.append(CgroupEntry(hid, tuple(filter(None, controllers.split(","))), path or "/"))
     return entries
 
 
