@@ -96,3 +96,14 @@ def test_the_pages_cite_names_the_code_has():
 
 def test_a_stale_name_is_found():
     assert stale_names("the table is `shmguard/options.py` (`JOB_OPTIONS`)") == ["shmguard/options.py: JOB_OPTIONS"]
+
+
+def test_the_exporter_page_names_every_once_json_field():
+    """docs/commands/exporter.md lists `--once --json`'s fields by hand: each field the schema has is named there."""
+    import json
+
+    schema = json.loads((CHECKOUT / "shmguard" / "schemas" / "exporter.json").read_text(encoding="utf-8"))
+    fields = [*schema["properties"], *schema["properties"]["targets"]["items"]["properties"]]
+    page = (CHECKOUT / "docs" / "commands" / "exporter.md").read_text(encoding="utf-8")
+    listed = page[page.index("`--once --json` prints one pass"):]
+    assert [f for f in fields if f"`{f}`" not in listed and f != "schema_version"] == []
