@@ -342,3 +342,18 @@ def memory_error_fix() -> str:
     return ("lower what the process holds at once (batch size, what the dataset keeps in memory, caches), or "
             "give it more memory (a larger memory limit; on Windows a larger page file). A bigger /dev/shm would "
             "not help")
+
+
+def sysv_shm_refused_fix() -> str:
+    """System V shared memory (shmget) refused for a reason other than its limits on room (EPERM, EACCES, EINVAL)."""
+    return ("a segment with huge pages (SHM_HUGETLB) needs CAP_IPC_LOCK or the group in vm.hugetlb_shm_group "
+            "(UCX: UCX_SYSV_HUGETLB_MODE=n asks without huge pages); EACCES is a segment of that key owned by "
+            "another user (ipcs -m, ipcrm); EINVAL a size above kernel.shmmax (ipcs -l); or let the library use "
+            "POSIX shared memory (UCX: UCX_TLS without sysv). A bigger /dev/shm would not help")
+
+
+def ray_oom_fix() -> str:
+    """Ray's memory monitor killed tasks or actors: the node's memory went above its threshold."""
+    return ("run fewer tasks at once on the node (more num_cpus, or memory=…, per task or actor), lower what each "
+            "holds, or give the node more memory; RAY_memory_usage_threshold sets the threshold the monitor kills "
+            "at (the Ray docs: Out-Of-Memory Prevention)")

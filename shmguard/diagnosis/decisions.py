@@ -27,7 +27,7 @@ from shmguard.diagnosis.records import (
     Signal,
 )
 from shmguard.fixes import Want, shm_fixes
-from shmguard.units import GIB, format_size, parse_size, slurm_size
+from shmguard.units import GIB, format_size, parse_quantity, parse_size, slurm_size
 
 # --- what a line is: its `where` readers ---------------------------------------------------------------------
 
@@ -56,7 +56,8 @@ SHM_NAME = re.compile(r"shared memory (?:segment|object|region|key)s? [\"'<]?(/[
 # A source file a warning or a frame cites (`…/_multiprocessing_helpers.py:46:`): where the code is, not what it
 # wrote to.
 SOURCE_FILE = re.compile(r"\.(?:py|pyx|c|cc|cpp|cu|h|hpp)(?::\d{1,9})?:?$")
-FRAME = re.compile(r"^\s{1,16}(?:File \"|at |\w)")
+# A frame: Python's (`File "…"`), Java's and gdb's (`at …`), pybind11's after its `At:` (`/path.py(61): name`).
+FRAME = re.compile(r"^\s{1,16}(?:File \"|at |\w|/[^\s(]{1,300}\(\d{1,9}\): )")
 SHM_PATHS = ("/dev/shm", "/run/shm")
 
 
@@ -76,7 +77,9 @@ def place_enospc(line: str, before: list[str], after: list[str] = ()) -> tuple[s
     if other:
         return "enospc-elsewhere", {"path": other[0]}
     frames: list[str] = []
-    for following in after:  # the frames printed after the error, when the log has it first
+    for number, following in enumerate(after):  # the frames printed after the error, when the log has it first
+        if number == 0 and following.strip() == "At:":  # pybind11's header of the frames (Triton's Python backend)
+            continue
         if not FRAME.match(following):
             break
         frames.append(following)
@@ -169,7 +172,14 @@ def exit_code_of(match: re.Match[str], line: str, before: list[str], after: list
 
 
 def oom_by(match: re.Match[str], line: str, before: list[str], after: list[str]) -> dict:
-    return {"by": "slurm" if "slurm" in line or "srun" in line or "OUT_OF_ME" in line else ""}
+    if "slurm" in line or "srun" in line or "OUT_OF_ME" in line:
+        return {"by": "slurm"}
+    return {"by": "ray" if RAY_OOM.search(line) else ""}
+
+
+# Ray's memory monitor (src/ray/raylet/node_manager.cc, python/ray/exceptions.py): it kills a task or actor when the
+# node's memory goes above its threshold, before the kernel's OOM killer would.
+RAY_OOM = re.compile(r"killed due to memory pressure \(OOM\)|ray\.exceptions\.OutOfMemoryError|node running low on memory")
 
 
 def cuda_size(match: re.Match[str], line: str, before: list[str], after: list[str]) -> dict:
@@ -182,9 +192,24 @@ def timeout_seconds(match: re.Match[str], line: str, before: list[str], after: l
 
 
 def eviction_resource(match: re.Match[str], line: str, before: list[str], after: list[str]) -> dict:
-    """The resource a kubelet eviction names (its node condition read as the resource: DiskPressure is disk)."""
-    resource = match.groupdict().get("resource") or "ephemeral-storage"
-    return {"resource": {"DiskPressure": "ephemeral-storage", "MemoryPressure": "memory"}.get(resource, resource)}
+    """The resource a kubelet eviction names (its node condition read as the resource: DiskPressure is disk), and
+    for an emptyDir over its sizeLimit, the volume and the limit (in bytes as `requested`: the fix gives more)."""
+    found = match.groupdict()
+    resource = found.get("resource") or "ephemeral-storage"
+    details: dict[str, Any] = {
+        "resource": {"DiskPressure": "ephemeral-storage", "MemoryPressure": "memory"}.get(resource, resource)}
+    if found.get("volume"):
+        details["volume"] = found["volume"]
+        try:
+            details["requested"] = parse_quantity(found.get("limit") or "")
+        except ValueError:
+            pass
+    return details
+
+
+# The names manifests give the memory emptyDir they mount at /dev/shm, and kubectl describe's line for the mount.
+SHM_VOLUME = re.compile(r"(?:d|dev-?)?shm|shared-?mem(?:ory)?|shmem")
+SHM_MOUNT = re.compile(r"^\s{0,40}/dev/shm from (?P<volume>[\w.-]{1,253}) \(r[wo]")
 
 
 def worker_pids(match: re.Match[str], line: str, before: list[str], after: list[str]) -> dict:
@@ -202,7 +227,7 @@ NO_ROOM = re.compile(r"No space left on device|Cannot allocate memory|Device or 
 
 def ended_well(ctx: Context, _: Signal | None) -> Diagnosis | None:
     ev = ctx.ev
-    if ev.exit_code != 0 or ev.oom_killed:
+    if ev.exit_code != 0 or ev.oom_killed or ctx.first("oom-kill") is not None:  # OOMKilled with exit 0 happens
         return None
     noted = ctx.signals[0] if ctx.signals else None
     return ctx.make(NO_FAILURE, "none", "The container ended well (exit 0)" +
@@ -321,6 +346,11 @@ def oom(ctx: Context, _: Signal | None) -> Diagnosis | None:
     if not ev.oom_killed and said is None:
         return None
     slurm = "slurm" in ctx.platforms or (said is not None and "slurm" in said.details.get("by", ""))
+    if said is not None and said.details.get("by") == "ray" and not ev.oom_killed:
+        return ctx.make(UNDETERMINED, "oom",
+                        "Ray's memory monitor killed a task or actor: the node's memory was above its threshold "
+                        "(the processes', and /dev/shm's pages, Ray's object store among them; nothing here says "
+                        "which filled it). Not /dev/shm's size.", fixes.ray_oom_fix() + ".", said)
     fix, needed = memory_advice(ev, ctx.platforms)
     large_tmpfs = ev.shm_unbounded or (ev.memory_limit is not None and ev.shm_size is not None
                                        and ev.shm_size * 2 >= ev.memory_limit)
@@ -388,6 +418,15 @@ def evicted(ctx: Context, s: Signal | None) -> Diagnosis:
     pod's usage the kubelet ranks by, so nothing here says whether they were part of it."""
     assert s is not None
     resource = s.details.get("resource", "ephemeral-storage")
+    volume = s.details.get("volume")
+    mounted = {m.group("volume") for line in ctx.marks.get("shm-mount", ()) if (m := SHM_MOUNT.search(line))}
+    if volume is not None and (SHM_VOLUME.fullmatch(volume) or volume in mounted):
+        fix, needed = shm_advice(ctx, "the pod")
+        limit = s.details.get("requested")
+        return ctx.make(SHARED_MEMORY, "shm-evicted",
+                        f"The kubelet evicted the pod: its emptyDir \"{volume}\", its /dev/shm, held more than its "
+                        f"sizeLimit" + (f" ({format_size(limit)})" if isinstance(limit, int) else "") +
+                        ": the job's shared memory outgrew the size it was given.", fix, s, needed)
     if resource == "memory":
         return ctx.make(UNDETERMINED, "evicted",
                         "The kubelet evicted the pod: the node ran short of memory, and the pod used more than it "

@@ -40,12 +40,14 @@ JUDGED = "tests/data/explain/judged/development/"
 ROUND_1 = "tests/data/explain/judged/held-out/"
 # Round 3's held-out logs: written from in round 4 only.
 ROUND_3 = "tests/data/explain/judged/held-out-3/"
+# Round 4's held-out logs: written from in round 5 only.
+ROUND_4 = "tests/data/explain/judged/held-out-4/"
 TESTS = "tests/unit/diagnosis/test_init.py::"
 RULE_TESTS = "tests/unit/diagnosis/test_rules.py::"
 
 ENOSPC = (d.ENOSPC,)
 # Lines the rules look for beside the signals: where the job used /dev/shm (for an OOM kill under Slurm).
-MARKERS = {"shm-use": (d.SHM_IN_LOG,)}
+MARKERS = {"shm-use": (d.SHM_IN_LOG,), "shm-mount": (d.SHM_MOUNT,)}
 
 # --- the table ---------------------------------------------------------------------------------------------
 
@@ -68,8 +70,11 @@ RULES: tuple[Rule, ...] = (
     # torch's DataLoader (torch/csrc/DataLoader.cpp, torch/utils/data/_utils/signal_handling.py): the worker's
     # SIGBUS, its handler's message, and the hint it adds; wrapped by terminals and pastes.
     Rule("worker-bus-error", kind="worker-bus-error", decide=d.worker_bus_error, crash=CRASH_BUS, wraps=True,
+         # (the handler's sentences in any case: titles and prose quote them lower-cased; round 5)
          patterns=wrapped(r"DataLoader worker \(pid (?P<pid>\d{1,10})\) is killed by signal: Bus error",
-                          r"Unexpected bus error encountered in worker",
+                          r"[Uu]nexpected [Bb]us [Ee]rror encountered in worker",
+                          r"UNEXPECTED BUS ERROR ENCOUNTERED IN WORKER",
+                          r"[Ii]nsufficient shared memory \(shm\)",
                           r"dataloader's workers are out of shared memory"),
          source="torch/csrc/DataLoader.cpp", case=JUDGED + "mdtvsfa-10-docker-bus-error.log"),
     # System V shared memory (shmget) refused: its own limits (kernel.shmmni, shmall, shmmax), not a tmpfs's
@@ -81,6 +86,15 @@ RULES: tuple[Rule, ...] = (
                  "tmpfs, which System V segments do not use.",
          fix=fixes.sysv_shm_fix() + ".", source="UCX src/uct/sm/mm/sysv/mm_sysv.c, src/ucs/sys/sys.c",
          case=JUDGED + "ucx-9347-sysv-shmget.log"),
+    # shmget refused for another reason (EPERM: huge pages without CAP_IPC_LOCK; EACCES; EINVAL: above shmmax).
+    Rule("sysv-shm", NOT_SHARED_MEMORY, kind="sysv-shm-refused",
+         patterns=compile_all(r"\bshmget\b.{0,200}?(?P<error>Operation not permitted|Permission denied|Invalid "
+                              r"argument|\bEPERM\b|\bEACCES\b|\bEINVAL\b)"),
+         summary="System V shared memory was refused (shmget: {error}): a permission or a System V limit (huge "
+                 "pages, the segment's owner, kernel.shmmax), not /dev/shm's tmpfs, which System V segments do not "
+                 "use.",
+         fix=fixes.sysv_shm_refused_fix() + ".", source="UCX src/ucs/sys/sys.c (ucs_sysv_alloc); shmget(2)",
+         case=ROUND_4 + "ucx-3023-shmget-eperm.log"),
     # A library's pool, region, key or segment in /dev/shm that could not be created or grown, with the size
     # it wanted and its reason. One rule decides on them all (decisions.shm_pool); the others mark their lines.
     Rule("shm-pool", kind="shm-pool", decide=d.shm_pool, gives=("shm-pool", "shm-file"),
@@ -183,7 +197,11 @@ RULES: tuple[Rule, ...] = (
                               r"slurmstepd(?:-\S{1,40})?: error: Detected \d{1,9} oom[-_]kill event",
                               r"\bExitCode=0:125\b",
                               r"srun: error: .{0,200}: task \d{1,9}: Out Of Memory",
-                              r"\bOUT_OF_ME(?:MORY|\+)")),
+                              r"\bOUT_OF_ME(?:MORY|\+)",
+                              # Ray's memory monitor (raylet's node_manager.cc, ray.exceptions; round 5)
+                              r"Workers? \(tasks / actors\) killed due to memory pressure \(OOM\)",
+                              r"\bray\.exceptions\.OutOfMemoryError\b",
+                              r"Task was killed due to the node running low on memory")),
     Rule("oom", decide=d.oom, gives=("oom", "oom-shm"), case=PUBLIC + "arjuna-52-slurm-oom-kill.log"),
     # 3. Failures that are not shared memory, whatever else the log shows.
     Rule("command-not-found", kind="command-not-found", decide=d.command_not_found,
@@ -215,7 +233,7 @@ RULES: tuple[Rule, ...] = (
     # `if __name__ == '__main__':` guard it starts its loader again (CPython Lib/multiprocessing/spawn.py).
     Rule("spawn-main", NOT_SHARED_MEMORY, kind="spawn-main",
          patterns=compile_all(r"in _fixup_main_from_path\b", r"current process has finished its bootstrapping phase",
-                              r"\bfreeze_support\(\)"),
+                              r"\bfreeze_support\(\)", r"\b_check_not_importing_main\b"),
          summary="A DataLoader worker started by spawn (Windows, macOS) imported the script again and ran its "
                  "training code: the script has no `if __name__ == '__main__':` guard. Not /dev/shm.",
          fix=fixes.spawn_main_fix() + ".", source="cpython Lib/multiprocessing/spawn.py",
@@ -265,7 +283,7 @@ RULES: tuple[Rule, ...] = (
          case=ROUND_3 + "ucx-8511-proc-link-enoent.log"),
     Rule("", kind="open-files", patterns=compile_all(r"Too many open files", r"received (?:\d{1,9}|%d) items of ancdata")),
     Rule("open-files", kind="shm-open", decide=d.open_files, fires_on=("open-files", "shm-open"),
-         patterns=compile_all(r"unable to open shared memory object <[^>]{0,200}> in read-write mode"),
+         patterns=compile_all(r"unable to open shared memory object (?:<[^>]{0,200}>|\S{1,200}) in read-write mode"),
          case=PUBLIC + "maskrcnn-158-too-many-open-files.log"),
     Rule("nccl-timeout", UNDETERMINED, kind="nccl-timeout",
          patterns=compile_all(r"Watchdog caught collective operation timeout: WorkNCCL\(.{0,400}?\) ran for "
@@ -296,8 +314,9 @@ RULES: tuple[Rule, ...] = (
                               r"The node had condition: \[(?P<resource>DiskPressure|MemoryPressure)\]",
                               r"Pod ephemeral local storage usage exceeds the total limit of containers",
                               r"exceeded its local ephemeral storage limit",
-                              r"Usage of EmptyDir volume \S{1,200} exceeds the limit"),
-         where=d.eviction_resource,
+                              r"Usage of EmptyDir volume \\?\"?(?P<volume>[\w.-]{1,253})\\?\"? exceeds the limit"
+                              r"(?: \\?\"?(?P<limit>[\w.]{1,40}))?"),
+         where=d.eviction_resource, gives=("evicted", "shm-evicted"),
          source="kubernetes pkg/kubelet/eviction/helpers.go, eviction_manager.go",
          case=RULE_TESTS + "test_an_eviction_for_disk_is_its_own_cause"),
     # Slurm's other cancellations (slurmstepd's req.c: scancel, preemption, a node failure), and srun's word for a

@@ -171,6 +171,10 @@ def test_an_eviction_for_disk_is_its_own_cause():
     "\x1b[31mRuntimeError: DataLoader worker (pid 47) is killed by signal: Bus error.\x1b[0m",
     # interleaved with a progress bar's redraws
     "train:   2%|#         | 1/46 [00:01<01:10]\rERROR: Unexpected bus error encountered in worker.",
+    # in any case, in prose (round 5: a title quoting the handler lower-cased)
+    'I meet "unexpected bus error encountered in worker, This might be caused by insufficient shared memory (shm)"',
+    "ERROR: UNEXPECTED BUS ERROR ENCOUNTERED IN WORKER.",
+    "this might be caused by insufficient shared memory (shm)",
 ])
 def test_torchs_message_wrapped_prefixed_or_interleaved(log):
     found = diagnose(Evidence(logs=log))
@@ -249,8 +253,25 @@ def test_round_3_signals_and_statuses(log, cause):
      "memory", "nccl-ib"),
     ("    zip_file.write_record(name, storage.data_ptr(), num_bytes)\nMemoryError", "oom"),
     ("numpy.core._exceptions._ArrayMemoryError: MemoryError: Unable to allocate 3.2 GiB for an array", "oom"),
+    # round 5
+    # Ray's memory monitor, in the raylet's words and as the exception a task's caller gets
+    ("(raylet) [2024-01-01 00:00:00,000 E 1 1] (raylet) node_manager.cc:3084: 1 Workers (tasks / actors) killed due "
+     "to memory pressure (OOM), 0 Workers crashed due to other reasons at node (ID: ab, IP: 10.0.0.1)", "oom"),
+    ("ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.", "oom"),
+    # the kubelet says OOMKilled, the container's exit code 0 (kubernetes#131530): an OOM kill all the same
+    ("State:          Terminated\n  Reason:       OOMKilled\n  Exit Code:    0\n", "oom"),
+    # torch's shm_open failing, its name a placeholder in a title
+    ('RuntimeError: unable to open shared memory object XXX in read-write mode', "open-files"),
+    # spawn's check, without the bootstrapping sentence
+    ('  File "/lib/python3.12/multiprocessing/spawn.py", line 164, in get_preparation_data\n'
+     '    _check_not_importing_main()', "spawn-main"),
+    # shmget refused for a permission (huge pages without CAP_IPC_LOCK), not for room
+    ("sys.c:619  UCX  ERROR shmget(size=1044381696 flags=0xfb0) for uct_test failed: Operation not permitted, please "
+     "check shared memory limits by 'ipcs -l'", "sysv-shm"),
+    # an emptyDir that is not /dev/shm, over its sizeLimit: disk, not shared memory
+    ('Warning  Evicted  9m  kubelet  Usage of EmptyDir volume "cache" exceeds the limit "1Gi".', "evicted"),
 ])
-def test_round_4_families(log, cause):
+def test_round_4_and_5_families(log, cause):
     found = diagnose(Evidence(logs=log))
     assert found.cause == cause and found.verdict not in BLAMES_SHM, found
     assert not fix_sizes(found.fix or "") and "--shm-size" not in (found.fix or "")
@@ -340,3 +361,37 @@ def test_scan_reports_signals_not_marks():
     assert [s.kind for s in scan("shm 64M 64M 0 100% /dev/shm\nTraceback (most recent call last):")] == []
     assert diagnose(Evidence(logs="shm 64M 64M 0 100% /dev/shm")).verdict in BLAMES_SHM
     assert diagnose(Evidence(logs="shm 64M 1M 63M 2% /dev/shm", exit_code=1)).verdict == UNDETERMINED
+
+
+# Round 5 (tests/data/explain/judged/SPLIT.md): rules from round 4's held-out misses, by mechanism; its
+# look-alikes are in test_round_4_and_5_families.
+
+
+def test_rays_oom_killer_is_rays_not_the_kernels():
+    found = diagnose(Evidence(logs="ray.exceptions.OutOfMemoryError: Task was killed due to the node running low "
+                                   "on memory."))
+    assert "Ray's memory monitor" in found.summary and "RAY_memory_usage_threshold" in (found.fix or "")
+
+
+@pytest.mark.parametrize("log", [
+    # named as manifests name it
+    '  Warning  Evicted  9m38s  kubelet, node  Usage of EmptyDir volume "dshm" exceeds the limit "1Gi".',
+    # any name, mounted at /dev/shm as kubectl describe shows it
+    '    Mounts:\n      /dev/shm from scratch (rw)\n'
+    'Warning  Evicted  9m  kubelet  Usage of EmptyDir volume "scratch" exceeds the limit "1Gi".',
+])
+def test_an_emptydir_at_dev_shm_over_its_size_limit_is_shared_memory_sized_above_it(log):
+    found = diagnose(Evidence(logs=log))
+    assert (found.verdict, found.cause) == (SHARED_MEMORY, "shm-evicted"), found
+    assert "sizeLimit" in found.fix and min(fix_sizes(found.fix)) > 2**30
+
+
+def test_an_enospc_whose_semlock_frames_follow_it_is_shared_memory():
+    """Triton's Python backend prints pybind11's `At:` and the frames after the error."""
+    log = ("E0529 10:21:51.291878 1 model_repository_manager.cc:487] Invalid argument: loading failed with error: "
+           "Internal: OSError: [Errno 28] No space left on device\nAt:\n"
+           "  /tmp/python_env/0/lib/python3.8/multiprocessing/synchronize.py(61): __init__\n"
+           "  /tmp/python_env/0/lib/python3.8/multiprocessing/synchronize.py(162): __init__\n")
+    found = diagnose(Evidence(logs=log))
+    assert (found.verdict, found.cause) == (SHARED_MEMORY, "shm-enospc"), found
+    assert diagnose(Evidence(logs=log.replace("multiprocessing/synchronize.py", "app/model.py"))).cause == "enospc"
