@@ -21,6 +21,7 @@ from typing import Any, Callable
 from shmguard.engine.elastic_policy import Policy
 from shmguard.engine.grower import MemoryFiles, memory_levels
 from shmguard.engine.remount import gone
+from shmguard.probe import Root
 from shmguard.record import Record
 
 # --- run's side -------------------------------------------------------------------------------------
@@ -243,10 +244,8 @@ def privileged(status_text: str | None = None) -> bool:
     if os.geteuid() == 0:
         return True
     if status_text is None:
-        try:
-            with open("/proc/self/status") as f:
-                status_text = f.read()
-        except OSError:
+        status_text = Root("/").read_or_none("/proc/self/status")
+        if status_text is None:
             return False
     for line in status_text.splitlines():
         if line.startswith("CapEff:"):
@@ -332,9 +331,8 @@ def begin(sampler: ElasticSampler, container, started_at: float, shm=None) -> tu
         sampler.stop()
         return False, None
     try:
-        with open(f"/proc/{pid}/cgroup") as f:
-            if container.id not in f.read():
-                raise OSError(errno.ENXIO, "not the container's process")
+        if container.id not in Root("/").read(f"/proc/{pid}/cgroup"):
+            raise OSError(errno.ENXIO, "not the container's process")
         shm = shm or container_shm.read(pid, container.id)
         files = memory_levels(pid)
     except OSError as exc:

@@ -33,22 +33,22 @@ LOCK = "elastic.lock"
 
 
 def process_start(pid: int) -> str | None:
-    """The start time of a process (field 22 of /proc/PID/stat), which tells it from a later one of the same number."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
+    """The start time of a process, which tells it from a later one of the same number (probe.process.start_time)."""
+    from shmguard.probe import Root
+    from shmguard.probe.process import start_time
+
+    return start_time(Root("/"), pid)
 
 
 def shm_room(entry: dict) -> int | None:
     """What a listed /dev/shm may still fill (size less used), read through its container's process; None when it
     is gone or no longer the tmpfs listed."""
+    from shmguard.probe import Root
     from shmguard.probe.tmpfs import read_tmpfs
 
     path = f"/proc/{int(entry['pid'])}/root/dev/shm"
     try:
-        st = os.stat(path, follow_symlinks=False)
+        st = Root("/").lstat(path)
         shm = read_tmpfs(path)
     except (OSError, ValueError):
         return None

@@ -35,6 +35,7 @@ def sample(path: str, interval: float, done: threading.Event, hook=None) -> tupl
     next one, or None for `interval`."""
     peak: int | None = None
     samples = 0
+    # os.statvfs itself, not probe.Root's: this loop samples every 0.2 ms, and "used" is still probe.tmpfs's (used_of)
     statvfs, sleep = os.statvfs, time.sleep
     while True:  # one sample at least, however soon done is set
         wait = interval

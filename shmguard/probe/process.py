@@ -1,4 +1,5 @@
-"""A process as /proc shows it: its open descriptors and its shared, writable memory mappings.
+"""A process as /proc shows it: its open descriptors, its shared, writable memory mappings, its command line and
+its start time.
 
 The Python API builds its probe batch in a forked child that must not touch what it shares with the trainer
 (shmguard.api.batch): it reopens the files it may read, and makes the shared, writable mappings read-only. Both
@@ -69,3 +70,18 @@ def command_line(root, pid: int | str = 1) -> list[str]:
     container's main process: `check` reads the launcher it runs (torchrun --nproc-per-node 8) from it."""
     text = root.read_or_none(f"/proc/{pid}/cmdline")
     return [word for word in (text or "").split("\0") if word]
+
+
+def parse_start_time(stat_text: str) -> str | None:
+    """Field 22 of /proc/PID/stat, the process's start time in clock ticks since boot, which tells it from a later
+    process given the same number. Read after the command's closing parenthesis (a command may hold spaces and
+    parentheses of its own)."""
+    fields = stat_text.rsplit(")", 1)
+    rest = fields[1].split() if len(fields) == 2 else []
+    return rest[19] if len(rest) > 19 else None
+
+
+def start_time(root, pid: int | str) -> str | None:
+    """The start time of process pid (parse_start_time), or None when it is gone or unreadable."""
+    text = root.read_or_none(f"/proc/{pid}/stat")
+    return None if text is None else parse_start_time(text)

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from tests.support.paths import CHECKOUT
@@ -124,3 +125,32 @@ def test_the_rules_find_what_breaks_them(tmp_path):
         "tests/support/",
         "tests/unit/sub/test_reader.py:2: relative import '.' (import from tests.support instead)",
     ]
+
+
+# Reads of /proc and /sys outside probe/ (issue 40.2: every read of the system goes through probe/, behind a root).
+SYSTEM_READ = re.compile(r"""open\(f?["'](?:/proc|/sys)\b|os\.statvfs\(["'/]""")
+# Files that act on the system, not read it: remount's setns opens the container's /proc/PID to enter its mount
+# namespace (an fd, no text read).
+ACTS_ON_THE_SYSTEM = {"shmguard/engine/remount.py"}
+
+
+def direct_system_reads(package: Path) -> list[str]:
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        name = path.relative_to(package.parent).as_posix()
+        if name.startswith("shmguard/probe/") or name in ACTS_ON_THE_SYSTEM:
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if SYSTEM_READ.search(line):
+                found.append(f"{name}:{number}: {line.strip()}")
+    return found
+
+
+def test_the_system_is_read_through_probe():
+    assert direct_system_reads(CHECKOUT / "shmguard") == [], "read it through shmguard.probe (a Root)"
+
+
+def test_a_direct_read_is_found(tmp_path):
+    (tmp_path / "shmguard" / "engine").mkdir(parents=True)
+    (tmp_path / "shmguard" / "engine" / "x.py").write_text('with open(f"/proc/{pid}/cgroup") as f:\n    pass\n')
+    assert direct_system_reads(tmp_path / "shmguard") == ['shmguard/engine/x.py:1: with open(f"/proc/{pid}/cgroup") as f:']

@@ -58,3 +58,16 @@ def test_this_process(tmp_path):
             area.close()
     finally:
         os.close(fd)
+
+
+def test_the_start_time_is_read_after_the_command_whatever_it_holds():
+    """Field 22 of /proc/PID/stat; a command may hold spaces and parentheses (the ledger's pid-reuse check)."""
+    from shmguard.probe import Root
+    from shmguard.probe.process import parse_start_time, start_time
+
+    fields = " ".join(str(n) for n in range(3, 23))  # fields 3 (state) to 22 (starttime)
+    assert parse_start_time(f"123 (python3) {fields}") == "22"
+    assert parse_start_time(f"123 (a (b) c) {fields}") == "22"
+    assert parse_start_time("123 (cut") is None and parse_start_time("123 (x) 1 2") is None
+    assert start_time(Root("/"), "self") == parse_start_time(open("/proc/self/stat").read())
+    assert start_time(Root("/"), 2**31) is None  # no such process
