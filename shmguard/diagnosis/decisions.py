@@ -219,6 +219,9 @@ def worker_pids(match: re.Match[str], line: str, before: list[str], after: list[
 # The reason a library gives for a shared-memory call that failed: ENOSPC, ENOMEM and EBUSY are a tmpfs
 # without room (a full /dev/shm, or its size reached); the others (EEXIST, EROFS, EACCES, EPERM, ENOENT) are
 # not a question of size.
+# shm_open(3) of a new name answering ENOENT: no /dev/shm (or none usable) to create it in.
+NO_SHM = re.compile(r"No such file or directory|\bENOENT\b")
+CREATED = re.compile(r"Unable to initialize shared memory key|could not create shared memory segment")
 NO_ROOM = re.compile(r"No space left on device|Cannot allocate memory|Device or resource busy|\bENOSPC\b|"
                      r"\bENOMEM\b|\bEBUSY\b|[Oo]ut of memory|[Nn]ot enough memory|exceeds memory available")
 
@@ -256,6 +259,13 @@ def shm_pool(ctx: Context, s: Signal | None) -> Diagnosis:
     reason = (s.details.get("reason") or "").strip().rstrip(";.")
     size = s.details.get("requested")
     what = f"its shared-memory {s.details.get('what', 'pool')}" + (f" of {format_size(size)}" if size else "")
+    if reason and NO_SHM.search(reason) and CREATED.search(s.line):
+        # shm_open(O_CREAT) of a key in /dev/shm answered ENOENT: the container has no usable /dev/shm for the
+        # library's pool (round 6); the platform's /dev/shm, at least the size asked, is the knob.
+        fix, needed = shm_advice(ctx)
+        return ctx.make(SHARED_MEMORY, "shm-pool",
+                        f"{library} could not create {what}: the container's /dev/shm was not there to hold it "
+                        f"({reason}).", fix, s, needed)
     if reason and not NO_ROOM.search(reason):
         return ctx.make(NOT_SHARED_MEMORY, "shm-file",
                         f"{library} could not create {what} in /dev/shm, and not for want of room: {reason}.",
@@ -628,6 +638,15 @@ def killed(ctx: Context, s: Signal | None) -> Diagnosis | None:
     ev = ctx.ev
     if s is None and ev.exit_code != SIGKILL_EXIT:
         return None
+    report = ctx.first("kernel-memory")
+    if report is not None:  # the kernel's memory report beside the SIGKILL: its OOM killer (round 6)
+        fix, _ = memory_advice(ev, ctx.platforms)
+        what = f"killed by SIGKILL ({s.line.strip()[:120]})" if s is not None else "killed (exit 137, SIGKILL)"
+        return ctx.make(UNDETERMINED, "oom",
+                        f"A process was {what}, and the kernel printed its memory report ({report.line.strip()[:120]})"
+                        f": the kernel's OOM killer, which prints it when it kills. The memory ran out (the "
+                        f"processes', and /dev/shm's pages count in it); nothing here says /dev/shm's size did it.",
+                        fix, report)
     if ev.exit_code == SIGKILL_EXIT and s is None and "exit_code" not in ctx.seen:
         return ctx.make(UNDETERMINED, "killed",
                         "The container was killed (SIGKILL, exit 137) but not by the OOM killer: docker kill or "

@@ -75,7 +75,10 @@ RULES: tuple[Rule, ...] = (
                           r"[Uu]nexpected [Bb]us [Ee]rror encountered in worker",
                           r"UNEXPECTED BUS ERROR ENCOUNTERED IN WORKER",
                           r"[Ii]nsufficient shared memory \(shm\)",
-                          r"dataloader's workers are out of shared memory"),
+                          r"dataloader's workers are out of shared memory",
+                          # a SIGBUS said in words beside shared memory having run out (titles, prose; round 6)
+                          r"\b[Bb]us [Ee]rror\b[^\n]{0,40}?\b(?:out of|insufficient|not enough|no more) shared "
+                          r"memory\b"),
          source="torch/csrc/DataLoader.cpp", case=JUDGED + "mdtvsfa-10-docker-bus-error.log"),
     # System V shared memory (shmget) refused: its own limits (kernel.shmmni, shmall, shmmax), not a tmpfs's
     # size. Before the ENOSPC rules, which would read its "No space left on device" as a disk.
@@ -281,7 +284,9 @@ RULES: tuple[Rule, ...] = (
                  "peer process was gone or in another PID namespace. Not /dev/shm's size.",
          fix=fixes.ucx_proc_link_fix() + ".", source="openucx/ucx src/uct/sm/mm/posix/mm_posix.c (proc link)",
          case=ROUND_3 + "ucx-8511-proc-link-enoent.log"),
-    Rule("", kind="open-files", patterns=compile_all(r"Too many open files", r"received (?:\d{1,9}|%d) items of ancdata")),
+    # EMFILE by its number or name, however the sentence after it is worded (round 6: "Too many files open").
+    Rule("", kind="open-files", patterns=compile_all(r"Too many open files", r"received (?:\d{1,9}|%d) items of ancdata",
+                                                     r"\[Errno 24\]", r"\bEMFILE\b")),
     Rule("open-files", kind="shm-open", decide=d.open_files, fires_on=("open-files", "shm-open"),
          patterns=compile_all(r"unable to open shared memory object (?:<[^>]{0,200}>|\S{1,200}) in read-write mode"),
          case=PUBLIC + "maskrcnn-158-too-many-open-files.log"),
@@ -396,7 +401,7 @@ RULES: tuple[Rule, ...] = (
     Rule("shm-full", decide=d.shm_full, fires_on=("df-shm",), always=True,
          case=JUDGED + "triton-4869-helm-df-full.log"),
     # 5. What is left: a process killed from outside, an error nothing above names, or no failure at all.
-    Rule("killed", kind="sigkill", decide=d.killed, always=True,
+    Rule("killed", kind="sigkill", decide=d.killed, always=True, gives=("killed", "oom"),
          patterns=compile_all(r"^\s{0,16}Killed\s{0,16}$", r"\bline \d{1,9}: {1,8}\d{1,10} Killed\b",
                               r"exited on signal 9 \(Killed\)", r"command terminated with exit code 137",
                               r"killed by signal 9\b", r"failed \(exitcode: -9\)", r"Signal 9 \(SIGKILL\) received",
@@ -415,6 +420,10 @@ RULES: tuple[Rule, ...] = (
     Rule("", kind="job-memory", where=d.job_memory, patterns=compile_all(
         r"\bMinMemoryNode=(?P<mem>\d{1,12}[KMGT]?)\b", r"#SBATCH --mem=(?P<mem>\d{1,12}[KMGTkmgt]?)[bB]?\b")),
     Rule("", kind="df-shm", where=d.df_size, patterns=(d.DF_SHM,)),
+    # The kernel's memory report (show_mem: `Mem-Info:`, `Free swap  = 0kB`), printed by the OOM killer's
+    # dump_header and by a failed page allocation: beside a SIGKILL it names the OOM killer (round 6).
+    Rule("", kind="kernel-memory", patterns=compile_all(r"\bkernel: {0,4}(?:\[[\d. ]{1,20}\] {0,4})?(?:Mem-Info:|"
+                                                        r"Free swap {1,4}= {0,4}\d{1,20}kB)")),
     Rule("unknown", kind="error", decide=d.unknown_failure, always=True, gives=("unknown", "none"),
          patterns=compile_all(r"Traceback \(most recent call last\)", r"^\s{0,16}[\w.]{0,200}(?:Error|Exception): ",
                               r"Segmentation fault|core dumped|Fatal Python error|terminate called after throwing",
@@ -424,4 +433,4 @@ RULES: tuple[Rule, ...] = (
 
 # Kinds that only mark a line for the rules (an error nothing names, the exit code, df's /dev/shm): not signals
 # of a failure of their own, so `scan` leaves them out.
-MARKS = ("error", "exit-code", "df-shm", "job-memory")
+MARKS = ("error", "exit-code", "df-shm", "job-memory", "kernel-memory")
