@@ -93,7 +93,7 @@ fi
 
 BUILD_LOG=$WORK/build.log
 : >"$BUILD_LOG"
-log "building Kubernetes ${K8S_VERSION} into $PREFIX (cold: about 5 minutes on 2 CPUs; log: $BUILD_LOG)"
+log "building Kubernetes ${K8S_VERSION} into $PREFIX (cold: about 6 minutes on 2 CPUs; log: $BUILD_LOG)"
 start=$(date +%s)
 apt_update
 SRC_DIR=$WORK/src

@@ -1,5 +1,6 @@
 """The pure parts of the Kubernetes harness: the modules.txt rewrite and the pause image archive
-(scripts/kubernetes/), and the image names containerd gives (tests/support/kube_cluster.py)."""
+(scripts/kubernetes/), and the image names containerd gives and its walk of cgroup trees
+(tests/support/kube_cluster.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import kube_cluster
 from tests.support.kube_cluster import normalized_image
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts" / "kubernetes"
@@ -86,3 +88,27 @@ def test_the_pause_archive_is_one_layer_with_the_binary_and_its_entrypoint() -> 
 ])
 def test_image_names_as_containerd_gives_them(image: str, name: str) -> None:
     assert normalized_image(image) == name
+
+
+def test_a_cgroup_that_goes_during_the_walk_is_passed_over(tmp_path, monkeypatch):
+    """The kubelet removes a Pod's cgroup at any moment: the teardown's walk lists a folder and finds it gone when it
+    looks inside. Path.rglob raised FileNotFoundError there (two engineers' teardowns failed on it); the walk now
+    passes over it, deepest folders first."""
+    import os
+
+    for sub in ("kubepods/besteffort/pod1/c1", "kubepods/burstable/pod2"):
+        (tmp_path / sub).mkdir(parents=True)
+    going = tmp_path / "kubepods" / "besteffort" / "pod1"
+    real_scandir = os.scandir
+
+    def scandir(path=".", *rest):
+        if Path(path) == going:  # listed by its parent, removed before it is read
+            (going / "c1").rmdir()
+            going.rmdir()
+        return real_scandir(path, *rest)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    walked = kube_cluster._cgroup_dirs(tmp_path / "kubepods")
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in walked) == [
+        "kubepods", "kubepods/besteffort", "kubepods/burstable", "kubepods/burstable/pod2"]
+    assert [len(p.parts) for p in walked] == sorted((len(p.parts) for p in walked), reverse=True)
