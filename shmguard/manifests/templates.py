@@ -22,6 +22,7 @@ Pure functions on plain dicts (what the YAML loader gives); no I/O.
 
 from __future__ import annotations
 
+import posixpath
 import re
 from typing import Any
 
@@ -542,6 +543,28 @@ class Finder:
                               shared_volumes=shared, default_names=["main"], run_time_patch=patch,
                               run_time_patch_note=note,
                               template_annotations=meta.get("annotations") if isinstance(meta, dict) else None)
+            if template.get("containerSet") is not None:
+                self.argo_container_set(spec, template, f"{tpath}[{i}]", shared)
+
+    def argo_container_set(self, spec: dict, template: dict, path: str, shared: list) -> None:
+        """An Argo containerSet template: several containers in one Pod (the template's `volumes`), each read like
+        a Pod's. Its `volumeMounts` go into every one of them at run time, so a /dev/shm mounted there is that
+        list's to size, not one container's."""
+        container_set = mapping(template.get("containerSet"), self.where, f"{path}.containerSet")
+        members = listing(container_set.get("containers"), self.where, f"{path}.containerSet.containers")
+        if not members:
+            raise ManifestError(f"{self.where}: {path}.containerSet.containers is missing or empty: nothing to run")
+        mounts = listing(container_set.get("volumeMounts"), self.where, f"{path}.containerSet.volumeMounts")
+        at_shm = next((m.get("name") for m in mounts if isinstance(m, dict)
+                       and posixpath.normpath(str(m.get("mountPath", ""))) == "/dev/shm"), None)
+        meta = template.get("metadata")
+        patch, note = argo_pod_spec_patch(spec.get("podSpecPatch"), template.get("podSpecPatch"))
+        self.pod_spec(template, path, f"templates[{template.get('name', path)}]", containers=members,
+                      container_paths=[f"{path}.containerSet.containers[{j}]" for j in range(len(members))],
+                      shared_volumes=shared, run_time_patch=patch, run_time_patch_note=note,
+                      sized_elsewhere=(f"its containerSet.volumeMounts mount volume {at_shm!r} at /dev/shm in every "
+                                       "container: size that volume there" if at_shm is not None else None),
+                      template_annotations=meta.get("annotations") if isinstance(meta, dict) else None)
 
     def kserve_component(self, node, path: str, role: str) -> None:
         component = mapping(node, self.where, path)

@@ -649,3 +649,56 @@ def test_keys_added_into_a_flow_mapping_are_quoted_as_the_documents_keys_are():
         """
     patched, _summary = patch(text)
     assert '"volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}]' in patched.text, patched.text
+
+
+CONTAINER_SET = """\
+    apiVersion: argoproj.io/v1alpha1
+    kind: Workflow
+    metadata: {generateName: train-}
+    spec:
+      entrypoint: main
+      templates:
+      - name: main
+        volumes:
+        - {name: workdir, emptyDir: {}}
+        containerSet:
+          volumeMounts:
+          - {name: workdir, mountPath: /workspace}
+          containers:
+          - name: prepare
+            image: python:3.11
+            command: [python, prep.py]
+          - name: main
+            image: pytorch/pytorch:2.3.0-cuda12.1-cudnn8-runtime
+            command: [torchrun, --nproc_per_node=2, train.py]
+            dependencies: [prepare]
+            resources:
+              limits: {nvidia.com/gpu: 2, memory: 32Gi}
+    """
+
+
+def test_an_argo_container_set_is_read_and_its_trainer_sized():
+    """Argo's containerSet (several containers in one Pod) was found by no rule: the file came out unchanged with
+    not a word. Its trainer is chosen by evidence like a Pod's, /dev/shm is mounted into it alone, the volume
+    goes into the template's own volumes."""
+    patched, summary = patch(CONTAINER_SET)
+    (result,) = summary.results
+    assert result.status == "changed"
+    template = yaml.safe_load(patched.text)["spec"]["templates"][0]
+    assert [v["name"] for v in template["volumes"]] == ["workdir", "dshm"]
+    prepare, main_container = template["containerSet"]["containers"]
+    assert "volumeMounts" not in prepare
+    assert main_container["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
+    assert any("the DataLoader runs in main (it runs torchrun)" in n for n in result.notes)
+
+
+def test_a_container_set_mounting_dev_shm_for_every_container_is_left_alone_with_why():
+    """containerSet.volumeMounts go into every container at run time: a /dev/shm there is that list's, and a
+    second mount at the same path in one container would be refused by Argo."""
+    text = CONTAINER_SET.replace("          - {name: workdir, mountPath: /workspace}\n",
+                                 "          - {name: workdir, mountPath: /workspace}\n"
+                                 "          - {name: shm, mountPath: /dev/shm/}\n")
+    patched, summary = patch(text)
+    (result,) = summary.results
+    assert result.status == "skipped" and "containerSet.volumeMounts mount volume 'shm' at /dev/shm" in result.reason
+    assert patched.text == textwrap.dedent(text)
