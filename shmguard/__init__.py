@@ -51,6 +51,13 @@ def __dir__() -> list:
     return sorted(set(globals()) | set(__all__))
 
 
+# The extra (pyproject.toml's optional-dependencies) each click command needs, for the one line that says so when
+# it is missing (tests/unit/test_cli.py holds it to pyproject.toml and to cli.COMMANDS).
+EXTRAS = {"run": "run", "measure": "run", "tune": "run", "explain": "run", "clean": "run",
+          "render": "k8s", "patch": "k8s", "fn": "k8s", "exporter": "exporter", "top": "exporter",
+          "webhook": "webhook"}
+
+
 def main(argv=None) -> int:
     """The `shmguard` command: `health` on the standard library alone, everything else through click."""
     args = sys.argv[1:] if argv is None else list(argv)
@@ -70,8 +77,13 @@ def main(argv=None) -> int:
                              f"`shmguard health` and `shmguard check` (each takes --help); "
                              f"pip install 'shmguard[all]' for run, render, patch, measure, tune\n")
             return 0
-        sys.stderr.write(f"shmguard: error: `shmguard {args[0]}` needs an extra: pip install 'shmguard[all]' "
-                         f"(or [run], [k8s])\n")
+        extra = EXTRAS.get(args[0])
+        if extra is None:
+            sys.stderr.write(f"shmguard: error: no command {args[0]!r}: with no extras installed, the commands are "
+                             f"`shmguard health` and `shmguard check`; pip install 'shmguard[all]' for the others\n")
+        else:
+            sys.stderr.write(f"shmguard: error: `shmguard {args[0]}` needs an extra: pip install 'shmguard[{extra}]' "
+                             f"(or 'shmguard[all]')\n")
         return 2
     from shmguard.cli import main as cli_main
 

@@ -453,6 +453,9 @@ def log_file(argument: str | None) -> str | None:
     """The file `explain ARGUMENT` reads: a path to a file that exists (a container's name is anything else)."""
     import os
 
+    if argument is not None and "/" in argument and not os.path.exists(argument):
+        # a container's name never holds a slash ([a-zA-Z0-9][a-zA-Z0-9_.-]*): this was meant as a file
+        raise UsageError(f"{argument}: no such file (give a log file, `-` for stdin, or a container's name or id)")
     if argument is None or argument == "-" or not os.path.exists(argument):
         return None
     if not os.path.isfile(argument):

@@ -127,7 +127,7 @@ def assess(min_free: int | None, job, root, slurm=None) -> tuple[bool, str]:
         what = "no requirement given"
     if free < needed:
         return False, (f"unhealthy: /dev/shm has {format_size(free)} free of {format_size(total)}, "
-                       f"needs {format_size(needed)} more for {what}")
+                       f"needs {format_size(needed)} more for {what} ({format_size(needed - free)} short)")
     limit = usage = None
     whose = "the memory limit"
     if needed or slurm is not None:  # nothing to fit under the memory limit, and no Slurm cap to name: not read
@@ -145,7 +145,8 @@ def assess(min_free: int | None, job, root, slurm=None) -> tuple[bool, str]:
         headroom = limit - usage
         if headroom < needed:
             return False, (f"unhealthy: {format_size(headroom)} left under {whose} of "
-                           f"{format_size(limit)}, /dev/shm needs {format_size(needed)} more for {what}")
+                           f"{format_size(limit)}, /dev/shm needs {format_size(needed)} more for {what} "
+                           f"({format_size(needed - headroom)} short)")
     note = "" if mount is not None or error is None else " (cannot tell the filesystem type)"
     if slurm is not None and limit is not None:
         note += f"; Slurm job {slurm.job_id}: {whose}, {format_size(limit)}, is the cap"

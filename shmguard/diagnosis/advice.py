@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from shmguard import model, sizing
 from shmguard.diagnosis.records import Evidence, Signal
-from shmguard.fixes import Want, job_memory_fixes, nofile_fixes, shm_fixes
+from shmguard.fixes import SLURM, Want, job_memory_fixes, nofile_fixes, shm_fixes
 from shmguard.units import format_size
 
 if TYPE_CHECKING:
@@ -81,7 +81,15 @@ def shm_advice(ctx: Context, what: str = "the container", extra: int | None = No
     why = (f"the job needs {format_size(needed)} at its peak" if needed > sizing.SHM_FLOOR
            else f"the job needs {format_size(peak)} at its peak; shmguard never gives less than Docker's "
                 f"{format_size(sizing.SHM_FLOOR)}")
-    return f"{shm_fixes(Want(size=needed), ctx.platforms, sizing.slurm_memory_needed(ev.job))}: {why}.", needed
+    fix = f"{shm_fixes(Want(size=needed), ctx.platforms, sizing.slurm_memory_needed(ev.job))}: {why}."
+    memory = sizing.memory_needed(ev.job)
+    if ev.memory_limit is not None and memory > ev.memory_limit and SLURM not in ctx.platforms:
+        # /dev/shm's pages are charged to the memory limit: a bigger /dev/shm alone turns the Bus error into an
+        # OOM kill (Slurm's --mem is in the /dev/shm fix already)
+        fix += (f" Raise the memory limit with it: {job_memory_fixes(ev.job, ctx.platforms)} (the job needs about "
+                f"{format_size(memory)} with its /dev/shm, over the {format_size(ev.memory_limit)} limit it had; "
+                f"/dev/shm's pages count against it).")
+    return fix, needed
 
 
 def memory_advice(ev: Evidence, platforms: tuple[str | None, ...]) -> tuple[str | None, int | None]:

@@ -91,5 +91,7 @@ def test_the_sized_job_completes_the_unsized_one_dies_and_explain_names_the_fix(
             # The knob of a Pod, and the size the webhook wrote for the same job.
             assert "sizeLimit" in explained.stdout, explained.stdout
             assert size in explained.stdout, (size, explained.stdout)
+            # and the memory limit the webhook raised 512Mi to: /dev/shm's pages count against it
+            assert f"resources.limits.memory: {limit}" in explained.stdout, (limit, explained.stdout)
     finally:
         webhook.stop()

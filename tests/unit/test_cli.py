@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from shmguard import __version__, main
 
 
@@ -58,3 +60,35 @@ def test_the_cli_takes_its_choice_lists_from_the_modules_that_decide_them():
     assert choices(renders.commands["slurm"], "launcher") == slurm.LAUNCHERS
     assert choices(explain.command(), "platform") == fixes.SPELLED_FOR
     assert choices(measure.command(), "sharing_strategy") == job.SHARING_STRATEGIES
+
+
+def test_each_command_names_the_extra_it_needs():
+    """Without click, `shmguard X` names X's own extra (it said [all] or [run], [k8s] for every command, and
+    `exporter` needs neither of those two). Held to pyproject.toml's optional-dependencies and to cli.COMMANDS."""
+    import tomllib
+
+    import shmguard
+    from shmguard.cli import COMMANDS
+    from tests.support.paths import CHECKOUT
+
+    extras = tomllib.loads((CHECKOUT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert set(shmguard.EXTRAS) == set(COMMANDS) - {"check", "health"}
+    for command, extra in shmguard.EXTRAS.items():
+        assert any(d.startswith("click") for d in extras[extra]), (command, extra)
+    for command in ("run", "measure", "tune", "explain", "exporter", "top"):  # they talk to the engine
+        assert any(d.startswith("docker") for d in extras[shmguard.EXTRAS[command]]), command
+    assert any(d.startswith("pyyaml") for d in extras[shmguard.EXTRAS["patch"]])
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["exporter", "--once"], "`shmguard exporter` needs an extra: pip install 'shmguard[exporter]' (or 'shmguard[all]')"),
+    (["patch", "x.yaml"], "`shmguard patch` needs an extra: pip install 'shmguard[k8s]'"),
+    (["frobnicate"], "no command 'frobnicate'"),
+])
+def test_without_click_the_line_names_the_extra(monkeypatch, capsys, argv, line):
+    import shmguard
+
+    monkeypatch.setitem(sys.modules, "click", None)  # `import click` raises ImportError
+    assert shmguard.main(argv) == 2
+    err = capsys.readouterr().err
+    assert line in err and err.count("\n") == 1

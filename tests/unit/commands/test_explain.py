@@ -368,6 +368,7 @@ def test_a_name_that_is_no_file_is_still_a_container(monkeypatch, capsys, tmp_pa
 @pytest.mark.parametrize("make, message", [
     (lambda d: d, "is not a file"),
     (lambda d: (d / "empty.log").write_text("  \n") and d / "empty.log", "empty.log is empty"),
+    (lambda d: d / "crash.log", "crash.log: no such file"),  # a path, not a container's name (no slash in those)
 ])
 def test_a_bad_file_is_one_line_and_exit_2(monkeypatch, capsys, tmp_path, make, message):
     code, _, err = run_cli(monkeypatch, capsys, [str(make(tmp_path))])

@@ -18,6 +18,7 @@ JOB = make_job(workers=4, batch_size=64, sample_shape="3,224,224")  # needs 367.
 def test_default_shm_is_unhealthy_for_the_job(tree):
     healthy, message = assess(None, JOB, tree(base="docker-v1", shm=(64 * MIB, 64 * MIB)))
     assert not healthy and message.startswith("unhealthy: /dev/shm has 64.0 MiB free")
+    assert message.endswith("needs 367.7 MiB more for the job's 367.7 MiB (303.7 MiB short)")  # the shortfall, said
 
 
 def test_enough_shm_is_healthy(tree):

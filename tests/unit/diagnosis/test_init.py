@@ -289,3 +289,21 @@ def test_torch_write_with_or_without_a_reason_is_its_allocators_failure():
 def test_the_words_of_an_oom_kill(line):
     found = diagnose(Evidence(logs=line))
     assert found.cause == "oom" and found.verdict == UNDETERMINED and found.shm_needed is None
+
+
+BUS_ERROR = ("RuntimeError: DataLoader worker (pid 123) is killed by signal: Bus error. It is possible that "
+             "dataloader's workers are out of shared memory. Please try to raise your shared memory limit.")
+
+
+@pytest.mark.parametrize("platform", ["docker", "kubernetes"])
+def test_a_shm_fix_under_a_small_memory_limit_raises_the_limit_too(platform):
+    """A bigger /dev/shm under the same 512Mi limit turns the Bus error into an OOM kill (its pages are charged
+    to the limit): the fix names the limit the job needs, as check, render and patch set it."""
+    job = make_job(workers=4, batch_size=64, sample_shape="3,224,224")
+    small = diagnose(Evidence(logs=BUS_ERROR, exit_code=135, memory_limit=512 * MIB, job=job, platform=platform))
+    assert small.verdict == SHARED_MEMORY
+    memory = sizing.memory_needed(job)
+    wanted = "--memory=853m" if platform == "docker" else "resources.limits.memory: 853Mi"
+    assert memory == 853 * MIB and wanted in small.fix and "over the 512.0 MiB limit" in small.fix
+    roomy = diagnose(Evidence(logs=BUS_ERROR, exit_code=135, memory_limit=8 * GIB, job=job, platform=platform))
+    assert "Raise the memory limit" not in roomy.fix  # never a limit it already has
