@@ -99,6 +99,9 @@ def launch(job, options, dry_run: bool, as_json: bool, out=None, err=None) -> in
         else:
             for line in describe(plan):
                 print(line, file=out)
+            if options.healthcheck is None:  # decided by the image, which a dry run does not look into
+                print("healthcheck: `shmguard health`, added when the image has shmguard (a dry run does not look; "
+                      "--healthcheck or --no-healthcheck decides it here)", file=out)
             print(docker_cli(plan, bool(options.healthcheck)), file=out)
         return 0
     for line in describe(plan):
@@ -142,6 +145,7 @@ def plan_json(plan, job) -> dict[str, Any]:
 
     return {"plan": {"shm_bytes": plan.shm_bytes, "required_shm_bytes": plan.required_shm,
                      "procs_per_node": job.procs_per_node, "mem_limit": plan.mem_limit, "nofile": plan.nofile,
+                     "healthcheck": plan.options.healthcheck,
                      "environment": {k: redact(k, v) for k, v in plan.environment.items()},
                      "warnings": list(plan.warnings), "elastic": elastic_json(plan)},
             "docker_run": docker_cli(plan, bool(plan.options.healthcheck))}

@@ -21,6 +21,20 @@ def test_dry_run_cli(capsys):
     assert code == 0 and "--shm-size=368m" in out and out.strip().endswith("demo:latest python train.py")
 
 
+@pytest.mark.parametrize(("flag", "said", "in_line", "in_json"), [
+    ([], True, False, None), (["--healthcheck"], False, True, True), (["--no-healthcheck"], False, False, False)])
+def test_the_dry_run_says_what_decides_the_healthcheck(capsys, flag, said, in_line, in_json):
+    """The real run adds `shmguard health` when the image has shmguard, which a dry run does not look into: the
+    printed line could not show it, and now says so rather than seem complete."""
+    import json
+
+    assert main(["run", *J, *flag, "--dry-run", "demo:latest"]) == 0
+    out = capsys.readouterr().out
+    assert ("added when the image has shmguard" in out) == said and ("--health-cmd" in out) == in_line
+    assert main(["run", *J, *flag, "--dry-run", "--json", "demo:latest"]) == 0
+    assert json.loads(capsys.readouterr().out)["plan"]["healthcheck"] is in_json
+
+
 J = ["--workers", "4", "--batch-size", "64", "--sample-shape", "3,224,224"]
 
 
