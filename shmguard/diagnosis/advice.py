@@ -78,7 +78,7 @@ def shm_advice(ctx: Context, what: str = "the container", extra: int | None = No
                 f"batches are larger than described. Run shmguard check in the container and shmguard measure on "
                 f"the dataset."), needed
     peak = model.shm_bytes(ev.job)
-    why = (f"the job needs {format_size(needed)} at its peak" if needed > sizing.SHM_FLOOR
+    why = (f"the job needs {format_size(peak)} at its peak" if needed > sizing.SHM_FLOOR
            else f"the job needs {format_size(peak)} at its peak; shmguard never gives less than Docker's "
                 f"{format_size(sizing.SHM_FLOOR)}")
     fix = f"{shm_fixes(Want(size=needed), ctx.platforms, sizing.slurm_memory_needed(ev.job))}: {why}."

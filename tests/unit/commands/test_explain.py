@@ -381,3 +381,22 @@ def test_an_unreadable_file_is_one_line_and_exit_2(monkeypatch, capsys, tmp_path
     monkeypatch.setattr("builtins.open", lambda *a, **k: (_ for _ in ()).throw(PermissionError(13, "Permission denied")))
     code, _, err = run_cli(monkeypatch, capsys, [str(log)])
     assert code == 2 and "secret.log: cannot read it (Permission denied)" in err
+
+
+def test_the_readme_example_is_what_a_captured_container_gives(monkeypatch, capsys):
+    """README.md's `shmguard explain train`, run on a real container's record (tests/data/explain/
+    dataloader-enospc-64m: the demo job in Docker's 64 MiB, its inspect and logs as the engine gave them): every
+    line the README shows is printed (a line cut with `...` up to the cut)."""
+    from tests.support.paths import CHECKOUT
+
+    readme = (CHECKOUT / "README.md").read_text(encoding="utf-8")
+    block = readme.split("$ shmguard explain train\n", 1)[1].split("```", 1)[0].splitlines()
+    monkeypatch.setattr(explaining, "read_container", lambda name, host, tail: (
+        inspect("dataloader-enospc-64m"), (CAPTURED / "dataloader-enospc-64m" / "logs.txt").read_text()))
+    code, out, _ = run_cli(monkeypatch, capsys, ["train"])
+    name = inspect("dataloader-enospc-64m")["Name"].lstrip("/")  # the engine's name for it (the README's `train`)
+    printed = out.replace(name, "train").splitlines()
+    assert code == 1 and len(block) >= 3
+    for shown in block:
+        head = shown.split("...", 1)[0]
+        assert any(line == shown or ("..." in shown and line.startswith(head)) for line in printed), (shown, out)
