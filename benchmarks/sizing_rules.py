@@ -69,14 +69,15 @@ def rules(job) -> dict[str, int]:
     }
 
 
-def run_one(client, config, shm_size: int, step_time: float) -> dict:
+def run_one(client, config, shm_size: int, step_time: float, labels: dict[str, str] | None = None) -> dict:
+    """One configuration in one container with /dev/shm of shm_size: did it complete, and its peak."""
     workers, batch, prefetch, pin, procs, variable = config
     steps = max(12, 3 * prefetch * workers + 4)
     args = (f"python /app/train.py --workers {workers} --batch-size {batch} --prefetch-factor {prefetch} "
             f"--sample-shape {SHAPE} --steps {steps} --step-time {step_time} --timeout 15 --watch-shm --json"
             f"{' --pin-memory' if pin else ''}{' --variable-size' if variable else ''}")
     command = ["sh", "-c", together(args, procs)]
-    container = client.containers.run(IMAGE, command, shm_size=shm_size, detach=True, labels={LABEL: "1"})
+    container = client.containers.run(IMAGE, command, shm_size=shm_size, detach=True, labels=labels or {LABEL: "1"})
     try:
         status = container.wait(timeout=900)
         logs = container.logs(stdout=True, stderr=False).decode()
@@ -144,14 +145,23 @@ def report(path: Path) -> int:
               f"{peak.get(key, 0) / MIB:.1f} | " + " | ".join(cells) + " |")
     print("\n| rule | completed | reserved but unused (completed runs), total MiB | unused / peak |")
     print("|---|---|---|---|")
-    for name in names:
+    for name, (done, total, unused, ratio) in summary(rows).items():
+        print(f"| {name} | {done} of {total} | {unused / MIB:.0f} | {ratio:.2f} |" if ratio is not None else
+              f"| {name} | {done} of {total} | - | - |")
+    return 0
+
+
+def summary(rows: list[dict]) -> dict[str, tuple[int, int, int, float | None]]:
+    """Per rule: (runs completed, runs, bytes reserved but unused over the completed runs, that / their peaks);
+    the README's headline is made from these (tests/repo/test_readme_figures.py holds it to them)."""
+    out = {}
+    for name in dict.fromkeys(r["rule"] for r in rows):
         mine = [r for r in rows if r["rule"] == name]
         done = [r for r in mine if r["completed"]]
         unused = sum(r["shm_size"] - r["peak_bytes"] for r in done)
         used = sum(r["peak_bytes"] for r in done)
-        print(f"| {name} | {len(done)} of {len(mine)} | {unused / MIB:.0f} | {unused / used:.2f} |" if used else
-              f"| {name} | {len(done)} of {len(mine)} | - | - |")
-    return 0
+        out[name] = (len(done), len(mine), unused, unused / used if used else None)
+    return out
 
 
 def main() -> int:

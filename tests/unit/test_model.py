@@ -8,7 +8,7 @@ import pytest
 
 from shmguard import model
 from shmguard.job import make_job
-from tests.support.paths import BENCHMARK_RESULTS
+from tests.support.paths import BENCHMARK_RESULTS, benchmark
 
 RESULTS = BENCHMARK_RESULTS
 
@@ -60,18 +60,7 @@ def test_seeds_formula_undercounts():
 
 def calibration():
     """benchmarks/calibrate.py, whose job_of turns a measured configuration into the job its user would describe."""
-    import importlib.util
-    import sys
-
-    bench = RESULTS.parent
-    sys.path.insert(0, str(bench))
-    try:
-        spec = importlib.util.spec_from_file_location("calibrate", bench / "calibrate.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(bench))
-    return module
+    return benchmark("calibrate")
 
 
 def calibration_rows():
