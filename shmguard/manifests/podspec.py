@@ -458,6 +458,15 @@ class Sizer:
             if name not in by_name:
                 raise UsageError(f"{self.t.path}: /dev/shm is mounted from volume {name}, which the pod does not have")
             return by_name[name], name
+        unmounted = by_name.get(SHM_VOLUME)
+        own = listing(self.t.spec.get("volumes"), self.where, f"{self.t.path}.volumes")
+        if (unmounted is not None and any(v is unmounted for v in own) and isinstance(unmounted.get("emptyDir"), dict)
+                and unmounted["emptyDir"].get("medium") == "Memory"
+                and not any(isinstance(m, dict) and m.get("name") == SHM_VOLUME
+                            for c, _ in self.everyone() for m in listing(c.get("volumeMounts"), self.where, ""))):
+            # this pod's own memory emptyDir named for /dev/shm, which nothing mounts (the mount forgotten): that
+            # one is sized and mounted, rather than a second one added beside it
+            return unmounted, SHM_VOLUME
         name = SHM_VOLUME
         n = 1
         while name in by_name:

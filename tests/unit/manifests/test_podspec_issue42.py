@@ -702,3 +702,35 @@ def test_a_container_set_mounting_dev_shm_for_every_container_is_left_alone_with
     (result,) = summary.results
     assert result.status == "skipped" and "containerSet.volumeMounts mount volume 'shm' at /dev/shm" in result.reason
     assert patched.text == textwrap.dedent(text)
+
+
+def test_an_unmounted_memory_emptydir_named_dshm_is_mounted_not_doubled():
+    """A new user's read: a PyTorchJob with a memory emptyDir `dshm` that no container mounts (the mount
+    forgotten) got a second volume `dshm-1` beside it. That one is mounted now; unsized, it stays unsized unless
+    --size-unsized, as when it is mounted already. A `dshm` on disk, or one something mounts, is not taken."""
+    text = """\
+        apiVersion: kubeflow.org/v1
+        kind: PyTorchJob
+        metadata: {name: t}
+        spec:
+          pytorchReplicaSpecs:
+            Master:
+              replicas: 1
+              template:
+                spec:
+                  volumes:
+                  - name: dshm
+                    emptyDir: {medium: Memory}
+                  containers:
+                  - name: pytorch
+                    image: my/train:1
+                    command: [torchrun, train.py]
+                    resources: {limits: {memory: 4Gi}}
+        """
+    patched, _ = patch(text)
+    spec = yaml.safe_load(patched.text)["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    assert [v["name"] for v in spec["volumes"]] == ["dshm"]
+    assert spec["containers"][0]["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
+    on_disk = yaml.safe_load(patch(text.replace("emptyDir: {medium: Memory}", "emptyDir: {}"))[0].text)
+    volumes = on_disk["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["volumes"]
+    assert [v["name"] for v in volumes] == ["dshm", "dshm-1"]  # a disk emptyDir of that name is someone else's
