@@ -367,7 +367,7 @@ def outcome(watcher, plan, peak: int | None) -> Outcome:
     final = items[-1].to_bytes if items else plan.shm_bytes
     raised = [to for _, to, why in watcher.raises if why is None]
     ended = plan.replace(shm_bytes=final, mem_limit=raised[-1] if raised else plan.mem_limit)
-    advice = next_start(peak, final, watcher.policy.batch_bytes) if items else None
+    advice = next_start(peak, final, watcher.policy.batch_bytes, plan.required_shm) if items else None
     if watcher.capped_wanted:  # it could not grow as far as the job wanted: that, not the peak it was held to
         advice = max(advice or 0, watcher.capped_wanted)
     return Outcome(plan=ended, final=final, growths=items, next_start=advice, note=watcher.capped or watcher.stopped)

@@ -206,13 +206,18 @@ def capped_message(used: int, size: int, want: int, memory: Memory, policy: Poli
             f"{needed} {start_with}")
 
 
-def next_start(peak: int | None, final_size: int, batch_bytes: int) -> int:
-    """The /dev/shm to start with next time after a run that grew: the peak seen plus one batch (a batch can be
-    written between two samples), as sizing rounds it, and no more than the size that carried the job."""
+def next_start(peak: int | None, final_size: int, batch_bytes: int, model: int | None = None) -> int:
+    """The /dev/shm to start with next time after a run that grew, never more than the size that carried the job:
+    the model's size when the peak seen stayed within the model's peak (`model`: the job's model.shm_bytes; growth
+    ahead of need is the policy's, not a sign that the model fell short, and the advice is then what check, render
+    and patch give, whatever the run's own peak); else the peak seen plus one batch (a batch can be written between
+    two samples), as sizing rounds it."""
     from shmguard import sizing
 
     if peak is None:
         return final_size
+    if model is not None and peak <= model:
+        return min(sizing.shm_size_for(model), final_size)
     return max(sizing.shm_size_for(peak), min(final_size, sizing.shm_size_for(peak + batch_bytes)))
 
 

@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from shmguard import model
 from shmguard.engine.elastic_policy import (
     CONTAINER_RESERVE_FLOOR,
     HOST_RESERVE_FLOOR,
@@ -21,6 +22,8 @@ from shmguard.engine.elastic_policy import (
     trigger,
     wanted,
 )
+from shmguard.job import make_job
+from shmguard.units import format_size
 
 MIB = 2**20
 GIB = 2**30
@@ -149,6 +152,19 @@ def test_the_size_to_start_with_next_time():
     assert next_start(300 * MIB, 320 * MIB, BATCH) == 320 * MIB
     assert next_start(10 * MIB, 96 * MIB, 0) == 64 * MIB  # never below Docker's default
     assert next_start(None, 96 * MIB, BATCH) == 96 * MIB
+
+
+def test_a_peak_the_model_held_gives_the_models_size_next_time():
+    """A new user's read: runs of the README's job advised 385m, 391m, 405m next time (the peak seen plus a batch,
+    the peak moving from run to run), and each grew again, while check, render and patch say 368m. A peak within
+    the model's is the model's size, whatever the run; only a peak past it takes the peak plus a batch."""
+    job = make_job(workers=4, batch_size=64, sample_shape="3,224,224")  # the README's job
+    needed, batch = model.shm_bytes(job), model.batch_segment_bytes(job)
+    assert format_size(needed) == "367.7 MiB"
+    for peak in (330 * MIB, 348 * MIB, needed):
+        assert next_start(peak, 578 * MIB, batch, needed) == 368 * MIB
+    assert next_start(370 * MIB, 578 * MIB, batch, needed) == 407 * MIB  # past the model: peak plus a batch
+    assert next_start(200 * MIB, 267 * MIB, batch, needed) == 267 * MIB  # never more than carried the job
 
 
 @pytest.mark.parametrize(("kwargs", "reason"), [
