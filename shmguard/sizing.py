@@ -187,6 +187,17 @@ def workers_for(effective: float | None, procs_per_node: int = 1) -> int | None:
     return max(1, int(effective / max(1, procs_per_node)))
 
 
+def cpu_shortfall(job, cpus: float | None, given: str) -> str | None:
+    """What to say when `cpus` (described as `given`: "--cpus 2") cannot keep the job's workers busy; None when
+    they can or are not known. run's plan and render's manifests say it alike."""
+    usable = workers_for(cpus, job.procs_per_node)
+    if cpus is None or usable is None or job.workers <= usable:
+        return None
+    return (f"{job.workers} workers per process but {given} give{'s' if given.startswith('--') else ''} "
+            f"{cpus / job.procs_per_node:g} CPUs per process: the extra workers wait for CPU and still hold shm; "
+            f"num_workers={usable} is enough")
+
+
 def cpus_available_per_process(cpu, procs_per_node: int = 1, own_share: bool = False) -> float | None:
     """The CPUs each training process has (cpu: shmguard.probe.cpu.CpuInfo): the effective CPUs shared among the
     processes, or, in a process whose affinity is already its own share (an srun task: srun binds each task to its

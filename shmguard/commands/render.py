@@ -40,6 +40,12 @@ def target(job_options: JobOptions, image: str, name: str, cpus: float | None, m
     memory_bytes = parse_bytes("--memory", memory) if memory is not None else None
     if cpus is not None and not (0 < cpus < float("inf")):
         raise UsageError(f"--cpus must be a number more than 0, not {cpus}")
+    if cpus is not None:
+        from shmguard import sizing
+
+        shortfall = sizing.cpu_shortfall(job, cpus, f"--cpus {cpus:g}")
+        if shortfall is not None:
+            say(f"shmguard: warning: {shortfall}")
     if memory_bytes is not None:
         from shmguard import sizing
         from shmguard.units import k8s_quantity
@@ -73,7 +79,9 @@ def command():
     def target_options(command):
         command = click.option("--image", required=True, help="Container image.")(command)
         command = click.option("--name", default="train", show_default=True, help="Name of the workload and container.")(command)
-        command = click.option("--cpus", type=float, help="CPUs (default: one per worker plus one per process).")(command)
+        command = click.option("--cpus", type=float, help="CPUs (default: one per worker plus one per process as a "
+                               "Kubernetes request or Slurm's --cpus-per-task; compose: no cap unless given, since "
+                               "compose's cpus is a limit).")(command)
         command = click.option("--memory", metavar="SIZE", help="Memory limit; at least the shm plus the processes.")(command)
         return click.option("-e", "--env", "env", multiple=True, metavar="NAME=VALUE",
                             help="Environment variable (repeatable).")(command)

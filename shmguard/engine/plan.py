@@ -179,12 +179,11 @@ def make_plan(job, options: RunOptions, host_memory: int | None = None, environ=
                 raise RunError(message)
             warnings.append(message)
     cpus = options.cpus if options.cpus is not None else host_cpus
-    usable = sizing.workers_for(cpus, job.procs_per_node)
-    if usable is not None and job.workers > usable:
+    if cpus is not None:
         given = f"--cpus {cpus:g}" if options.cpus is not None else f"the Docker host's {cpus:g} CPUs (no --cpus)"
-        warnings.append(f"{job.workers} workers per process but {given} give{'s' if options.cpus is not None else ''} "
-                        f"{cpus / job.procs_per_node:g} CPUs per process: the extra workers wait for CPU and still "
-                        f"hold shm; num_workers={usable} is enough")
+        shortfall = sizing.cpu_shortfall(job, cpus, given)
+        if shortfall is not None:
+            warnings.append(shortfall)
     job_env = job.to_env()
     if options.gpus is not None and options.gpus.known_count is None and not job.gpus:
         from shmguard.job import ENV_VARS
