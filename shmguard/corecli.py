@@ -21,6 +21,14 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line and exit 2, as the click commands do
         from shmguard.errors import UsageError
 
+        if message.startswith("unrecognized arguments: "):  # the option meant, as click suggests it
+            import difflib
+
+            words = [w.split("=", 1)[0] for w in message.split(": ", 1)[1].split() if w.startswith("--")]
+            close = [difflib.get_close_matches(w, list(self._option_string_actions), n=1, cutoff=0.8) for w in words]
+            meant = [f"{w} (did you mean {c[0]}?)" for w, c in zip(words, close) if c]
+            if meant:
+                message = f"unknown option {'; '.join(meant)}"
         raise UsageError(message)
 
     def _print_message(self, message, file=None) -> None:  # argparse swallows write errors: the boundary handles them
@@ -34,7 +42,7 @@ def check_parser() -> argparse.ArgumentParser:
     from shmguard.units import SIZE_RULE
 
     parser = _Parser(prog="shmguard check", description=CHECK_DESCRIPTION, epilog=f"SIZE: {SIZE_RULE}.",
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                     formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)  # --worker is no option
     for option in OPTIONS:
         for flags, settings in option.argparse_declarations():
             parser.add_argument(*flags, **settings)

@@ -246,7 +246,11 @@ def make_job(
     replaces what collate and tensors_per_sample would otherwise estimate.
     """
     if workers is None or batch_size is None:
-        raise usage("the job needs --workers and --batch-size (or SHMGUARD_WORKERS and SHMGUARD_BATCH_SIZE)")
+        missing = [name for name, value in (("workers", workers), ("batch-size", batch_size)) if value is None]
+        raise usage(f"the job needs {' and '.join('--' + m for m in missing)} (or "
+                    f"{' and '.join('SHMGUARD_' + m.upper().replace('-', '_') for m in missing)})"
+                    + (" too: only its workers were given" if workers is not None else
+                       " too: only its batch size was given" if batch_size is not None else ""))
     workers_n = parse_count("workers", workers, 0)
     batch_n = parse_count("batch_size", batch_size, 1)
     shape = None

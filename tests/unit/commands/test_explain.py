@@ -152,7 +152,7 @@ def test_a_container_whose_own_job_is_incomplete_is_explained_without_it():
     attrs = inspect("dataloader-enospc-64m")
     attrs["Config"]["Env"] = ["SHMGUARD_WORKERS=4"]
     ev = container_evidence(attrs, "", NO_FLAGS)
-    assert ev.job is None and "the job needs --workers and --batch-size" in ev.notes[0]
+    assert ev.job is None and "the job needs --batch-size (or SHMGUARD_BATCH_SIZE) too" in ev.notes[0]
     flags = {**NO_FLAGS, "batch_size": "64", "sample_shape": "3,224,224"}
     assert container_evidence(attrs, "", flags).job.workers == 4  # the flags complete it
 
