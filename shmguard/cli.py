@@ -100,9 +100,13 @@ def main(argv: list[str] | None = None) -> int:
             result = cli.main(args=argv, prog_name="shmguard", standalone_mode=False)
         except click.exceptions.Exit as exc:
             return exc.exit_code
+        except click.UsageError as exc:  # one line, as every other bad input (click's own takes three)
+            where = exc.ctx.command_path if exc.ctx is not None else "shmguard"
+            note(f"shmguard: error: {exc.format_message()} (see {where} --help)")
+            return EXIT_USAGE
         except click.ClickException as exc:
             exc.show()
-            return EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code
+            return exc.exit_code
         except click.Abort:
             raise KeyboardInterrupt from None
         except SystemExit:

@@ -92,3 +92,14 @@ def test_without_click_the_line_names_the_extra(monkeypatch, capsys, argv, line)
     assert shmguard.main(argv) == 2
     err = capsys.readouterr().err
     assert line in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["render", "k8s", "--wokers", "4"],
+     "shmguard: error: No such option '--wokers'. Did you mean '--workers'? (see shmguard render k8s --help)"),
+    (["frobnicate"], "shmguard: error: No such command 'frobnicate'. (see shmguard --help)"),
+])
+def test_a_click_usage_error_is_one_line(capsys, argv, line):
+    """click's own usage errors took three lines (Usage, Try, Error); every other bad input is one."""
+    assert main(argv) == 2
+    assert capsys.readouterr().err == line + "\n"
