@@ -41,6 +41,7 @@ from shmguard.record import Record
 from shmguard.units import MIB, k8s_quantity, parse_quantity
 
 SHM_PATH = "/dev/shm"
+SHM_VOLUME = "dshm"  # the memory emptyDir shmguard writes at /dev/shm (render, patch, the webhook)
 RUNTIME_DEFAULT_SHM = 64 * MIB  # containerd's and CRI-O's /dev/shm for a container with no volume there
 CONTAINER_ANNOTATION = "shmguard.io/container"
 WEBHOOK_LABEL = "shmguard.io/webhook"  # the label that sends a Pod to the webhook: an explicit opt-in

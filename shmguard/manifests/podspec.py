@@ -71,7 +71,7 @@ from shmguard.record import Record, field
 from shmguard.units import k8s_quantity, parse_quantity, parse_size
 
 SHM_PATH = pod.SHM_PATH
-SHM_VOLUME = "dshm"
+SHM_VOLUME = pod.SHM_VOLUME
 
 CHANGED, UNCHANGED, SKIPPED, ERROR = "changed", "unchanged", "skipped", "error"
 NO_JOB = "no job described: give --workers, --batch-size and the sample size, or shmguard.io/* annotations"
@@ -437,6 +437,11 @@ class Sizer:
         out += [(c, f"{t.path}.sidecars[{i}]") for i, c in enumerate(t.sidecars) if isinstance(c, dict)]
         return out
 
+    def mounted_volumes(self) -> set:
+        """The names of the volumes some container of the pod mounts, at any path."""
+        return {m.get("name") for c, cpath in self.everyone()
+                for m in listing(c.get("volumeMounts"), self.where, f"{cpath}.volumeMounts") if isinstance(m, dict)}
+
     def shm_volume(self, reading: pod.PodReading):
         """(volume, name) of the one volume at /dev/shm, (None, name to add), or (conflict text, None)."""
         by_name = self.volumes()
@@ -458,15 +463,14 @@ class Sizer:
             if name not in by_name:
                 raise UsageError(f"{self.t.path}: /dev/shm is mounted from volume {name}, which the pod does not have")
             return by_name[name], name
-        unmounted = by_name.get(SHM_VOLUME)
+        # This pod's own memory emptyDir named for /dev/shm that nothing mounts (the mount forgotten): that one is
+        # sized and mounted, rather than a second one added beside it.
+        forgotten = by_name.get(SHM_VOLUME)
         own = listing(self.t.spec.get("volumes"), self.where, f"{self.t.path}.volumes")
-        if (unmounted is not None and any(v is unmounted for v in own) and isinstance(unmounted.get("emptyDir"), dict)
-                and unmounted["emptyDir"].get("medium") == "Memory"
-                and not any(isinstance(m, dict) and m.get("name") == SHM_VOLUME
-                            for c, _ in self.everyone() for m in listing(c.get("volumeMounts"), self.where, ""))):
-            # this pod's own memory emptyDir named for /dev/shm, which nothing mounts (the mount forgotten): that
-            # one is sized and mounted, rather than a second one added beside it
-            return unmounted, SHM_VOLUME
+        if (forgotten is not None and any(v is forgotten for v in own)
+                and dict_of(forgotten.get("emptyDir")).get("medium") == "Memory"
+                and SHM_VOLUME not in self.mounted_volumes()):
+            return forgotten, SHM_VOLUME
         name = SHM_VOLUME
         n = 1
         while name in by_name:

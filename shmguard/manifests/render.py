@@ -19,8 +19,8 @@ from shmguard import pod, sizing
 from shmguard.errors import UsageError
 from shmguard.units import compose_size, k8s_quantity
 
-SHM_PATH = "/dev/shm"
-SHM_VOLUME = "dshm"
+SHM_PATH = pod.SHM_PATH
+SHM_VOLUME = pod.SHM_VOLUME
 GPU_RESOURCE = "nvidia.com/gpu"
 HEALTH_COMMAND = ["shmguard", "health"]
 PYTORCHJOB_API = "kubeflow.org/v1"

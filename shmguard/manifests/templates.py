@@ -22,12 +22,11 @@ Pure functions on plain dicts (what the YAML loader gives); no I/O.
 
 from __future__ import annotations
 
-import posixpath
 import re
 from typing import Any
 
 from shmguard.errors import UsageError
-from shmguard.pod import dict_of, list_of
+from shmguard.pod import dict_of, is_shm_path, list_of
 from shmguard.record import Record, field
 from shmguard.units import parse_quantity
 
@@ -555,8 +554,7 @@ class Finder:
         if not members:
             raise ManifestError(f"{self.where}: {path}.containerSet.containers is missing or empty: nothing to run")
         mounts = listing(container_set.get("volumeMounts"), self.where, f"{path}.containerSet.volumeMounts")
-        at_shm = next((m.get("name") for m in mounts if isinstance(m, dict)
-                       and posixpath.normpath(str(m.get("mountPath", ""))) == "/dev/shm"), None)
+        at_shm = next((m.get("name") for m in mounts if isinstance(m, dict) and is_shm_path(m.get("mountPath"))), None)
         meta = template.get("metadata")
         patch, note = argo_pod_spec_patch(spec.get("podSpecPatch"), template.get("podSpecPatch"))
         self.pod_spec(template, path, f"templates[{template.get('name', path)}]", containers=members,
