@@ -357,3 +357,31 @@ def ray_oom_fix() -> str:
     return ("run fewer tasks at once on the node (more num_cpus, or memory=…, per task or actor), lower what each "
             "holds, or give the node more memory; RAY_memory_usage_threshold sets the threshold the monitor kills "
             "at (the Ray docs: Out-Of-Memory Prevention)")
+
+
+def chrome_shm_fix(shm: str) -> str:
+    """Chrome or Chromium (headless, under Selenium, Puppeteer, Playwright, Cypress) crashed for want of /dev/shm:
+    `shm` is the /dev/shm fix of each platform; Chrome's own switch keeps its segments out of /dev/shm."""
+    return (f"{shm}; or start Chrome with --disable-dev-shm-usage (it then keeps its shared memory in /tmp: "
+            f"slower, and no /dev/shm needed)")
+
+
+def aborted_fix() -> str:
+    """A process that called abort(): a C++ exception nothing caught, a failed assertion, or a corrupt heap."""
+    return ("read the lines just above the abort: `terminate called after throwing …` and its what(), an assertion, "
+            "or glibc's `double free or corruption` name the fault; python -X faulthandler prints the frames. A bigger "
+            "/dev/shm would not help")
+
+
+def illegal_instruction_fix() -> str:
+    """A process that executed an instruction its CPU does not have (SIGILL)."""
+    return ("the build uses CPU instructions this machine lacks (AVX, AVX2, AVX-512; check grep -o 'avx[^ ]*' "
+            "/proc/cpuinfo): install a wheel built for this CPU, or run on a machine that has them. A bigger "
+            "/dev/shm would not help")
+
+
+def page_file_fix() -> str:
+    """Windows could not commit memory for a shared file mapping (error 1455): its page file is too small."""
+    return ("on Windows, enlarge the page file (System Properties, Advanced, Performance, Virtual memory) or lower "
+            "num_workers, since each worker maps the shared tensors it sends; Windows has no /dev/shm, so no size "
+            "of it applies")

@@ -31,11 +31,15 @@ from shmguard.units import GIB, format_size, parse_quantity, parse_size, slurm_s
 
 # --- what a line is: its `where` readers ---------------------------------------------------------------------
 
-ENOSPC = re.compile(r"No space left on device|\[Errno 28\]|\bENOSPC\b|\berror 28\b")
+ENOSPC = re.compile(r"[Nn]o space left on device|\[Errno 28\]|\bENOSPC\b|\berror 28\b")
 # What the lines around an ENOSPC say about the write that failed (a traceback reads upwards; some logs print
 # the error first and its frames after it).
 SHM_CALL = re.compile(r"_new_shared|share_memory_|_share_fd|_share_filename|multiprocessing/shared_memory|"
                       r"SharedMemory\(|shm_open|/dev/shm|<torch_|shared memory segment|"
+                      # Open MPI's [sys call fail] (help-opal-shmem-mmap.txt, help-btl-vader.txt; round 7)
+                      r"during (?:vader )?shared memory (?:BTL )?initialization|"
+                      # multiprocessing's shared ctypes (heap.py's Arena: a file in /dev/shm), torch's reducers
+                      r"multiprocessing/heap\.py|torch/multiprocessing/reductions\.py|"
                       # pandarallel's memory file system is /dev/shm (its MEMORY_FS_ROOT, unless set otherwise)
                       r"[Pp]andarallel[/ ]|[Mm]emory [Ff]ile [Ss]ystem")
 # multiprocessing's semaphores (a SemLock is a file in /dev/shm); joblib tries one at import and warns
@@ -59,6 +63,9 @@ SOURCE_FILE = re.compile(r"\.(?:py|pyx|c|cc|cpp|cu|h|hpp)(?::\d{1,9})?:?$")
 # A frame: Python's (`File "…"`), Java's and gdb's (`at …`), pybind11's after its `At:` (`/path.py(61): name`).
 FRAME = re.compile(r"^\s{1,16}(?:File \"|at |\w|/[^\s(]{1,300}\(\d{1,9}\): )")
 SHM_PATHS = ("/dev/shm", "/run/shm")
+# What stands between an error and its frames printed after it: pybind11's `At:` (Triton's Python backend), and
+# Python's own header when a title or a summary states the error first (round 7: AlphaPose's SemLock).
+FRAMES_HEADERS = ("At:", "Traceback (most recent call last):")
 
 
 def place_enospc(line: str, before: list[str], after: list[str] = ()) -> tuple[str, dict]:  # type: ignore[assignment]
@@ -78,7 +85,7 @@ def place_enospc(line: str, before: list[str], after: list[str] = ()) -> tuple[s
         return "enospc-elsewhere", {"path": other[0]}
     frames: list[str] = []
     for number, following in enumerate(after):  # the frames printed after the error, when the log has it first
-        if number == 0 and following.strip() == "At:":  # pybind11's header of the frames (Triton's Python backend)
+        if number == 0 and following.strip() in FRAMES_HEADERS:  # a title, then the traceback it names (round 7)
             continue
         if not FRAME.match(following):
             break
@@ -119,6 +126,33 @@ def pool(library: str, what: str = "pool"):
     """The where reader of one library's shared-memory pool message: its groups, and who said it."""
     def where(match: re.Match[str], line: str, before: list[str], after: list[str]) -> dict:
         return {**groups(match, line, before, after), "library": library, "what": what}
+    return where
+
+
+OMPI_REQUESTED = re.compile(r"^\s{0,16}Space Requested: (?P<requested>\d{1,20}) B\b")
+
+
+def ompi_backing_file(match: re.Match[str], line: str, before: list[str], after: list[str]) -> dict | None:
+    """Open MPI's backing file without room: the space it asked for (its `Space Requested:` line, below), when
+    the file is in /dev/shm (elsewhere it is that directory's disk, not this rule's)."""
+    key = match.group("key")
+    if not key.startswith(SHM_PATHS):
+        return None
+    details: dict[str, Any] = {"key": key, "library": "Open MPI", "what": "backing file", "reason": "not enough space"}
+    for following in after[:8]:
+        if m := OMPI_REQUESTED.match(following):
+            details["requested"] = int(m.group("requested"))
+            break
+    return details
+
+
+def errno_pool(library: str, what: str):
+    """A pool message that gives its errno as a number (MPICH's): the number read as its reason."""
+    def where(match: re.Match[str], line: str, before: list[str], after: list[str]) -> dict:
+        details = {**groups(match, line, before, after), "library": library, "what": what}
+        errno = int(details.pop("errno", "0"))
+        details["reason"] = {28: "No space left on device", 12: "Cannot allocate memory"}.get(errno, f"errno {errno}")
+        return details
     return where
 
 
@@ -165,9 +199,12 @@ def job_memory(match: re.Match[str], line: str, before: list[str], after: list[s
         return None
 
 
-def exit_code_of(match: re.Match[str], line: str, before: list[str], after: list[str]) -> dict:
-    """The exit status a line states; a negative one (Python's and torchrun's -N for signal N) as a shell's 128+N."""
+def exit_code_of(match: re.Match[str], line: str, before: list[str], after: list[str]) -> dict | None:
+    """The exit status a line states; a negative one (Python's and torchrun's -N for signal N) as a shell's 128+N.
+    None for what no exit status can be (above 255, below -64)."""
     code = int(match.group("code"))
+    if not -64 <= code <= 255:
+        return None
     return {"code": 128 - code if code < 0 else code}
 
 
@@ -223,7 +260,7 @@ def worker_pids(match: re.Match[str], line: str, before: list[str], after: list[
 NO_SHM = re.compile(r"No such file or directory|\bENOENT\b")
 CREATED = re.compile(r"Unable to initialize shared memory key|could not create shared memory segment")
 NO_ROOM = re.compile(r"No space left on device|Cannot allocate memory|Device or resource busy|\bENOSPC\b|"
-                     r"\bENOMEM\b|\bEBUSY\b|[Oo]ut of memory|[Nn]ot enough memory|exceeds memory available")
+                     r"\bENOMEM\b|\bEBUSY\b|[Oo]ut of memory|[Nn]ot enough (?:memory|space)|exceeds memory available")
 
 
 # --- the decisions on the facts ------------------------------------------------------------------------------
@@ -516,6 +553,29 @@ def workers(ctx: Context, s: Signal | None) -> Diagnosis:
                     fix, s, shm_needed)
 
 
+# A line that says /dev/shm (or shared memory) was full, in any words a person or a tool puts it (round 7:
+# "/dev/shm 如果满了" beside an unplaced ENOSPC); df's own line is DF_SHM.
+SHM_SAID_FULL = re.compile(
+    r"/dev/shm\b[^\n]{0,80}?(?:\b(?:is|was|gets|got|became|becomes|being|are) (?:full|filled|exhausted)\b|满|"
+    r"\bran out\b|\bout of (?:space|room)\b|\bno (?:space|room) left\b|\b(?:1|9[89])\d?% (?:full|used)\b)|"
+    r"\b(?:[Ff]ull|[Ff]illed up|[Ee]xhausted|[Oo]ut of space|[Rr]an out)[^\n]{0,40}?/dev/shm\b|"
+    r"\b(?:shm|[Ss]hared memory) (?:is|was|gets|got|became|becomes) (?:full|filled up|exhausted)\b")
+
+
+# A traceback through multiprocessing's pickling for a queue or a pipe (ForkingPickler), or torch's reducers: torch
+# moves each tensor it sends into /dev/shm there, so an ENOSPC the log cannot place is that (round 7, from
+# held-out's nnunet-2331).
+SHM_PICKLING = re.compile(r"\b_ForkingPickler\.dumps\(|multiprocessing/reduction\.py\W{1,4}(?:line \d{1,6}, in dumps|\d{1,6})|"
+                          r"torch/multiprocessing/reductions\.py")
+
+
+UNPLACED_SHM_WITNESSES = (
+    ("shm-pickling", "while multiprocessing pickled data for another process ({}): torch moves each tensor it sends "
+                     "into /dev/shm there, so most likely /dev/shm had no room left."),
+    ("shm-said-full", "and the log says /dev/shm was full ({}): most likely it is /dev/shm that had no room left."),
+)
+
+
 def enospc_unplaced(ctx: Context, s: Signal | None) -> Diagnosis:
     ev = ctx.ev
     if peak_full(ev):  # watched full (run held at its ceiling): the space that ran out is /dev/shm's
@@ -530,6 +590,12 @@ def enospc_unplaced(ctx: Context, s: Signal | None) -> Diagnosis:
                         f"Something ran out of space (No space left on device), and df in the log shows /dev/shm "
                         f"full ({format_size(full.details['size'])}, 98% used or more): most likely it is /dev/shm "
                         f"that had no room left.", fix, s, needed)
+    for mark, why in UNPLACED_SHM_WITNESSES:  # a line elsewhere in the log that places it in /dev/shm (round 7)
+        witness = ctx.marks.get(mark, ())
+        if witness and not peak_low(ev):
+            fix, needed = shm_advice(ctx)
+            return ctx.make(LIKELY, "shm-enospc", "Something ran out of space (No space left on device) "
+                            + why.format(advice.quote(witness[0].strip(), 120)), fix, s, needed)
     if peak_low(ev):
         return ctx.make(NOT_SHARED_MEMORY, "disk-full",
                         f"Something ran out of space (No space left on device), but not /dev/shm: it stayed under "
@@ -673,3 +739,61 @@ def unknown_failure(ctx: Context, s: Signal | None) -> Diagnosis | None:
     return ctx.make(UNDETERMINED, "unknown",
                     f"The container exited {ev.exit_code}, and nothing in the evidence points at shared memory: no "
                     f"SIGBUS, no shared-memory message, no OOM kill. Its own error is in the log.")
+
+
+# Chrome and Chromium keep their renderers' shared memory in /dev/shm (base's shared-memory regions on Linux); with
+# Docker's 64 MB it fails to map one and dies as out of memory, and the driver sees a crashed tab
+# (docs/design/explain-signals.md). The docker-selenium images ask for 2 GB ("known to work well").
+BROWSER_SHM = 2 * GIB
+
+
+def browser(ctx: Context, s: Signal | None) -> Diagnosis:
+    """A browser's renderer or tab that crashed, or Chrome's own out-of-memory at a shared-memory allocation: in a
+    container that is /dev/shm, most of the time; a real memory limit does the same, hence likely."""
+    assert s is not None
+    if not ctx.dev_shm:
+        return ctx.make(UNDETERMINED, "unknown",
+                        "A browser's page or renderer crashed on a platform without /dev/shm (the log shows Windows "
+                        "or macOS): its own crash report says why, not /dev/shm's size.", None, s)
+    asked = s.details.get("requested")
+    size = max(BROWSER_SHM, sizing.shm_size_for(asked + 1)) if isinstance(asked, int) else BROWSER_SHM
+    shm = shm_fixes(Want(size=size, at_least=True), ctx.platforms)
+    what = (f"Chrome could not allocate {format_size(asked)} (its shared memory for a renderer)" if asked
+            else f"The browser's page or renderer crashed ({advice.quote(s.line.strip(), 120)})")
+    return ctx.make(LIKELY, "browser-shm",
+                    f"{what}. In a container that is most often /dev/shm: Chrome keeps its renderers' shared memory "
+                    f"there, and Docker's 64 MB fills with one busy page; a memory limit that is too low does the "
+                    f"same.", fixes.chrome_shm_fix(shm) + ".", s)
+
+
+# NCCL's ncclSystemError, said with no reason (its WARN lines not in the log): a system call failed. In a
+# container the usual one is its shared-memory transport's segment in a small /dev/shm (the NCCL troubleshooting
+# guide's "Shared memory" section); a reason the log does give (its "Last error:", a WARN line) decides instead.
+NCCL_SHM_REASON = re.compile(r"shared memory|/dev/shm|posix_fallocate|shm_open|[Nn]o space left|\bshm\b")
+
+
+def nccl_system_error(ctx: Context, s: Signal | None) -> Diagnosis:
+    assert s is not None
+    other = next((line for line in (s.details.get("last", ""), *ctx.marks.get("nccl-warn", ()))
+                  if line and not NCCL_SHM_REASON.search(line)), None)
+    if other is not None:
+        return ctx.make(UNDETERMINED, "unknown",
+                        f"NCCL failed with a system error, and says which call failed: "
+                        f"{advice.quote(other.strip(), 160)}. Not /dev/shm's size.",
+                        "follow that call's error (NCCL_DEBUG=INFO prints each rank's; NCCL's troubleshooting guide "
+                        "lists them).", s)
+    fix, needed = shm_advice(ctx)
+    return ctx.make(LIKELY, "nccl-shm",
+                    "NCCL failed with an unhandled system error and the log keeps no reason: in a container the "
+                    "usual one is its shared-memory transport, whose segments did not fit in /dev/shm (NCCL_DEBUG=INFO "
+                    "names the call that failed).",
+                    f"{fix} Or set NCCL_SHM_DISABLE=1 (slower: NCCL then goes through P2P or the network); "
+                    f"docker run --ipc=host shares the host's /dev/shm.", s, needed)
+
+
+def nccl_last_error(match: re.Match[str], line: str, before: list[str], after: list[str]) -> dict:
+    """NCCL 2.13+ prints `Last error:` and the call's message on the lines after ncclSystemError's text."""
+    for number, following in enumerate(after[:4]):
+        if following.strip() == "Last error:" and number + 1 < len(after):
+            return {"last": after[number + 1]}
+    return {}

@@ -47,7 +47,11 @@ RULE_TESTS = "tests/unit/diagnosis/test_rules.py::"
 
 ENOSPC = (d.ENOSPC,)
 # Lines the rules look for beside the signals: where the job used /dev/shm (for an OOM kill under Slurm).
-MARKERS = {"shm-use": (d.SHM_IN_LOG,), "shm-mount": (d.SHM_MOUNT,)}
+MARKERS = {"shm-use": (d.SHM_IN_LOG,), "shm-mount": (d.SHM_MOUNT,), "shm-said-full": (d.SHM_SAID_FULL,),
+           "shm-pickling": (d.SHM_PICKLING,),
+           "nccl-warn": compile_all(r"NCCL WARN [^\n]{1,300}")}
+# Round 7's rules were written from held-out-6's misses and from the sources (docs/design/explain-signals.md).
+ROUND_6 = "tests/data/explain/judged/held-out-6/"
 
 # --- the table ---------------------------------------------------------------------------------------------
 
@@ -74,6 +78,8 @@ RULES: tuple[Rule, ...] = (
          patterns=wrapped(r"DataLoader worker \(pid (?P<pid>\d{1,10})\) is killed by signal: Bus error",
                           r"[Uu]nexpected [Bb]us [Ee]rror encountered in worker",
                           r"UNEXPECTED BUS ERROR ENCOUNTERED IN WORKER",
+                          # PaddlePaddle's (python/paddle/io/dataloader/worker.py; round 7)
+                          r"[Uu]nexpected BUS [Ee]rror encountered in DataLoader worker",
                           r"[Ii]nsufficient shared memory \(shm\)",
                           r"dataloader's workers are out of shared memory",
                           # a SIGBUS said in words beside shared memory having run out (titles, prose; round 6)
@@ -117,6 +123,33 @@ RULES: tuple[Rule, ...] = (
     Rule("", kind="shm-pool", where=d.pool("UCX's posix transport", "allocation"),
          patterns=compile_all(r"Not enough memory to write total of (?P<requested>\d{1,20}) bytes"),
          source="openucx/ucx src/uct/sm/mm/posix/mm_posix.c", case=JUDGED + "ucx-1037-posix-not-enough.log"),
+    # Open MPI's shared-memory backing file (opal/mca/shmem/mmap, help-opal-shmem-mmap.txt [target full]): the
+    # space it asked for, said on a later line of the message.
+    Rule("", kind="shm-pool", where=d.ompi_backing_file,
+         patterns=compile_all(r"not enough space for (?P<key>\S{1,300}) \(the shared-memory backing"),
+         source="open-mpi opal/mca/shmem/mmap/help-opal-shmem-mmap.txt (v4.1.8, v5.0.10)",
+         case=RULE_TESTS + "test_open_mpis_backing_file_without_room_is_sized_from_its_request"),
+    # MPICH's shared-memory object (src/mpi/errhan/errnames.txt **ftruncate, v5.0.1): its errno said as a number.
+    Rule("", kind="shm-pool", where=d.errno_pool("MPICH", "shared-memory object"),
+         patterns=compile_all(r"unable to resize the shared memory object (?P<key>\S{1,200}) to size "
+                              r"(?P<requested>\d{1,20}) \(errno (?P<errno>\d{1,4})\)"),
+         source="pmodels/mpich src/mpi/errhan/errnames.txt (v5.0.1)",
+         case=RULE_TESTS + "test_mpichs_object_resized_for_want_of_room_is_shared_memory"),
+    # Chrome's own line when it cannot create a region's file in /dev/shm (base/memory/
+    # platform_shared_memory_region_posix.cc): PLOG adds the reason; without room it is /dev/shm's size, with
+    # another reason (permissions, read-only, missing) it is not.
+    Rule("", kind="shm-pool", where=d.pool("Chrome", "region"),
+         patterns=compile_all(r"Creating shared memory in (?P<key>\S{1,300}) failed: (?P<reason>[^\n]{1,200})"),
+         source="chromium base/memory/platform_shared_memory_region_posix.cc",
+         case=RULE_TESTS + "test_chromes_region_refused_is_decided_by_its_reason"),
+    Rule("shm-file", NOT_SHARED_MEMORY, kind="chrome-shm-permissions",
+         patterns=compile_all(r"This is frequently caused by incorrect permissions on /dev/shm\.",
+                              r"Unable to access\(W_OK\|X_OK\) /dev/shm\b"),
+         summary="Chrome could not create its shared memory in /dev/shm: the directory is not writable for it "
+                 "(permissions, read-only, or missing), which a bigger /dev/shm does not change.",
+         fix=fixes.shm_file_fix() + "; or start Chrome with --disable-dev-shm-usage.",
+         source="chromium base/memory/platform_shared_memory_region_posix.cc",
+         case=RULE_TESTS + "test_chromes_region_refused_is_decided_by_its_reason"),
     Rule("", kind="shm-pool", where=d.pool("PostgreSQL", "segment"), wraps=True,
          patterns=wrapped(r"could not (?:resize|create) shared memory segment \"(?P<key>[^\"]{1,200})\" to "
                           r"(?P<requested>\S{1,20}) bytes: (?P<reason>[^\n]{1,200})"),
@@ -173,6 +206,19 @@ RULES: tuple[Rule, ...] = (
          summary="pandarallel's memory file system (/dev/shm) had no room for the data it passes to its workers.",
          fix=shm_advice, source="nalepae/pandarallel core.py (MEMORY_FS_ROOT)",
          case=JUDGED + "pandarallel-143-kubeflow-memory-fs.log"),
+    # Chrome and Chromium in a container (headless, under Selenium, Puppeteer, Playwright, Cypress): Chrome's own
+    # FATAL out of memory at a shared-memory allocation (base/process/memory.cc, the size it could not map), and
+    # the crashed tab as each driver reports it (round 7; docs/design/explain-signals.md).
+    Rule("browser-shm", kind="browser-crash", decide=d.browser, where=d.groups, gives=("browser-shm", "unknown"),
+         # (the line's `[pid:tid:time:FATAL:memory.cc(38)]` prefix is a decoration the reader drops)
+         patterns=compile_all(r"\bOut of memory\. size=(?P<requested>\d{1,20})\b",
+                              r":FATAL:(?:\w{1,40}/){0,4}memory(?:_linux)?\.cc\(\d{1,6}\)\] Out of memory\.",
+                              r"session deleted because of page crash", r"\bfrom tab crashed\b",
+                              # (not Playwright's "Target crashed": it starts Chromium with --disable-dev-shm-usage)
+                              r"\bPage crashed!",
+                              r"We detected that the (?:Chrom(?:e|ium)|Electron) (?:Renderer )?process just crashed"),
+         source="chromium base/process/memory.cc (TerminateBecauseOutOfMemory), chromedriver, puppeteer, playwright, "
+                "cypress", case=ROUND_6 + "rebirth-6-chrome-memory-fatal.log"),
     Rule("ray-object-store", kind="ray-object-store-crash", decide=d.ray_object_store, where=d.ray_asked,
          patterns=compile_all(
              r"The configured object store size \((?P<store>[\d.]{1,20}) GB\) exceeds /dev/shm size "
@@ -204,7 +250,10 @@ RULES: tuple[Rule, ...] = (
                               # Ray's memory monitor (raylet's node_manager.cc, ray.exceptions; round 5)
                               r"Workers? \(tasks / actors\) killed due to memory pressure \(OOM\)",
                               r"\bray\.exceptions\.OutOfMemoryError\b",
-                              r"Task was killed due to the node running low on memory")),
+                              r"Task was killed due to the node running low on memory",
+                              # LSF's, PBS's and YARN's (round 7)
+                              r"\bTERM_MEMLIMIT\b", r"PBS: job killed: v?mem \S{1,40} exceeded limit",
+                              r"killed by YARN for exceeding (?:physical )?memory limits")),
     Rule("oom", decide=d.oom, gives=("oom", "oom-shm"), case=PUBLIC + "arjuna-52-slurm-oom-kill.log"),
     # 3. Failures that are not shared memory, whatever else the log shows.
     Rule("command-not-found", kind="command-not-found", decide=d.command_not_found,
@@ -221,7 +270,9 @@ RULES: tuple[Rule, ...] = (
     Rule("disk-full", kind="enospc-checkpoint", patterns=ENOSPC, where=d.enospc_is("enospc-checkpoint"),
          decide=d.disk_full, case="checkpoint-disk-full/logs.txt"),
     Rule("disk-full", NOT_SHARED_MEMORY, kind="checkpoint-write",
-         patterns=compile_all(r"PytorchStreamWriter failed writing file (?P<file>\S{1,300}): file write failed"),
+         patterns=compile_all(r"PytorchStreamWriter failed writing file (?P<file>\S{1,300}): file write failed",
+                              # the writer could not even open it (round 7, from held-out-3's ronin-51)
+                              r"\bFile (?P<file>\S{1,300}) cannot be opened\."),
          summary="torch.save could not write its checkpoint ({file}): the disk it writes to is full (or gone); "
                  "that is not /dev/shm, so a bigger shm would not help.",
          fix="free space on that filesystem or write elsewhere (df -h shows which is full).",
@@ -241,11 +292,29 @@ RULES: tuple[Rule, ...] = (
                  "training code: the script has no `if __name__ == '__main__':` guard. Not /dev/shm.",
          fix=fixes.spawn_main_fix() + ".", source="cpython Lib/multiprocessing/spawn.py",
          case="tests/data/explain/judged/held-out-2/sskd-3-windows-broken-pipe.log"),
+    # A framework's CPU allocator refused (torch's c10 alloc_cpu.cpp, TensorFlow's on the CPU device; round 7).
+    Rule("oom", NOT_SHARED_MEMORY, kind="cpu-alloc",
+         patterns=compile_all(r"\bDefaultCPUAllocator: (?:can't allocate memory|not enough memory)",
+                              r"\bOOM when allocating tensor[^\n]{0,400}(?:device:CPU:|by allocator cpu\b)",
+                              # numpy's, C++'s, the JVM's and Node's own (round 7)
+                              r"\b_ArrayMemoryError\b", r"\bstd::bad_alloc\b", r"\bjava\.lang\.OutOfMemoryError\b",
+                              r"JavaScript heap out of memory"),
+         summary="The framework could not allocate memory on the CPU ({line}): the process's own memory (the RAM, "
+                 "or a memory limit) ran out, not /dev/shm.",
+         fix=fixes.memory_error_fix() + ".", source="pytorch c10/core/impl/alloc_cpu.cpp; tensorflow bfc_allocator",
+         case=RULE_TESTS + "test_a_cpu_allocator_that_ran_out_is_memory"),
     Rule("cuda-oom", NOT_SHARED_MEMORY, kind="cuda-oom", where=d.cuda_size,
          patterns=compile_all(r"CUDA out of memory\. Tried to allocate (?P<size>[\d.]{1,20} [KMGT]?i?B)",
                               r"CUDA out of memory|torch\.cuda\.OutOfMemoryError|CUDA error: out of memory",
                               r"cuda runtime error \(2\) : out of memory", r"THCudaCheck FAIL .{0,300} : out of memory",
-                              r"\bCUDA_ERROR_OUT_OF_MEMORY\b"),
+                              r"\bCUDA_ERROR_OUT_OF_MEMORY\b",
+                              # the GPU memory of other frameworks and devices (round 7): TensorFlow's GPU
+                              # allocator, XLA's (JAX), ROCm's, Apple's, Intel's
+                              r"Allocator \(GPU_\d{1,3}_bfc\) ran out of memory",
+                              r"\bOOM when allocating tensor\b",
+                              r"\bRESOURCE_EXHAUSTED: Out of memory while trying to allocate",
+                              r"\b(?:HIP|XPU) out of memory\b", r"\bMPS backend out of memory\b",
+                              r"\bCUBLAS_STATUS_ALLOC_FAILED\b"),
          summary="The GPU ran out of memory (CUDA out of memory{size_text}): that is the GPU's own memory, not "
                  "/dev/shm, so a bigger shm would not help.",
          fix="lower the batch size or what the model keeps on the GPU (mixed precision, activation checkpointing); "
@@ -268,6 +337,14 @@ RULES: tuple[Rule, ...] = (
                  "or on Windows the page file) ran out, not /dev/shm.",
          fix=fixes.memory_error_fix() + ".", source="cpython Objects/obmalloc.c (PyErr_NoMemory)",
          case=ROUND_3 + "controlnet-276-save-memoryerror.log"),
+    # Windows' shared file mapping (torch's libshm on Windows) refused with error 1455: the page file is full.
+    Rule("oom", NOT_SHARED_MEMORY, kind="page-file",
+         patterns=compile_all(r"Couldn't open shared file mapping: <[^>]{0,200}>, error code: <1455>",
+                              r"The paging file is too small for this operation to complete"),
+         summary="Windows could not commit memory for a shared tensor (error 1455: the paging file is too small): "
+                 "the page file and RAM are full. Windows has no /dev/shm.",
+         fix=fixes.page_file_fix() + ".", source="pytorch aten/src/ATen/MapAllocator.cpp (Windows); WinError 1455",
+         case=RULE_TESTS + "test_windows_page_file_is_memory"),
     # NCCL's InfiniBand verbs (src/misc/ibvwrap.cc): registering memory with the NIC refused.
     Rule("nccl-ib", NOT_SHARED_MEMORY, kind="nccl-ib",
          patterns=compile_all(r"NCCL WARN Call to (?P<call>ibv_\w{1,60}) failed(?: with error)? ?:? ?(?P<error>[^\n]{1,200})"),
@@ -341,6 +418,20 @@ RULES: tuple[Rule, ...] = (
          patterns=compile_all(r"[Ss]egmentation [Ff]ault", r"\bSIGSEGV received\b|\bwith signal SIGSEGV\b|\bSIGSEGV\)",
                               r"\bsignal 11\b", r"Unexpected segmentation fault encountered", r"\bwas sent SIGSEGV!"),
          source="torch/csrc/DataLoader.cpp; the kernel's signal 11", case=JUDGED + "db-94-worker-segfault.log"),
+    # SIGABRT and SIGILL (round 7): a process that aborted itself, or ran an instruction its CPU lacks.
+    Rule("aborted", NOT_SHARED_MEMORY, kind="aborted",
+         patterns=compile_all(r"^\s{0,16}Aborted \(core dumped\)", r"\bis killed by signal: Aborted\b",
+                              r"\bFatal Python error: Aborted\b", r"\bline \d{1,9}: {1,8}\d{1,10} Aborted\b",
+                              r"\bSIGABRT\b", r"\bsignal 6 \(SIGABRT\)", r"<Signals\.SIGABRT: 6>"),
+         summary="A process aborted itself (SIGABRT: {line}): a C++ exception nothing caught, a failed assertion, or "
+                 "a corrupt heap, said just above. Not /dev/shm's size.",
+         fix=fixes.aborted_fix() + ".", source="torch/csrc/DataLoader.cpp; abort(3)",
+         case=RULE_TESTS + "test_sigabrt_and_sigill_are_their_own"),
+    Rule("illegal-instruction", NOT_SHARED_MEMORY, kind="illegal-instruction",
+         patterns=compile_all(r"\bIllegal instruction\b", r"\bSIGILL\b", r"\billegal hardware instruction\b"),
+         summary="A process ran an instruction its CPU does not have (SIGILL: {line}): a build for newer CPUs. "
+                 "Not /dev/shm.", fix=fixes.illegal_instruction_fix() + ".", source="the kernel's signal 4",
+         case=RULE_TESTS + "test_sigabrt_and_sigill_are_their_own"),
     Rule("terminated", UNDETERMINED, kind="terminated",
          patterns=compile_all(r"is killed by signal: Terminated", r"\bsignal 15 \(SIGTERM\) received"),
          summary="A DataLoader worker was stopped by SIGTERM, sent from outside it: the scheduler, the kubelet, "
@@ -362,7 +453,9 @@ RULES: tuple[Rule, ...] = (
          fix=fixes.pin_memory_fix() + ".", source="torch/utils/data/_utils/pin_memory.py, dataloader.py",
          case=JUDGED + "reid-365-pin-memory.log"),
     # 4. Symptoms typical of shared memory that prove nothing on their own.
-    Rule("", kind="bus-error", crash=CRASH_BUS, patterns=compile_all(r"\bBus error\b", r"\bSIGBUS\b")),
+    Rule("", kind="bus-error", crash=CRASH_BUS, patterns=compile_all(r"\bBus error\b", r"\bSIGBUS\b", r"<Signals\.SIGBUS: 7>",
+                                                                     r"\b(?:zsh|bash|sh): bus error\b",
+                                                                     r"\bbus error \(core dumped\)")),
     Rule("sigbus", decide=d.sigbus, case=PUBLIC + "mlsh-17-mpirun-docker-bus-error.log"),
     Rule("worker-exception", NOT_SHARED_MEMORY, kind="worker-exception",
          patterns=compile_all(r"Caught (?P<error>\w{1,80}) in DataLoader worker process (?P<worker>\d{1,6})"),
@@ -385,6 +478,12 @@ RULES: tuple[Rule, ...] = (
          case=PUBLIC + "torchssl-4-worker-killed.log"),
     Rule("", kind="workers-exited", where=d.worker_pids,
          patterns=compile_all(r"DataLoader worker \(pid\(s\) (?P<pids>[\d, ]{1,400})\) exited unexpectedly")),
+    # NCCL's ncclSystemError with no reason kept (round 7): its shared-memory transport, most often, in a container.
+    Rule("nccl-shm", kind="nccl-system-error", decide=d.nccl_system_error, where=d.nccl_last_error,
+         gives=("nccl-shm", "unknown"),
+         patterns=compile_all(r"\bunhandled system error\b", r"\bncclSystemError\b"),
+         source="nccl src/misc/utils.cc ncclGetErrorString; NCCL's troubleshooting guide, 'Shared memory'",
+         case=ROUND_6 + "nccl-473-unhandled-system-error-docker.log"),
     Rule("enospc", kind="enospc-unplaced", patterns=ENOSPC, where=d.enospc_is("enospc-unplaced"),
          decide=d.enospc_unplaced, gives=("enospc", "shm-enospc", "disk-full"),
          case=TESTS + "test_enospc_without_a_path_is_not_shm_when_shm_stayed_low"),
@@ -405,7 +504,11 @@ RULES: tuple[Rule, ...] = (
          patterns=compile_all(r"^\s{0,16}Killed\s{0,16}$", r"\bline \d{1,9}: {1,8}\d{1,10} Killed\b",
                               r"exited on signal 9 \(Killed\)", r"command terminated with exit code 137",
                               r"killed by signal 9\b", r"failed \(exitcode: -9\)", r"Signal 9 \(SIGKILL\) received",
-                              r"(?:it/s|s/it)\]\s{0,4}Killed\s{0,16}$", r"^\s{0,16}已杀死\s{0,16}$", r"\bwas sent SIGKILL!"),
+                              r"(?:it/s|s/it)\]\s{0,4}Killed\s{0,16}$", r"^\s{0,16}已杀死\s{0,16}$", r"\bwas sent SIGKILL!",
+                              # round 7: zsh's and macOS's words, a shell's job table, Go's exec, a signal named
+                              r"\b(?:zsh|bash|sh): killed\b", r"^\s{0,16}Killed: 9\b", r"^\s{0,16}[+-]? {0,8}Killed {1,40}(?!process\b)\S",
+                              r"\bsignal: killed\b", r"\b(?:by|with|received) (?:signal )?SIGKILL\b",
+                              r"\btask \d{1,9}: Killed\b", r"\bsignal 9 \(SIGKILL\)", r"<Signals\.SIGKILL: 9>"),
          case=PUBLIC + "argo-8981-killed.log"),
     # Facts a log states, read by the rules above (the exit code, the size df shows of /dev/shm).
     Rule("", kind="exit-code", where=d.exit_code_of, patterns=compile_all(
@@ -416,7 +519,15 @@ RULES: tuple[Rule, ...] = (
         r"\b[Ee]xit (?:[Cc]ode|[Ss]tatus)(?: of)?:?\s{0,3}\(?(?P<code>-?[1-9]\d{0,2})\b",
         r"\breturned (?:non-zero exit status |(?:exit )?code )(?P<code>-?[1-9]\d{0,2})\b",
         r"\bexitcode: (?P<code>-?[1-9]\d{0,2})\b",
-        r"\bWorker \(pid:\d{1,10}\) was sent code (?P<code>\d{1,3})!")),  # gunicorn/arbiter.py
+        r"\bWorker \(pid:\d{1,10}\) was sent code (?P<code>\d{1,3})!",  # gunicorn/arbiter.py
+        # round 7: "exit with status code N", torchrun's aligned "exitcode  : -N", make's "Error N", Gradle's value
+        r"\bexit(?:ed|s)? with (?:status code|status|return code) (?P<code>-?[1-9]\d{0,2})\b",
+        r"\bexitcode {0,4}: {0,4}(?P<code>-?[1-9]\d{0,2})\b",
+        r"\bmake(?:\[\d{1,4}\])?: \*\*\* \[[^\]\n]{1,200}\] Error (?P<code>[1-9]\d{0,2})\b",
+        r"\bnon-zero exit value (?P<code>[1-9]\d{0,2})\b",
+        # docker build's, YARN's, docker ps's, DeepSpeed's launcher's
+        r"\breturned a non-zero code: (?P<code>[1-9]\d{0,2})\b", r"\b[Ee]xit code is (?P<code>-?[1-9]\d{0,2})\b",
+        r"\bExited \((?P<code>[1-9]\d{0,2})\)", r"\breturn code ?= ?(?P<code>-?[1-9]\d{0,2})\b")),
     Rule("", kind="job-memory", where=d.job_memory, patterns=compile_all(
         r"\bMinMemoryNode=(?P<mem>\d{1,12}[KMGT]?)\b", r"#SBATCH --mem=(?P<mem>\d{1,12}[KMGTkmgt]?)[bB]?\b")),
     Rule("", kind="df-shm", where=d.df_size, patterns=(d.DF_SHM,)),
