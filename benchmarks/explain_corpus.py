@@ -1,6 +1,6 @@
 """`shmguard explain` scored on the judged corpus of issue 41, both halves side by side.
 
-Each log of tests/data/explain/judged/{development,held-out,held-out-2,...,held-out-6}/ is diagnosed as a new user pipes it in (no job,
+Each log of tests/data/explain/judged/{development,held-out,held-out-2,...,held-out-7}/ is diagnosed as a new user pipes it in (no job,
 no --shm-size, no --platform), and scored as tests/support/explain_corpus.faults says:
 
 - a shared-memory death scores when the verdict blames shared memory, the fix names each platform's knob, and,
@@ -26,7 +26,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 GOAL = 0.9
-PARTS = ("development", "held-out", "held-out-2", "held-out-3", "held-out-4", "held-out-5", "held-out-6")  # SPLIT.md: one held-out set a round
+PARTS = ("development", "held-out", "held-out-2", "held-out-3", "held-out-4", "held-out-5", "held-out-6",
+         "held-out-7")  # SPLIT.md: one held-out set a round
 
 SCORE = r"""
 import json, sys
@@ -51,9 +52,8 @@ def score(tree: Path) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| measure | development | held-out (round 1) | held-out-2 (round 2) | held-out-3 (round 3) "
-             "| held-out-4 (round 4) | held-out-5 (round 5) | held-out-6 (round 6) | goal (held-out) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    names = ["development", "held-out (round 1)"] + [f"{p} (round {p.rsplit('-', 1)[1]})" for p in PARTS[2:]]
+    lines = ["| measure | " + " | ".join(names) + " | goal (held-out) |", "|---" * (len(PARTS) + 2) + "|"]
 
     def part(half: str, shm: bool, test) -> str:
         mine = [r for r in rows if r["half"] == half and r["shm"] == shm]
