@@ -39,6 +39,7 @@ from shmguard.diagnosis import Diagnosis, Evidence, diagnose
 from shmguard.errors import EXIT_FAIL, EXIT_OK, ShmguardError, UsageError
 from shmguard.job import env_values
 from shmguard.jsonout import stamp
+from shmguard.pod import is_shm_path
 from shmguard.record import Record
 from shmguard.terminal import printable
 from shmguard.units import KIB, MIB, format_size
@@ -75,7 +76,7 @@ def container_shm(attrs: dict) -> tuple[int | None, bool]:
     if str(host.get("IpcMode") or "") == "host":
         return None, True
     for mount in attrs.get("Mounts") or []:
-        if mount.get("Destination") == "/dev/shm" and mount.get("Type") == "bind":
+        if is_shm_path(mount.get("Destination")) and mount.get("Type") == "bind":
             return None, True
     tmpfs = (host.get("Tmpfs") or {}).get("/dev/shm")
     if tmpfs is not None:

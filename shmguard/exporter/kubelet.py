@@ -30,6 +30,7 @@ import urllib.request
 from shmguard.errors import UsageError
 from shmguard.exporter.metrics import Reading, Row, Sample, Target
 from shmguard.exporter.proc import PassRoot, read_memory
+from shmguard.pod import is_shm_path
 from shmguard.probe import Root
 from shmguard.probe.cgroup import Level, parse_meminfo_total
 from shmguard.probe.mountinfo import parse_mountinfo
@@ -158,7 +159,7 @@ def container_shm_source(root: Root, containerd_state: str, container_id: str) -
     spec = oci_spec(root, containerd_state, container_id)
     mounts = spec.get("mounts")
     for mount in mounts if isinstance(mounts, list) else ():
-        if isinstance(mount, dict) and posixpath.normpath(str(mount.get("destination") or "/")) == "/dev/shm":
+        if isinstance(mount, dict) and is_shm_path(mount.get("destination")):
             return str(mount.get("source") or "") or None
     return None
 

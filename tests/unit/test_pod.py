@@ -111,6 +111,14 @@ def test_what_a_container_sees_at_dev_shm():
     assert pod.container_shm(container("c"), volumes, memory).size == 64 * MIB
 
 
+@pytest.mark.parametrize("path, shm", [("/dev/shm", True), ("/dev/shm/", True), ("/dev//shm", True),
+                                       ("/dev/./shm", True), ("//dev/shm", True), ("/dev/shm/x", False),
+                                       ("dev/shm", False), ("/dev/shmem", False), (None, False)])
+def test_a_mount_at_dev_shm_is_read_however_it_is_spelled(path, shm):
+    """runc and crun clean a mount's target before mounting: each spelling that cleans to /dev/shm is it."""
+    assert pod.is_shm_path(path) is shm
+
+
 def test_conflicting_volumes_at_dev_shm_are_listed_by_volume():
     p = a_pod(container("a", mounts=[("dshm", "/dev/shm")]), container("b", mounts=[("other", "/dev/shm/")]),
               volumes=[SHM, {"name": "other", "emptyDir": {"medium": "Memory"}}])
