@@ -385,3 +385,10 @@ def page_file_fix() -> str:
     return ("on Windows, enlarge the page file (System Properties, Advanced, Performance, Virtual memory) or lower "
             "num_workers, since each worker maps the shared tensors it sends; Windows has no /dev/shm, so no size "
             "of it applies")
+
+
+def workers_exited_fix() -> str:
+    """DataLoader workers that exited without a Python error, with nothing to say they ran in a container."""
+    return ("run with DataLoader(num_workers=0) to see the dataset's own error; watch the memory (dmesg -T | grep -i "
+            "oom shows a worker killed for it); if it runs in a container, df -h /dev/shm there shows whether shared "
+            "memory filled up")

@@ -49,7 +49,11 @@ ENOSPC = (d.ENOSPC,)
 # Lines the rules look for beside the signals: where the job used /dev/shm (for an OOM kill under Slurm).
 MARKERS = {"shm-use": (d.SHM_IN_LOG,), "shm-mount": (d.SHM_MOUNT,), "shm-said-full": (d.SHM_SAID_FULL,),
            "shm-pickling": (d.SHM_PICKLING,),
-           "nccl-warn": compile_all(r"NCCL WARN [^\n]{1,300}")}
+           # NCCL's WARN lines, in its format since 2.x (`NCCL WARN …`) and before it (`host:pid:tid [0] file:line WARN …`)
+           "nccl-warn": compile_all(r"NCCL WARN [^\n]{1,300}", r"\] \S{1,200}:\d{1,6} WARN [^\n]{1,300}"),
+           # words that place a job in a container (round 8): the gate of decisions.contained
+           "container-words": compile_all(r"\b(?:[Dd]ocker|DOCKER|[Pp]odman|[Cc]ontainers?|[Kk]ubernetes|k8s)\b",
+                                          r"/\.dockerenv\b|\bnvcr\.io/")}
 # Round 7's rules were written from held-out-6's misses and from the sources (docs/design/explain-signals.md).
 ROUND_6 = "tests/data/explain/judged/held-out-6/"
 
@@ -95,10 +99,21 @@ RULES: tuple[Rule, ...] = (
                  "tmpfs, which System V segments do not use.",
          fix=fixes.sysv_shm_fix() + ".", source="UCX src/uct/sm/mm/sysv/mm_sysv.c, src/ucs/sys/sys.c",
          case=JUDGED + "ucx-9347-sysv-shmget.log"),
+    # PostgreSQL's main segment is System V (sysv_shmem.c): its ENOSPC names shmget only on the DETAIL line after.
+    Rule("sysv-shm", NOT_SHARED_MEMORY, kind="sysv-shm-postgres", wraps=True,
+         patterns=compile_all(r"could not create shared memory segment: (?P<error>[^\n]{1,80})\n[^\n]{0,40}DETAIL: "
+                              r"{1,4}Failed system call was shmget\("),
+         summary="PostgreSQL could not create its main shared-memory segment ({error}), a System V one (shmget): the "
+                 "kernel's System V limits (shmmax, shmall, shmmni), not /dev/shm's tmpfs.",
+         fix=fixes.sysv_shm_fix() + ".", source="postgres src/backend/port/sysv_shmem.c",
+         case=RULE_TESTS + "test_postgres_other_shared_memory_messages"),
     # shmget refused for another reason (EPERM: huge pages without CAP_IPC_LOCK; EACCES; EINVAL: above shmmax).
     Rule("sysv-shm", NOT_SHARED_MEMORY, kind="sysv-shm-refused",
          patterns=compile_all(r"\bshmget\b.{0,200}?(?P<error>Operation not permitted|Permission denied|Invalid "
-                              r"argument|\bEPERM\b|\bEACCES\b|\bEINVAL\b)"),
+                              r"argument|\bEPERM\b|\bEACCES\b|\bEINVAL\b)",
+                              # a System V segment's identifier or attach refused, in a program's words (round 8)
+                              r"\b(?:\w{0,30}[Ss]hm[Ii]d|shmat|shared-memory segment identifier)\b.{0,200}?"
+                              r"(?P<error>Operation not permitted|Permission denied|Invalid argument)"),
          summary="System V shared memory was refused (shmget: {error}): a permission or a System V limit (huge "
                  "pages, the segment's owner, kernel.shmmax), not /dev/shm's tmpfs, which System V segments do not "
                  "use.",
@@ -150,6 +165,19 @@ RULES: tuple[Rule, ...] = (
          fix=fixes.shm_file_fix() + "; or start Chrome with --disable-dev-shm-usage.",
          source="chromium base/memory/platform_shared_memory_region_posix.cc",
          case=RULE_TESTS + "test_chromes_region_refused_is_decided_by_its_reason"),
+    # Aeron's media driver keeps its log buffers in /dev/shm (its storage check before a new log; round 8).
+    Rule("", kind="shm-pool", where=d.pool("Aeron's media driver", "log buffer"),
+         patterns=compile_all(r"[Ii]nsufficient usable storage for new log of length=(?P<requested>\d{1,20})"
+                              r"(?: usable=(?P<available>\d{1,20}))?(?: in (?P<key>\S{1,300}))?"),
+         source="real-logic/aeron aeron-driver (the Java driver's checkStorage, the C driver's conductor); its "
+                "directory is /dev/shm/aeron-USER on Linux",
+         case=RULE_TESTS + "test_aerons_log_buffer_without_room_is_sized_from_its_length"),
+    # A program's own shared-memory function (its name holds "shm") saying what it required (round 8: ForgeRock's
+    # am_shm_create(), which checks /dev/shm with statfs).
+    Rule("", kind="shm-pool", where=d.pool("A program", "shared-memory segment"),
+         patterns=compile_all(r"\b\w{0,40}shm\w{0,40}\(\)[^\n]{0,200}? only (?P<available>\d{1,20}) bytes, required "
+                              r"(?P<requested>\d{1,20}) bytes"),
+         case=RULE_TESTS + "test_a_programs_shm_function_short_of_room_is_sized_from_what_it_required"),
     Rule("", kind="shm-pool", where=d.pool("PostgreSQL", "segment"), wraps=True,
          patterns=wrapped(r"could not (?:resize|create) shared memory segment \"(?P<key>[^\"]{1,200})\" to "
                           r"(?P<requested>\S{1,20}) bytes: (?P<reason>[^\n]{1,200})"),
@@ -200,6 +228,13 @@ RULES: tuple[Rule, ...] = (
          summary="A file in /dev/shm could not be created or grown (Cannot allocate memory, or busy): a /dev/shm at "
                  "its size refuses more pages so, and so does a memory limit that cannot hold them.",
          fix=shm_advice, case=RULE_TESTS + "test_enomem_on_a_file_in_dev_shm_is_likely_shared_memory"),
+    # Oracle's automatic memory management keeps its SGA in /dev/shm and checks its size at start (round 8).
+    Rule("shm-pool", SHARED_MEMORY, kind="oracle-memory-target",
+         patterns=compile_all(r"\bORA-00845\b"),
+         summary="Oracle refused MEMORY_TARGET (ORA-00845): it keeps its shared memory in /dev/shm and needs /dev/shm "
+                 "at least as large as MEMORY_TARGET (or SGA_MAX_SIZE).",
+         fix=shm_advice, source="Oracle's error reference, ORA-00845",
+         case="tests/data/explain/judged/held-out-7/puerto53-dev-shm-ora-00845-memory-target.log"),
     # pandarallel's own message (pandarallel/core.py): its memory file system is /dev/shm.
     Rule("shm-enospc", SHARED_MEMORY, kind="pandarallel-shm",
          patterns=compile_all(r"you use Memory File System and you don't have enough available space in `?/?dev/shm"),
@@ -243,6 +278,8 @@ RULES: tuple[Rule, ...] = (
          patterns=compile_all(r"Memory cgroup out of memory|\boom-kill:|Out of memory: Kill(?:ed)? process",
                               r"\binvoked oom-killer\b|\boom_kill_process\b",
                               r"\"OOMKilled\": true|Reason:\s{1,40}OOMKilled|\breason: '?OOMKilled\b|Reason \[OOMKilled\]",
+                              # kubectl get pods: READY, then STATUS (round 8)
+                              r"\s\d{1,3}/\d{1,3}\s{1,40}OOMKilled\b",
                               r"slurmstepd(?:-\S{1,40})?: error: Detected \d{1,9} oom[-_]kill event",
                               r"\bExitCode=0:125\b",
                               r"srun: error: .{0,200}: task \d{1,9}: Out Of Memory",
@@ -259,12 +296,48 @@ RULES: tuple[Rule, ...] = (
     Rule("command-not-found", kind="command-not-found", decide=d.command_not_found,
          patterns=compile_all(r"exec .{0,200} failed: No such file or directory|executable file not found"),
          case="tests/unit/engine/test_plan.py::test_post_mortem_does_not_blame_shm_for_other_deaths"),
+    # A file in /dev/shm that is gone (ENOENT): removed, or made in another IPC namespace; not its size (round 8).
+    # Before the engine's rule: its "Error response from daemon" may carry it.
+    Rule("shm-file", NOT_SHARED_MEMORY, kind="shm-gone",
+         patterns=compile_all(r"(?<![\w/])/?dev/shm/\S{1,300}[^\n]{0,80}?(?:No such file or directory|\bENOENT\b)",
+                              r"(?:No such file or directory|\bENOENT\b)[^\n]{0,80}?['\"]/dev/shm/\S",
+                              r"\bNo shared memory (?:block|segment|region|object) '?[^'\n]{0,200}'? found",
+                              r"\bshared memory (?:block|segment|region|object) '?[^'\n]{0,200}'? (?:does not exist|not "
+                              r"found)"),
+         summary="A shared-memory file or block the process looked for is not there ({line}): removed under it, or "
+                 "made by a process in another IPC namespace or container. Not /dev/shm's size.",
+         fix=fixes.shm_file_fix() + "; run the processes that share it in one IPC namespace (docker run --ipc "
+             "container:NAME or --ipc host).",
+         case=RULE_TESTS + "test_a_shared_memory_file_that_is_gone_is_not_its_size"),
+    Rule("shm-file", NOT_SHARED_MEMORY, kind="postgres-segment-gone",
+         patterns=compile_all(r"could not open shared memory segment \"(?P<key>[^\"]{1,200})\": No such file or "
+                              r"directory"),
+         summary="PostgreSQL's dynamic shared-memory segment {key} was gone from /dev/shm when a process opened it: "
+                 "something removed it (systemd's RemoveIPC=yes when the postgres user's last session ends, a cleaner "
+                 "of /dev/shm). Not /dev/shm's size.",
+         fix="set RemoveIPC=no in /etc/systemd/logind.conf (or run PostgreSQL as a system user), and do not clean "
+             "/dev/shm under a running server.", source="postgres src/backend/storage/ipc/dsm_impl.c",
+         case=RULE_TESTS + "test_postgres_other_shared_memory_messages"),
+    Rule("oom", NOT_SHARED_MEMORY, kind="postgres-anonymous",
+         patterns=compile_all(r"could not map anonymous shared memory: (?P<error>[^\n]{1,120})"),
+         summary="PostgreSQL could not map its main shared memory ({error}): anonymous memory (shared_buffers, huge "
+                 "pages), charged to the RAM or the memory limit, not /dev/shm.",
+         fix="lower shared_buffers (or huge_pages=off when huge pages are short), or give the server more memory.",
+         source="postgres src/backend/port/sysv_shmem.c", case=RULE_TESTS + "test_postgres_other_shared_memory_messages"),
     Rule("engine", UNDETERMINED, kind="engine-error",
-         patterns=compile_all(r"Error response from daemon: (?P<error>[^\n]{1,300})"),
+         patterns=compile_all(r"Error response from daemon: (?P<error>[^\n]{1,300})",
+                              # dockerd's own log (round 8)
+                              r"\bHandler for [A-Z]{3,7} \S{1,300} returned error: (?P<error>[^\n]{1,300})"),
          summary="The engine could not create or start the container ({error}): it never ran, so the size of its "
                  "/dev/shm is not the cause.",
          fix="read the engine's own log (journalctl -u docker, or dockerd's output) for why it refused.",
          case=PUBLIC + "coreos-2427-mounting-shm-tmpfs.log"),
+    Rule("engine", UNDETERMINED, kind="engine-shim",
+         patterns=compile_all(r"\binit shim died\b", r"\bshim (?:died|disconnected|reaped)\b"),
+         summary="The engine lost its containers' shims ({line}): dockerd or containerd crashed or restarted and "
+                 "killed what they ran. Not /dev/shm.",
+         fix="read the engine's own log around that time (journalctl -u docker -u containerd) for why it went down.",
+         source="containerd's shim reaper (its log lines)", case=RULE_TESTS + "test_the_engines_own_failures"),
     Rule("disk-full", kind="enospc-elsewhere", patterns=ENOSPC, where=d.enospc_is("enospc-elsewhere"),
          decide=d.disk_full, case=TESTS + "test_enospc_is_placed_by_its_path"),
     Rule("disk-full", kind="enospc-checkpoint", patterns=ENOSPC, where=d.enospc_is("enospc-checkpoint"),
@@ -337,6 +410,14 @@ RULES: tuple[Rule, ...] = (
                  "or on Windows the page file) ran out, not /dev/shm.",
          fix=fixes.memory_error_fix() + ".", source="cpython Objects/obmalloc.c (PyErr_NoMemory)",
          case=ROUND_3 + "controlnet-276-save-memoryerror.log"),
+    # Dask's nanny restarts a worker over its memory budget; a fork or a thread refused memory (round 8).
+    Rule("oom", NOT_SHARED_MEMORY, kind="process-memory",
+         patterns=compile_all(r"Worker exceeded \d{1,3}% memory budget",
+                              r"^(?![^\n]{0,300}(?:\bmmap\b|/dev/shm|<torch_))[^\n]{0,300}\[Errno 12\] Cannot allocate memory"),
+         summary="A process could not get memory ({line}): the RAM, the memory limit or the kernel's overcommit "
+                 "refused it, not /dev/shm.",
+         fix=fixes.memory_error_fix() + ".", source="dask distributed/nanny.py; fork(2), ENOMEM",
+         case=RULE_TESTS + "test_more_words_of_known_look_alikes"),
     # Windows' shared file mapping (torch's libshm on Windows) refused with error 1455: the page file is full.
     Rule("oom", NOT_SHARED_MEMORY, kind="page-file",
          patterns=compile_all(r"Couldn't open shared file mapping: <[^>]{0,200}>, error code: <1455>",
@@ -422,10 +503,13 @@ RULES: tuple[Rule, ...] = (
     Rule("aborted", NOT_SHARED_MEMORY, kind="aborted",
          patterns=compile_all(r"^\s{0,16}Aborted \(core dumped\)", r"\bis killed by signal: Aborted\b",
                               r"\bFatal Python error: Aborted\b", r"\bline \d{1,9}: {1,8}\d{1,10} Aborted\b",
-                              r"\bSIGABRT\b", r"\bsignal 6 \(SIGABRT\)", r"<Signals\.SIGABRT: 6>"),
+                              r"\bSIGABRT\b", r"\bsignal 6 \(SIGABRT\)", r"<Signals\.SIGABRT: 6>",
+                              # Open MPI's and glog's own words (round 8)
+                              r"\bSignal: Aborted \(6\)", r"\*\*\* Check failure stack trace: \*\*\*"),
          summary="A process aborted itself (SIGABRT: {line}): a C++ exception nothing caught, a failed assertion, or "
                  "a corrupt heap, said just above. Not /dev/shm's size.",
-         fix=fixes.aborted_fix() + ".", source="torch/csrc/DataLoader.cpp; abort(3)",
+         fix=fixes.aborted_fix() + ".",
+         source="torch/csrc/DataLoader.cpp; abort(3); open-mpi opal/util/stacktrace.c; glog's LOG(FATAL)",
          case=RULE_TESTS + "test_sigabrt_and_sigill_are_their_own"),
     Rule("illegal-instruction", NOT_SHARED_MEMORY, kind="illegal-instruction",
          patterns=compile_all(r"\bIllegal instruction\b", r"\bSIGILL\b", r"\billegal hardware instruction\b"),
@@ -455,7 +539,7 @@ RULES: tuple[Rule, ...] = (
     # 4. Symptoms typical of shared memory that prove nothing on their own.
     Rule("", kind="bus-error", crash=CRASH_BUS, patterns=compile_all(r"\bBus error\b", r"\bSIGBUS\b", r"<Signals\.SIGBUS: 7>",
                                                                      r"\b(?:zsh|bash|sh): bus error\b",
-                                                                     r"\bbus error \(core dumped\)")),
+                                                                     r"\b[Bb]us error ?\(core dump(?:ed)?\)")),
     Rule("sigbus", decide=d.sigbus, case=PUBLIC + "mlsh-17-mpirun-docker-bus-error.log"),
     Rule("worker-exception", NOT_SHARED_MEMORY, kind="worker-exception",
          patterns=compile_all(r"Caught (?P<error>\w{1,80}) in DataLoader worker process (?P<worker>\d{1,6})"),
@@ -480,7 +564,7 @@ RULES: tuple[Rule, ...] = (
          patterns=compile_all(r"DataLoader worker \(pid\(s\) (?P<pids>[\d, ]{1,400})\) exited unexpectedly")),
     # NCCL's ncclSystemError with no reason kept (round 7): its shared-memory transport, most often, in a container.
     Rule("nccl-shm", kind="nccl-system-error", decide=d.nccl_system_error, where=d.nccl_last_error,
-         gives=("nccl-shm", "unknown"),
+         gives=("nccl-shm", "connection", "unknown"),
          patterns=compile_all(r"\bunhandled system error\b", r"\bncclSystemError\b"),
          source="nccl src/misc/utils.cc ncclGetErrorString; NCCL's troubleshooting guide, 'Shared memory'",
          case=ROUND_6 + "nccl-473-unhandled-system-error-docker.log"),
@@ -491,7 +575,9 @@ RULES: tuple[Rule, ...] = (
     # that could not be written was lost (the error hits the queue's feeder thread, not the worker loop), and the
     # trainer waits for it: a hang, not a crash (seen in the integration tests on a loaded machine).
     Rule("loader-timeout", kind="loader-timeout", decide=d.loader_timeout, where=d.timeout_seconds,
-         crash=CRASH_TIMEOUT, patterns=compile_all(r"DataLoader timed out after (?P<seconds>[\d.]{1,20}) seconds"),
+         crash=CRASH_TIMEOUT, patterns=compile_all(r"DataLoader timed out after (?P<seconds>[\d.]{1,20}) seconds",
+                                                   # MXNet Gluon's (gluon/data/dataloader.py; round 8)
+                                                   r"\bWorker timed out after (?P<seconds>[\d.]{1,20}) seconds"),
          case=TESTS + "test_a_dataloader_timeout_is_shm_when_shm_was_full_and_not_when_it_stayed_low"),
     Rule("ray-object-store", kind="ray-object-store", decide=d.ray_object_store, where=d.ray_asked,
          patterns=compile_all(r"The object store is using \S{1,200} instead of /dev/shm because /dev/shm has only "

@@ -130,9 +130,14 @@ def test_public_nccl_logs(name, verdict, cause, size):
         assert "NCCL_SHM_DISABLE=1" in found.fix and f"{size / MIB:.1f} MiB" in found.summary
 
 
-def test_workers_that_exit_unexpectedly_are_likely_shm_unless_shm_stayed_low():
+def test_workers_that_exit_unexpectedly_are_likely_shm_in_a_container_unless_shm_stayed_low():
     line = "RuntimeError: DataLoader worker (pid(s) 8, 9) exited unexpectedly"
-    assert diagnose(Evidence(exit_code=1, logs=line)).verdict == LIKELY
+    assert diagnose(Evidence(exit_code=1, logs=line, platform="docker")).verdict == LIKELY
+    assert diagnose(Evidence(exit_code=1, logs=f"training in a docker container\n{line}")).verdict == LIKELY
+    assert diagnose(Evidence(exit_code=1, logs=f"{line}\nkubectl logs trainer")).verdict == LIKELY
+    # nothing shows a container: an OOM, a dataset's bug or a SIGBUS, undetermined (round 8), no /dev/shm size
+    bare = diagnose(Evidence(exit_code=1, logs=line))
+    assert (bare.verdict, bare.cause) == (UNDETERMINED, "workers-exited") and "--shm-size" not in (bare.fix or "")
     low = diagnose(Evidence(exit_code=1, logs=line, shm_size=GIB, shm_peak=10 * MIB))
     assert low.verdict == UNDETERMINED
 
