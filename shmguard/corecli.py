@@ -9,6 +9,7 @@ the same exit codes (shmguard.errors).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 CHECK_DESCRIPTION = """Check this container against the job: /dev/shm, memory, CPUs, GPUs, open files.
@@ -17,7 +18,16 @@ Exit 0 when every finding is PASS or WARN, 1 on FAIL (--strict: on WARN too),
 2 on bad usage or when the probes cannot run."""
 
 
+# A negative size (`-5m`, `-1.5g`) given as an option's value: argparse reads only plain numbers (`-5`) so, and
+# would take `-5m` for an option and say "expected one argument"; this way the size's own check names it.
+_NEGATIVE_VALUE = re.compile(r"^-\d+(?:\.\d+)?[A-Za-z]{0,3}$|^-\.\d+[A-Za-z]{0,3}$")
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = _NEGATIVE_VALUE  # no option of check looks like a number
+
     def error(self, message: str):  # one line and exit 2, as the click commands do
         from shmguard.errors import UsageError
 

@@ -16,6 +16,9 @@ from shmguard import main
     # the one missing is named, not the one given
     (["--workers", "4"], "the job needs --batch-size (or SHMGUARD_BATCH_SIZE) too: only its workers were given"),
     (["--batch-size", "4"], "the job needs --workers (or SHMGUARD_WORKERS) too: only its batch size was given"),
+    # a negative size after a space is the value, named by the size's own check (argparse took `-5m` for an option)
+    (["--workers", "2", "--batch-size", "4", "--sample-bytes", "-5m"], "--sample-bytes: '-5m': a size cannot be negative"),
+    (["--workers", "-2", "--batch-size", "4", "--sample-bytes", "5m"], "--workers must be at least 0, not -2"),
 ])
 def test_bad_usage_is_one_line_that_names_the_fix(capsys, monkeypatch, argv, line):
     for var in ("SHMGUARD_WORKERS", "SHMGUARD_BATCH_SIZE"):
