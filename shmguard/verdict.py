@@ -191,14 +191,17 @@ def check_memory(job, memory, shm, platform: str | None = None, slurm=None) -> l
 def usable_workers(procs_per_node: int, snapshot) -> int | None:
     """num_workers each of the training processes can keep busy (sizing.cpus_available_per_process): in an srun task its
     affinity is already its share and is not divided by the ranks again."""
-    slurm = getattr(snapshot, "slurm", None)
+    return _usable_workers(procs_per_node, snapshot.cpu, getattr(snapshot, "slurm", None))
+
+
+def _usable_workers(procs_per_node: int, cpu, slurm) -> int | None:
     own_share = slurm is not None and slurm.in_task
-    return sizing.workers_for(sizing.cpus_available_per_process(snapshot.cpu, procs_per_node, own_share))
+    return sizing.workers_for(sizing.cpus_available_per_process(cpu, procs_per_node, own_share))
 
 
 def check_cpu(job, cpu, platform: str | None = None, slurm=None) -> list[Finding]:
     own_share = slurm is not None and slurm.in_task
-    usable = sizing.workers_for(sizing.cpus_available_per_process(cpu, job.procs_per_node, own_share))
+    usable = _usable_workers(job.procs_per_node, cpu, slurm)
     if usable is None:
         return [Finding(id="cpu.workers", status=WARN, message=f"cannot tell the CPUs available: {'; '.join(cpu.errors)}")]
     sources = []
