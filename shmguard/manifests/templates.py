@@ -534,14 +534,10 @@ class Finder:
                 if container is None:
                     continue
                 mapping(container, self.where, f"{tpath}[{i}].{key}")
-                meta = template.get("metadata")
                 sidecars = listing(template.get("sidecars"), self.where, f"{tpath}[{i}].sidecars")
-                patch, note = argo_pod_spec_patch(spec.get("podSpecPatch"), template.get("podSpecPatch"))
                 self.pod_spec(template, f"{tpath}[{i}]", f"templates[{template.get('name', i)}]",
                               containers=[container], container_paths=[f"{tpath}[{i}].{key}"], sidecars=sidecars,
-                              shared_volumes=shared, default_names=["main"], run_time_patch=patch,
-                              run_time_patch_note=note,
-                              template_annotations=meta.get("annotations") if isinstance(meta, dict) else None)
+                              shared_volumes=shared, default_names=["main"], **argo_run_time(spec, template))
             if template.get("containerSet") is not None:
                 self.argo_container_set(spec, template, f"{tpath}[{i}]", shared)
 
@@ -555,14 +551,12 @@ class Finder:
             raise ManifestError(f"{self.where}: {path}.containerSet.containers is missing or empty: nothing to run")
         mounts = listing(container_set.get("volumeMounts"), self.where, f"{path}.containerSet.volumeMounts")
         at_shm = next((m.get("name") for m in mounts if isinstance(m, dict) and is_shm_path(m.get("mountPath"))), None)
-        meta = template.get("metadata")
-        patch, note = argo_pod_spec_patch(spec.get("podSpecPatch"), template.get("podSpecPatch"))
         self.pod_spec(template, path, f"templates[{template.get('name', path)}]", containers=members,
                       container_paths=[f"{path}.containerSet.containers[{j}]" for j in range(len(members))],
-                      shared_volumes=shared, run_time_patch=patch, run_time_patch_note=note,
+                      shared_volumes=shared,
                       sized_elsewhere=(f"its containerSet.volumeMounts mount volume {at_shm!r} at /dev/shm in every "
                                        "container: size that volume there" if at_shm is not None else None),
-                      template_annotations=meta.get("annotations") if isinstance(meta, dict) else None)
+                      **argo_run_time(spec, template))
 
     def kserve_component(self, node, path: str, role: str) -> None:
         component = mapping(node, self.where, path)
@@ -699,6 +693,15 @@ def kserve_runtime(key: str, model: dict) -> str:
     return (f"its pods and their /dev/shm come from {which}: KServe merges the runtime's containers and volumes "
             f"with these by name and mount path, so a /dev/shm added here would replace the runtime's; size that "
             f"runtime (shmguard patch --all-templates on it)")
+
+
+def argo_run_time(spec: dict, template: dict) -> dict:
+    """What Argo adds to a template's Pod at run time, for pod_spec: the podSpecPatch (the workflow's, then the
+    template's over it) and the template's own annotations; a container template and a containerSet read it alike."""
+    patch, note = argo_pod_spec_patch(spec.get("podSpecPatch"), template.get("podSpecPatch"))
+    meta = template.get("metadata")
+    return {"run_time_patch": patch, "run_time_patch_note": note,
+            "template_annotations": meta.get("annotations") if isinstance(meta, dict) else None}
 
 
 def argo_pod_spec_patch(*texts) -> tuple[dict | None, str]:
