@@ -31,7 +31,9 @@ from shmguard.units import GIB, format_size, parse_quantity, parse_size, slurm_s
 
 # --- what a line is: its `where` readers ---------------------------------------------------------------------
 
-ENOSPC = re.compile(r"[Nn]o space left on device|\[Errno 28\]|\bENOSPC\b|\berror 28\b")
+ENOSPC = re.compile(r"[Nn]o space left on device|\[Errno 28\]|\bENOSPC\b|\berror 28\b|"
+                    # the errno as a bare number (round 9: "failed with error code 28")
+                    r"\berror code:? 28\b|\berrno(?::| ?=)? ?28\b")
 # What the lines around an ENOSPC say about the write that failed (a traceback reads upwards; some logs print
 # the error first and its frames after it).
 SHM_CALL = re.compile(r"_new_shared|share_memory_|_share_fd|_share_filename|multiprocessing/shared_memory|"
@@ -56,7 +58,7 @@ DISK_CALL = re.compile(r"(?P<writer>datasets/arrow_writer\.py|datasets/builder\.
                        r"pyarrow\.lib\._CRecordBatchWriter|"
                        # installers and image builders (round 8): packages, SDKs, layers are written to a disk
                        r"preparing SDK package|Could not install packages|npm ERR!|\bdpkg\b|failed to register layer|"
-                       r"\bpip install\b|\bapt-get\b)")
+                       r"\bpip install\b|\bapt-get\b|cannot create temp file for here-document)")
 PATH = re.compile(r"(?<![\w.])/[\w.@+~/-]{1,1024}")
 # A POSIX shared-memory name (shm_open's "/NAME", a file in /dev/shm) as the message around it says it is.
 SHM_NAME = re.compile(r"shared memory (?:segment|object|region|key)s? [\"'<]?(/[^\"'>\s]{1,256})")
@@ -66,6 +68,11 @@ SOURCE_FILE = re.compile(r"\.(?:py|pyx|c|cc|cpp|cu|h|hpp)(?::\d{1,9})?:?$")
 # A frame: Python's (`File "…"`), Java's and gdb's (`at …`), pybind11's after its `At:` (`/path.py(61): name`).
 FRAME = re.compile(r"^\s{1,16}(?:File \"|at |\w|/[^\s(]{1,300}\(\d{1,9}\): )")
 SHM_PATHS = ("/dev/shm", "/run/shm")
+# A runtime's mount of a container's filesystem (runc's rootfs_linux.go): its ENOSPC is mount(2)'s, not a tmpfs's.
+MOUNTING = re.compile(r"\bto rootfs\b|rootfs_linux\.go|\berror mounting\b")
+# Shared memory named in the lines around an ENOSPC that nothing else places (round 9: "I created a new container
+# with 5G of shared memory", "fill all /run/shm"): the likeliest space is that one.
+SHM_MENTION = re.compile(r"/dev/shm|/run/shm|[Ss]hared [Mm]emory|\bshm[-_ ]size\b|--shm\b")
 # What stands between an error and its frames printed after it: pybind11's `At:` (Triton's Python backend), and
 # Python's own header when a title or a summary states the error first (round 7: AlphaPose's SemLock).
 FRAMES_HEADERS = ("At:", "Traceback (most recent call last):")
@@ -74,6 +81,8 @@ FRAMES_HEADERS = ("At:", "Traceback (most recent call last):")
 def place_enospc(line: str, before: list[str], after: list[str] = ()) -> tuple[str, dict]:  # type: ignore[assignment]
     """ENOSPC, placed: a semaphore (SemLock, in /dev/shm), /dev/shm (a path, a shared-memory name or call), another
     path, torch.save, or nowhere known."""
+    if MOUNTING.search(line):  # the runtime's mount(2) refused: an engine's failure, whatever it mounted (round 9)
+        return "enospc-mount", {}
     near = " ".join([*before[-1:], line])  # a message wrapped over two lines ("…segment "/X"\n to N bytes: …")
     shm_names = SHM_NAME.findall(near)
     paths = [p.rstrip("/'\":,") for p in PATH.findall(line)
@@ -103,7 +112,9 @@ def place_enospc(line: str, before: list[str], after: list[str] = ()) -> tuple[s
     writer = DISK_CALL.search(context)
     if writer:
         return "enospc-elsewhere", {"path": f"what {writer.group('writer')} writes (a cache or a temporary file)"}
-    return "enospc-unplaced", {}
+    beside = next((text for text in [*before[-3:], line, *after[:3]]
+                   if SHM_MENTION.search(text) and not DF_SHM.search(text)), None)  # df's line is read as a size
+    return "enospc-unplaced", ({"shm_beside": beside.strip()} if beside is not None else {})
 
 
 def enospc_is(kind: str):
@@ -157,6 +168,13 @@ def errno_pool(library: str, what: str):
         details["reason"] = {28: "No space left on device", 12: "Cannot allocate memory"}.get(errno, f"errno {errno}")
         return details
     return where
+
+
+def desktop_vm_ram(match: re.Match[str], line: str, before: list[str], after: list[str]) -> dict:
+    """Docker Desktop's check of /dev/shm against its VM's RAM, in MB (MiB read: the larger)."""
+    return {"library": "Docker Desktop", "what": "VM memory", "reason": "not enough space",
+            "available": int(float(match.group("available_mb")) * 2**20),
+            "requested": int(float(match.group("required_mb")) * 2**20)}
 
 
 def ray_asked(match: re.Match[str], line: str, before: list[str], after: list[str]) -> dict:
@@ -595,6 +613,8 @@ SHM_PICKLING = re.compile(r"\b_ForkingPickler\.dumps\(|multiprocessing/reduction
 
 
 UNPLACED_SHM_WITNESSES = (
+    ("shm-beside", "and the lines around it name shared memory ({}): most likely it is /dev/shm that had no room "
+                   "left."),
     ("shm-pickling", "while multiprocessing pickled data for another process ({}): torch moves each tensor it sends "
                      "into /dev/shm there, so most likely /dev/shm had no room left."),
     ("shm-said-full", "and the log says /dev/shm was full ({}): most likely it is /dev/shm that had no room left."),
@@ -615,8 +635,10 @@ def enospc_unplaced(ctx: Context, s: Signal | None) -> Diagnosis:
                         f"Something ran out of space (No space left on device), and df in the log shows /dev/shm "
                         f"full ({format_size(full.details['size'])}, 98% used or more): most likely it is /dev/shm "
                         f"that had no room left.", fix, s, needed)
-    for mark, why in UNPLACED_SHM_WITNESSES:  # a line elsewhere in the log that places it in /dev/shm (round 7)
-        witness = ctx.marks.get(mark, ())
+    roomy = any(not df.details.get("full") for df in ctx.all("df-shm"))  # df says /dev/shm had room: not it
+    for mark, why in () if roomy else UNPLACED_SHM_WITNESSES:  # a line elsewhere that places it in /dev/shm (round 7)
+        witness = (s.details["shm_beside"],) if mark == "shm-beside" and s is not None and s.details.get(
+            "shm_beside") else ctx.marks.get(mark, ())
         if witness and not peak_low(ev):
             fix, needed = shm_advice(ctx)
             return ctx.make(LIKELY, "shm-enospc", "Something ran out of space (No space left on device) "

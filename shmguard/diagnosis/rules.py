@@ -107,6 +107,19 @@ RULES: tuple[Rule, ...] = (
                  "kernel's System V limits (shmmax, shmall, shmmni), not /dev/shm's tmpfs.",
          fix=fixes.sysv_shm_fix() + ".", source="postgres src/backend/port/sysv_shmem.c",
          case=RULE_TESTS + "test_postgres_other_shared_memory_messages"),
+    # System V limits and semaphores in other programs' words (round 9): the kernel's shm* knobs, Apache's mutexes.
+    Rule("sysv-shm", NOT_SHARED_MEMORY, kind="sysv-limits",
+         patterns=compile_all(r"/proc/sys/kernel/(?:shmmax|shmall|shmmni|sem)\b[^\n]{0,80}?(?:Read-only file system|"
+                              r"Permission denied|Operation not permitted)",
+                              # (Apache's "(28)" before it is a decoration the reader drops)
+                              r"No space left on device: (?:AH\d{5}: )?Couldn't create (?:the )?(?:accept lock|"
+                              r"\S{1,60} mutex)"),
+         summary="System V IPC was short or refused ({line}): its kernel limits (kernel.shmmax, shmall, shmmni; "
+                 "semaphores: kernel.sem), which a container cannot raise itself, not /dev/shm's tmpfs.",
+         fix=fixes.sysv_shm_fix() + "; semaphores: ipcs -s lists them, ipcrm -s removes stale ones, kernel.sem raises "
+             "the limit (docker run --sysctl kernel.sem=…).",
+         source="httpd's proc_mutex (APR sysvsem); the kernel's ipc/ sysctls",
+         case=RULE_TESTS + "test_system_v_limits_and_semaphores_in_other_words"),
     # shmget refused for another reason (EPERM: huge pages without CAP_IPC_LOCK; EACCES; EINVAL: above shmmax).
     Rule("sysv-shm", NOT_SHARED_MEMORY, kind="sysv-shm-refused",
          patterns=compile_all(r"\bshmget\b.{0,200}?(?P<error>Operation not permitted|Permission denied|Invalid "
@@ -172,6 +185,11 @@ RULES: tuple[Rule, ...] = (
          source="real-logic/aeron aeron-driver (the Java driver's checkStorage, the C driver's conductor); its "
                 "directory is /dev/shm/aeron-USER on Linux",
          case=RULE_TESTS + "test_aerons_log_buffer_without_room_is_sized_from_its_length"),
+    # Docker Desktop for Linux checks /dev/shm against its VM's RAM before it starts the VM (round 9).
+    Rule("", kind="shm-pool", where=d.desktop_vm_ram,
+         patterns=compile_all(r"/dev/shm has only (?P<available_mb>[\d.]{1,20}) ?MB free space, out of "
+                              r"(?P<required_mb>[\d.]{1,20}) ?MB required"),
+         case=RULE_TESTS + "test_docker_desktops_check_of_dev_shm_is_sized_from_what_it_required"),
     # A program's own shared-memory function (its name holds "shm") saying what it required (round 8: ForgeRock's
     # am_shm_create(), which checks /dev/shm with statfs).
     Rule("", kind="shm-pool", where=d.pool("A program", "shared-memory segment"),
@@ -251,7 +269,10 @@ RULES: tuple[Rule, ...] = (
                               r"session deleted because of page crash", r"\bfrom tab crashed\b",
                               # (not Playwright's "Target crashed": it starts Chromium with --disable-dev-shm-usage)
                               r"\bPage crashed!",
-                              r"We detected that the (?:Chrom(?:e|ium)|Electron) (?:Renderer )?process just crashed"),
+                              r"We detected that the (?:Chrom(?:e|ium)|Electron) (?:Renderer )?process just crashed",
+                              # Chromium's crashed page and its SIGTRAP (round 9; Kasm's troubleshooting guide: a
+                              # Chromium SIGTRAP is /dev/shm exhausted)
+                              r"\bAw, Snap!", r"\bError code: SIGTRAP\b"),
          source="chromium base/process/memory.cc (TerminateBecauseOutOfMemory), chromedriver, puppeteer, playwright, "
                 "cypress", case=ROUND_6 + "rebirth-6-chrome-memory-fatal.log"),
     Rule("ray-object-store", kind="ray-object-store-crash", decide=d.ray_object_store, where=d.ray_asked,
@@ -280,6 +301,17 @@ RULES: tuple[Rule, ...] = (
                               r"\"OOMKilled\": true|Reason:\s{1,40}OOMKilled|\breason: '?OOMKilled\b|Reason \[OOMKilled\]",
                               # kubectl get pods: READY, then STATUS (round 8)
                               r"\s\d{1,3}/\d{1,3}\s{1,40}OOMKilled\b",
+                              # docker events (round 9)
+                              r"\bcontainer oom [0-9a-f]{12,64}\b",
+                              # schedulers' and hosted notebooks' own words for a memory kill (round 9): Slurm's
+                              # older accounting, HTCondor, AWS Batch and ECS, SageMaker, Colab, Kaggle
+                              r"\bexceeded (?:job )?memory limit \(\d{1,20} > \d{1,20}\), being killed",
+                              r"\bkilled by the cgroup out-of-memory handler\b",
+                              r"\bJob has gone over memory limit of\b",
+                              r"\bContainer killed due to memory usage\b",
+                              r"\bPlease use an instance type with more memory\b",
+                              r"\bYour session crashed after using all available RAM\b",
+                              r"\bYour notebook tried to allocate more memory than is available\b",
                               r"slurmstepd(?:-\S{1,40})?: error: Detected \d{1,9} oom[-_]kill event",
                               r"\bExitCode=0:125\b",
                               r"srun: error: .{0,200}: task \d{1,9}: Out Of Memory",
@@ -327,11 +359,19 @@ RULES: tuple[Rule, ...] = (
     Rule("engine", UNDETERMINED, kind="engine-error",
          patterns=compile_all(r"Error response from daemon: (?P<error>[^\n]{1,300})",
                               # dockerd's own log (round 8)
-                              r"\bHandler for [A-Z]{3,7} \S{1,300} returned error: (?P<error>[^\n]{1,300})"),
+                              r"\bHandler for [A-Z]{3,7} \S{1,300} returned error: (?P<error>[^\n]{1,300})",
+                              r"msg=\"HTTP Error\" err=\"(?P<error>[^\"\n]{1,300})\" statusCode=5\d\d"),
          summary="The engine could not create or start the container ({error}): it never ran, so the size of its "
                  "/dev/shm is not the cause.",
          fix="read the engine's own log (journalctl -u docker, or dockerd's output) for why it refused.",
          case=PUBLIC + "coreos-2427-mounting-shm-tmpfs.log"),
+    Rule("engine", UNDETERMINED, kind="enospc-mount", patterns=ENOSPC, where=d.enospc_is("enospc-mount"),
+         summary="The runtime could not mount the container's filesystems ({line}): mount(2) refused with No space "
+                 "left on device, which is the kernel's mount table (thousands of leaked mounts) or a full tmpfs at the "
+                 "mount's source (/run), not the container's /dev/shm.",
+         fix="count the mounts (wc -l /proc/self/mountinfo; fs.mount-max) and unmount what leaked, or free the tmpfs "
+             "the source lies on (df -h /run); read the engine's own log for which mount failed.",
+         case=RULE_TESTS + "test_a_runtimes_mount_refused_is_the_engines"),
     Rule("engine", UNDETERMINED, kind="engine-shim",
          patterns=compile_all(r"\binit shim died\b", r"\bshim (?:died|disconnected|reaped)\b"),
          summary="The engine lost its containers' shims ({line}): dockerd or containerd crashed or restarted and "
@@ -368,6 +408,7 @@ RULES: tuple[Rule, ...] = (
     # A framework's CPU allocator refused (torch's c10 alloc_cpu.cpp, TensorFlow's on the CPU device; round 7).
     Rule("oom", NOT_SHARED_MEMORY, kind="cpu-alloc",
          patterns=compile_all(r"\bDefaultCPUAllocator: (?:can't allocate memory|not enough memory)",
+                              r"\bTorch: not enough memory: you tried to allocate",  # TH, before ATen (round 9)
                               r"\bOOM when allocating tensor[^\n]{0,400}(?:device:CPU:|by allocator cpu\b)",
                               # numpy's, C++'s, the JVM's and Node's own (round 7)
                               r"\b_ArrayMemoryError\b", r"\bstd::bad_alloc\b", r"\bjava\.lang\.OutOfMemoryError\b",
@@ -398,7 +439,9 @@ RULES: tuple[Rule, ...] = (
          patterns=compile_all(r"\bCUDA error: (?P<error>[^\n]{1,200})",
                               r"\bcuda runtime error \(\d{1,4}\) : (?P<error>[^\n]{1,200})",
                               r"THCudaCheck FAIL file=\S{1,300} line=\d{1,6} error=\d{1,4} : (?P<error>[^\n]{1,200})",
-                              r"\b(?P<error>CUDA_ERROR_(?!OUT_OF_MEMORY)\w{1,60})"),
+                              r"\b(?P<error>CUDA_ERROR_(?!OUT_OF_MEMORY)\w{1,60})",
+                              # NCCL's ncclUnhandledCudaError (src/misc/utils.cc's error strings; round 9)
+                              r"\b(?P<error>unhandled cuda error)\b"),
          summary="The GPU reported an error ({error}): a fault in a kernel or its inputs, or a driver and build that "
                  "do not match, not /dev/shm.",
          fix=fixes.cuda_error_fix() + ".", source="pytorch c10/cuda/CUDAException.h, aten/src/THC/THCGeneral",
@@ -418,6 +461,16 @@ RULES: tuple[Rule, ...] = (
                  "refused it, not /dev/shm.",
          fix=fixes.memory_error_fix() + ".", source="dask distributed/nanny.py; fork(2), ENOMEM",
          case=RULE_TESTS + "test_more_words_of_known_look_alikes"),
+    # Jupyter's kernel that died without a word: most often the OOM killer (round 9).
+    Rule("oom", UNDETERMINED, kind="kernel-died",
+         patterns=compile_all(r"The kernel appears to have died\. It will restart automatically",
+                              r"\bKernel Restarting\b"),
+         summary="Jupyter's kernel died without an error of its own ({line}): most often the kernel's OOM killer (the "
+                 "notebook's memory, or a container's limit, which /dev/shm's pages count against too); a native crash "
+                 "does the same. Nothing here says /dev/shm's size.",
+         fix="look for the OOM kill (dmesg -T | grep -i oom; docker inspect's OOMKilled) and give the notebook more "
+             "memory; run the cell as a script to see a native crash.",
+         source="jupyter notebook / jupyterlab's kernel restart dialog", case=RULE_TESTS + "test_more_words_of_known_look_alikes"),
     # Windows' shared file mapping (torch's libshm on Windows) refused with error 1455: the page file is full.
     Rule("oom", NOT_SHARED_MEMORY, kind="page-file",
          patterns=compile_all(r"Couldn't open shared file mapping: <[^>]{0,200}>, error code: <1455>",
@@ -497,7 +550,9 @@ RULES: tuple[Rule, ...] = (
     Rule("segfault", kind="segfault", decide=d.segfault, always=True,
          # (not Ray's boilerplate "crashed unexpectedly due to SIGSEGV or other unexpected errors")
          patterns=compile_all(r"[Ss]egmentation [Ff]ault", r"\bSIGSEGV received\b|\bwith signal SIGSEGV\b|\bSIGSEGV\)",
-                              r"\bsignal 11\b", r"Unexpected segmentation fault encountered", r"\bwas sent SIGSEGV!"),
+                              r"\bsignal 11\b", r"Unexpected segmentation fault encountered", r"\bwas sent SIGSEGV!",
+                              # Windows' STATUS_ACCESS_VIOLATION as an exit code (round 9)
+                              r"\b0xC0000005\b", r"-1073741819\b", r"\b3221225477\b"),
          source="torch/csrc/DataLoader.cpp; the kernel's signal 11", case=JUDGED + "db-94-worker-segfault.log"),
     # SIGABRT and SIGILL (round 7): a process that aborted itself, or ran an instruction its CPU lacks.
     Rule("aborted", NOT_SHARED_MEMORY, kind="aborted",
@@ -512,7 +567,9 @@ RULES: tuple[Rule, ...] = (
          source="torch/csrc/DataLoader.cpp; abort(3); open-mpi opal/util/stacktrace.c; glog's LOG(FATAL)",
          case=RULE_TESTS + "test_sigabrt_and_sigill_are_their_own"),
     Rule("illegal-instruction", NOT_SHARED_MEMORY, kind="illegal-instruction",
-         patterns=compile_all(r"\bIllegal instruction\b", r"\bSIGILL\b", r"\billegal hardware instruction\b"),
+         patterns=compile_all(r"\bIllegal instruction\b", r"\bSIGILL\b", r"\billegal hardware instruction\b",
+                              # Windows' STATUS_ILLEGAL_INSTRUCTION as an exit code (round 9)
+                              r"\b0xC000001D\b", r"-1073741795\b", r"\b3221225501\b"),
          summary="A process ran an instruction its CPU does not have (SIGILL: {line}): a build for newer CPUs. "
                  "Not /dev/shm.", fix=fixes.illegal_instruction_fix() + ".", source="the kernel's signal 4",
          case=RULE_TESTS + "test_sigabrt_and_sigill_are_their_own"),
@@ -613,7 +670,9 @@ RULES: tuple[Rule, ...] = (
         r"\bnon-zero exit value (?P<code>[1-9]\d{0,2})\b",
         # docker build's, YARN's, docker ps's, DeepSpeed's launcher's
         r"\breturned a non-zero code: (?P<code>[1-9]\d{0,2})\b", r"\b[Ee]xit code is (?P<code>-?[1-9]\d{0,2})\b",
-        r"\bExited \((?P<code>[1-9]\d{0,2})\)", r"\breturn code ?= ?(?P<code>-?[1-9]\d{0,2})\b")),
+        r"\bExited \((?P<code>[1-9]\d{0,2})\)", r"\breturn code ?= ?(?P<code>-?[1-9]\d{0,2})\b",
+        # Vertex AI's replica (round 9)
+        r"\bnon-zero status of (?P<code>-?[1-9]\d{0,2})\b")),
     Rule("", kind="job-memory", where=d.job_memory, patterns=compile_all(
         r"\bMinMemoryNode=(?P<mem>\d{1,12}[KMGT]?)\b", r"#SBATCH --mem=(?P<mem>\d{1,12}[KMGTkmgt]?)[bB]?\b")),
     Rule("", kind="df-shm", where=d.df_size, patterns=(d.DF_SHM,)),
