@@ -96,6 +96,7 @@ class Rule(Record):
     gives: tuple[str, ...] = ()  # every cause it can give (default: its own): the --json schemas list them
     crash: str | None = None  # how the Python API words a DataLoader crash of this kind (shmguard.api.messages)
     wraps: bool = False  # the message may be wrapped over WRAP_LINES lines (its patterns match across them)
+    any_case: bool = False  # its patterns (written in lower case) match the line in any letter case (round 10)
     source: str = ""  # the library source that prints the message, when the rule reproduces one
     case: str = ""  # the log it was written from: tests/data/explain/…
 
@@ -234,6 +235,7 @@ class Probe(Record):
     pattern: re.Pattern[str]
     needles: frozenset[str]
     wraps: bool = False
+    any_case: bool = False  # tried on the line with its ASCII letters lowered (a rule's any_case)
 
 
 class Reading(Record):
@@ -248,6 +250,15 @@ class Reading(Record):
 def normalized(logs: str) -> str:
     """The log without its escape sequences, `\\r` (a progress bar's redraw) ending a line as `\\n` does."""
     return strip_sequences(logs).replace("\r\n", "\n").replace("\r", "\n")
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def lower(text: str) -> str:
+    """The text with its ASCII letters lowered, every other character kept: the same length and offsets (str.lower
+    can change both)."""
+    return text.translate(_ASCII_LOWER)
 
 
 def lines_of(logs: str) -> list[str]:
@@ -307,27 +318,34 @@ class Reader:
         self.markers = markers
         self._probes: list[Probe] | None = None
         self._by_needle: dict[str, list[int]] = {}
+        self._by_lowered: dict[str, list[int]] = {}  # the any-case probes' needles
 
     @property
     def probes(self) -> list[Probe]:
         """Every pattern with its needles, worked out once, on first use (import stays cheap)."""
         if self._probes is None:
-            probes = [Probe(index, pattern, needles_of(pattern), rule.wraps)
+            probes = [Probe(index, pattern, needles_of(pattern), rule.wraps, rule.any_case)
                       for index, rule in enumerate(self.rules) for pattern in rule.patterns]
             probes += [Probe(name, pattern, needles_of(pattern)) for name, patterns in self.markers.items()
                        for pattern in patterns]
             by_needle: dict[str, list[int]] = {}
+            by_lowered: dict[str, list[int]] = {}
             for number, probe in enumerate(probes):
                 for needle in probe.needles:
-                    by_needle.setdefault(needle, []).append(number)
+                    (by_lowered if probe.any_case else by_needle).setdefault(needle, []).append(number)
             self._by_needle = by_needle
+            self._by_lowered = by_lowered
             self._probes = probes
         return self._probes
 
     def candidates(self, line: str) -> list[Probe]:
-        """The probes one of whose needles the line holds, in table order (each needle looked for once)."""
+        """The probes one of whose needles the line holds, in table order (each needle looked for once; an any-case
+        probe's in the line with its letters lowered)."""
         probes = self.probes
         numbers = {n for needle, owners in self._by_needle.items() if needle in line for n in owners}
+        if self._by_lowered:
+            lowered = lower(line)
+            numbers |= {n for needle, owners in self._by_lowered.items() if needle in lowered for n in owners}
         return [probes[n] for n in sorted(numbers)]
 
     def read(self, logs: str) -> Reading:
@@ -337,7 +355,9 @@ class Reader:
         starts += accumulate(len(line) + 1 for line in lines[:-1])
         probes = self.probes
         assert all(p.needles for p in probes), "a pattern without needles (pattern_faults and the tests say which)"
-        hits = hit_lines(text, starts, minimal(n for p in probes for n in p.needles))
+        hits = hit_lines(text, starts, minimal(n for p in probes if not p.any_case for n in p.needles))
+        if self._by_lowered:  # the any-case needles, in the text with its ASCII letters lowered (same offsets)
+            hits |= hit_lines(lower(text), starts, minimal(n for p in probes if p.any_case for n in p.needles))
         signals: list[Signal] = []
         marks: dict[str, list[str]] = {name: [] for name in self.markers}
         for index in sorted(hits):
@@ -364,7 +384,7 @@ class Reader:
                 following = [lines[j][:LINE_LIMIT].strip() for j in range(index + 1, min(len(lines), index + WRAP_LINES))]
                 texts += ["\n".join([body, *following[:n]]) for n in range(1, len(following) + 1)]
             for text in texts:
-                m = probe.pattern.search(text)
+                m = probe.pattern.search(lower(text) if probe.any_case else text)
                 if m is None:
                     continue
                 if rule.where is not None:

@@ -53,7 +53,9 @@ MARKERS = {"shm-use": (d.SHM_IN_LOG,), "shm-mount": (d.SHM_MOUNT,), "shm-said-fu
            "nccl-warn": compile_all(r"NCCL WARN [^\n]{1,300}", r"\] \S{1,200}:\d{1,6} WARN [^\n]{1,300}"),
            # words that place a job in a container (round 8): the gate of decisions.contained
            "container-words": compile_all(r"\b(?:[Dd]ocker|DOCKER|[Pp]odman|[Cc]ontainers?|[Kk]ubernetes|k8s)\b",
-                                          r"/\.dockerenv\b|\bnvcr\.io/")}
+                                          r"/\.dockerenv\b|\bnvcr\.io/",
+                                          # docker compose's log prefix and its exit line (round 10)
+                                          r"^[\w.-]{1,80}_\d{1,3}\s{1,8}\| ", r"\b[\w.-]{1,80}_\d{1,3} exited with code \d")}
 # Round 7's rules were written from held-out-6's misses and from the sources (docs/design/explain-signals.md).
 ROUND_6 = "tests/data/explain/judged/held-out-6/"
 
@@ -90,6 +92,14 @@ RULES: tuple[Rule, ...] = (
                           r"\b[Bb]us [Ee]rror\b[^\n]{0,40}?\b(?:out of|insufficient|not enough|no more) shared "
                           r"memory\b"),
          source="torch/csrc/DataLoader.cpp", case=JUDGED + "mdtvsfa-10-docker-bus-error.log"),
+    # The same messages in any letter case, as titles and retyped posts give them (round 10: "bus ERROR … Shared
+    # memory (SHM)"), and the pid glued to its words.
+    Rule("worker-bus-error", kind="worker-bus-error", decide=d.worker_bus_error, crash=CRASH_BUS, wraps=True,
+         any_case=True,
+         patterns=wrapped(r"unexpected bus error encountered in (?:dataloader )?worker",
+                          r"insufficient shared memory \(shm\)", r"dataloader's workers are out of shared memory",
+                          r"dataloader worker \(pid (?P<pid>\d{1,10})\)\s{0,3}is killed by signal: bus error"),
+         source="torch/csrc/DataLoader.cpp", case=RULE_TESTS + "test_known_messages_in_any_letter_case"),
     # System V shared memory (shmget) refused: its own limits (kernel.shmmni, shmall, shmmax), not a tmpfs's
     # size. Before the ENOSPC rules, which would read its "No space left on device" as a disk.
     Rule("sysv-shm", NOT_SHARED_MEMORY, kind="sysv-shm",
@@ -120,6 +130,13 @@ RULES: tuple[Rule, ...] = (
              "the limit (docker run --sysctl kernel.sem=…).",
          source="httpd's proc_mutex (APR sysvsem); the kernel's ipc/ sysctls",
          case=RULE_TESTS + "test_system_v_limits_and_semaphores_in_other_words"),
+    # A shared-memory allocation refused with EINVAL: a System V segment above kernel.shmmax (POSIX shared memory
+    # has no such limit; round 10: OSRM's datastore, through boost::interprocess's xsi segments).
+    Rule("sysv-shm", NOT_SHARED_MEMORY, kind="shm-einval", wraps=True,
+         patterns=compile_all(r"allocating shared memory of (?P<requested>\d{1,20}) bytes\n[^\n]{0,120}?Invalid argument"),
+         summary="A shared-memory allocation was refused with Invalid argument (EINVAL): a System V segment larger "
+                 "than kernel.shmmax, not /dev/shm's tmpfs.",
+         fix=fixes.sysv_shm_fix() + ".", case=RULE_TESTS + "test_round_10s_look_alikes"),
     # shmget refused for another reason (EPERM: huge pages without CAP_IPC_LOCK; EACCES; EINVAL: above shmmax).
     Rule("sysv-shm", NOT_SHARED_MEMORY, kind="sysv-shm-refused",
          patterns=compile_all(r"\bshmget\b.{0,200}?(?P<error>Operation not permitted|Permission denied|Invalid "
@@ -331,7 +348,8 @@ RULES: tuple[Rule, ...] = (
     # A file in /dev/shm that is gone (ENOENT): removed, or made in another IPC namespace; not its size (round 8).
     # Before the engine's rule: its "Error response from daemon" may carry it.
     Rule("shm-file", NOT_SHARED_MEMORY, kind="shm-gone",
-         patterns=compile_all(r"(?<![\w/])/?dev/shm/\S{1,300}[^\n]{0,80}?(?:No such file or directory|\bENOENT\b)",
+         patterns=compile_all(r"\b[Ss]hared memory is invalid or freed\b",  # slsDetectorPackage's (round 10)
+                              r"(?<![\w/])/?dev/shm/\S{1,300}[^\n]{0,80}?(?:No such file or directory|\bENOENT\b)",
                               r"(?:No such file or directory|\bENOENT\b)[^\n]{0,80}?['\"]/dev/shm/\S",
                               r"\bNo shared memory (?:block|segment|region|object) '?[^'\n]{0,200}'? found",
                               r"\bshared memory (?:block|segment|region|object) '?[^'\n]{0,200}'? (?:does not exist|not "
@@ -434,6 +452,9 @@ RULES: tuple[Rule, ...] = (
          fix="lower the batch size or what the model keeps on the GPU (mixed precision, activation checkpointing); "
              "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True when memory is reserved but unallocated.",
          case=PUBLIC + "atacworks-251-cuda-oom.log"),
+    # The same in any letter case (round 10: titles and retyped posts).
+    Rule("", kind="cuda-oom", where=d.cuda_size, any_case=True,
+         patterns=compile_all(r"\bcuda out of memory\b", r"\bcuda error: out of memory\b")),
     # The GPU's other errors (c10's "CUDA error: …", THC's check before 1.x, the driver API's names).
     Rule("cuda-error", NOT_SHARED_MEMORY, kind="cuda-error",
          patterns=compile_all(r"\bCUDA error: (?P<error>[^\n]{1,200})",
@@ -453,6 +474,17 @@ RULES: tuple[Rule, ...] = (
                  "or on Windows the page file) ran out, not /dev/shm.",
          fix=fixes.memory_error_fix() + ".", source="cpython Objects/obmalloc.c (PyErr_NoMemory)",
          case=ROUND_3 + "controlnet-276-save-memoryerror.log"),
+    # A process pool's worker that died under it (joblib's loky, concurrent.futures): most often killed for
+    # memory, which the pool cannot see (round 10).
+    Rule("oom", UNDETERMINED, kind="pool-worker-lost",
+         patterns=compile_all(r"A process in the (?:executor|process pool) was terminated abruptly",
+                              r"A worker process managed by the executor was unexpectedly terminated"),
+         summary="A worker of a process pool died under it ({line}): most often the kernel's OOM killer (the workers' "
+                 "memory, or a container's limit), sometimes a crash in native code. Nothing here says /dev/shm.",
+         fix="look for the OOM kill (dmesg -T | grep -i oom) and run fewer workers or smaller tasks; "
+             "python -X faulthandler shows a native crash.",
+         source="joblib/loky process_executor.py; cpython Lib/concurrent/futures/process.py",
+         case=RULE_TESTS + "test_round_10s_look_alikes"),
     # Dask's nanny restarts a worker over its memory budget; a fork or a thread refused memory (round 8).
     Rule("oom", NOT_SHARED_MEMORY, kind="process-memory",
          patterns=compile_all(r"Worker exceeded \d{1,3}% memory budget",
@@ -464,7 +496,7 @@ RULES: tuple[Rule, ...] = (
     # Jupyter's kernel that died without a word: most often the OOM killer (round 9).
     Rule("oom", UNDETERMINED, kind="kernel-died",
          patterns=compile_all(r"The kernel appears to have died\. It will restart automatically",
-                              r"\bKernel Restarting\b"),
+                              r"\bKernel Restarting\b", r"\b[Kk]ernel (?:has )?died\b"),
          summary="Jupyter's kernel died without an error of its own ({line}): most often the kernel's OOM killer (the "
                  "notebook's memory, or a container's limit, which /dev/shm's pages count against too); a native crash "
                  "does the same. Nothing here says /dev/shm's size.",
@@ -574,7 +606,12 @@ RULES: tuple[Rule, ...] = (
                  "Not /dev/shm.", fix=fixes.illegal_instruction_fix() + ".", source="the kernel's signal 4",
          case=RULE_TESTS + "test_sigabrt_and_sigill_are_their_own"),
     Rule("terminated", UNDETERMINED, kind="terminated",
-         patterns=compile_all(r"is killed by signal: Terminated", r"\bsignal 15 \(SIGTERM\) received"),
+         patterns=compile_all(r"is killed by signal: Terminated", r"\bsignal 15 \(SIGTERM\) received",
+                              # torchrun's agent, told to stop (SIGTERM, SIGINT, a hangup), and what it passes on
+                              # to its workers; PBS's delete; a shell's Terminated after a spinner (round 10)
+                              r"\bReceived (?:1|2|15) death signal\b", r"\bclosing signal SIG(?:HUP|INT)\b",
+                              r"\bJob deleted at request of \S{1,200}", r"[\\|/-]Terminated\s{0,16}$",
+                              r"^\s{0,16}Terminated\s{0,16}$"),
          summary="A DataLoader worker was stopped by SIGTERM, sent from outside it: the scheduler, the kubelet, "
                  "or the launcher stopping the job after another failure. Not /dev/shm's size.",
          fix=fixes.terminated_fix() + ".", source="torch/csrc/DataLoader.cpp",
@@ -617,6 +654,11 @@ RULES: tuple[Rule, ...] = (
          gives=("worker-killed", "workers-exited"),
          patterns=compile_all(r"DataLoader worker \(pid (?P<pid>\d{1,10})\) is killed by signal: Killed"),
          case=PUBLIC + "torchssl-4-worker-killed.log"),
+    # A worker killed by a signal no rule above named, in any case and words (round 10: "is killed by signal" with
+    # the name left out, Paddle's "DataLoader process (pid N) exited is killed by signal: Killed").
+    Rule("", kind="worker-killed", any_case=True,
+         patterns=compile_all(r"dataloader (?:worker|process) \(pid (?P<pid>[^)\s]{1,10})\) ?(?:exited )?is killed by "
+                              r"signal(?:: killed)?(?![:\w])")),
     Rule("", kind="workers-exited", where=d.worker_pids,
          patterns=compile_all(r"DataLoader worker \(pid\(s\) (?P<pids>[\d, ]{1,400})\) exited unexpectedly")),
     # NCCL's ncclSystemError with no reason kept (round 7): its shared-memory transport, most often, in a container.
@@ -648,6 +690,8 @@ RULES: tuple[Rule, ...] = (
                               r"exited on signal 9 \(Killed\)", r"command terminated with exit code 137",
                               r"killed by signal 9\b", r"failed \(exitcode: -9\)", r"Signal 9 \(SIGKILL\) received",
                               r"(?:it/s|s/it)\]\s{0,4}Killed\s{0,16}$", r"^\s{0,16}已杀死\s{0,16}$", r"\bwas sent SIGKILL!",
+                              # quoted in a sentence, and torchrun's agent killed (round 10)
+                              r"[\"'`]Killed(?:: 9)?[\"'`]", r"\bReceived 9 death signal\b",
                               # round 7: zsh's and macOS's words, a shell's job table, Go's exec, a signal named
                               r"\b(?:zsh|bash|sh): killed\b", r"^\s{0,16}Killed: 9\b", r"^\s{0,16}[+-]? {0,8}Killed {1,40}(?!process\b)\S",
                               r"\bsignal: killed\b", r"\b(?:by|with|received) (?:signal )?SIGKILL\b",

@@ -27,7 +27,7 @@ from shmguard.diagnosis import (
     diagnose,
     scan,
 )
-from shmguard.diagnosis.machinery import ANCHORS, lines_of, needles_of, pattern_faults
+from shmguard.diagnosis.machinery import ANCHORS, lines_of, lower, needles_of, pattern_faults
 from shmguard.diagnosis.platforms import HINTS
 from tests.support.explain_corpus import cases, faults, fix_sizes
 from tests.support.paths import DATA
@@ -69,8 +69,18 @@ def test_every_line_a_pattern_matches_holds_one_of_its_needles():
     assert len(lines) > 1500
     for probe in PROBES:
         for line in lines:
-            if probe.pattern.search(line):
-                assert any(needle in line for needle in probe.needles), (probe.pattern.pattern, line)
+            seen = lower(line) if probe.any_case else line  # an any-case probe is tried on the lowered line
+            if probe.pattern.search(seen):
+                assert any(needle in seen for needle in probe.needles), (probe.pattern.pattern, line)
+
+
+def test_any_case_patterns_are_written_in_lower_case():
+    """An any-case rule's patterns are tried on the line with its ASCII letters lowered: an upper-case letter in
+    one could never match."""
+    for probe in PROBES:
+        if probe.any_case:
+            literals = re.sub(r"\\[A-Za-z]|\[[^\]]*\]|\(\?P<\w+>", "", probe.pattern.pattern)
+            assert literals == literals.lower(), probe.pattern.pattern
 
 
 def test_needles_of_a_branch_and_of_a_repeat():
@@ -860,3 +870,50 @@ def test_nccls_unhandled_cuda_error_and_vertexs_exit_status():
                                    "version 2.7.8"))
     assert (found.verdict, found.cause) == (NOT_SHARED_MEMORY, "cuda-error"), found
     assert diagnose(Evidence(logs="The replica workerpool0-0 exited with a non-zero status of 137.")).cause == "killed"
+
+
+
+# --- round 10 (tests/data/explain/judged/SPLIT.md): held-out-9's misses -------------------------------------------
+
+@pytest.mark.parametrize("log", [
+    "Unexpected bus ERROR encountered in worker. This might be caused by insufficient Shared memory (SHM)",
+    "UNEXPECTED BUS ERROR ENCOUNTERED IN DATALOADER WORKER",
+    "RuntimeError: DataLoader worker (pid 12)is killed by signal: BUS ERROR.",
+])
+def test_known_messages_in_any_letter_case(log):
+    found = diagnose(Evidence(logs=log))
+    assert (found.verdict, found.cause) == (SHARED_MEMORY, "worker-bus-error"), found
+
+
+def test_the_lowered_text_keeps_offsets_and_other_characters():
+    text = "İstanbul Bus ERROR 已杀死 ÄÖ"
+    assert len(lower(text)) == len(text) and lower(text) == "İstanbul bus error 已杀死 ÄÖ"
+
+
+@pytest.mark.parametrize("log, cause", [
+    ("DataLoader worker (pid xxx) is killed by signal\nThis is a memory problem?", "worker-killed"),
+    ("训练过程被杀死DataLoader process (pid 3063) exited is killed by signal: Killed，怎么解决呢", "worker-killed"),
+    ("RuntimeError: DataLoader worker (pid 3377964)is killed by signal: Killed", "worker-killed"),
+    ('No error at all just "Killed" gets outputted and then python is exited', "killed"),
+    ('every time it dies with the error "Killed: 9" after the Gibbs sampling.', "killed"),
+    ("W1130 12:13:49 api.py:723] Received 15 death signal, shutting down workers", "terminated"),
+    ("WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 2919043 closing signal SIGHUP", "terminated"),
+    ("04/18/2016 22:55:25;0008;PBS_Server.12149;Job;7082041.hal;Job deleted at request of root@hal-sched1", "terminated"),
+    ("getting output:  20% (117/558) [#      ] eta 28:34:54 \\Terminated", "terminated"),
+    ("joblib.externals.loky.process_executor.BrokenProcessPool: A process in the executor was terminated abruptly, "
+     "the pool is not usable anymore.", "oom"),
+    ('I get "Kernel has died" when I try to run this cell', "oom"),
+    ("- 14:33:28.730 ERROR: Shared memory is invalid or freed. Close resources before access.\nAborted (core dumped)",
+     "shm-file"),
+    ("[info] allocating shared memory of 20933050 bytes\n[warn] caught exception: Invalid argument, code 21",
+     "sysv-shm"),
+])
+def test_round_10s_look_alikes(log, cause):
+    found = diagnose(Evidence(logs=log))
+    assert found.cause == cause and found.verdict not in BLAMES_SHM, (log, found)
+
+
+def test_docker_composes_prefix_places_workers_that_exited_in_a_container():
+    log = ("algo-1-xxsq9_1  | RuntimeError: DataLoader worker (pid(s) 76) exited unexpectedly\n"
+           "tmpitprkm4o_algo-1-xxsq9_1 exited with code 1")
+    assert diagnose(Evidence(logs=log)).verdict == LIKELY
