@@ -177,6 +177,15 @@ def desktop_vm_ram(match: re.Match[str], line: str, before: list[str], after: li
             "requested": int(float(match.group("required_mb")) * 2**20)}
 
 
+def shm_wanted(match: re.Match[str], line: str, before: list[str], after: list[str]) -> dict:
+    """The /dev/shm a program's own check asks for (`at least 674.7MB`), in bytes as `requested`."""
+    want = match.groupdict().get("want")
+    if not want:
+        return {}
+    unit = (match.group("unit") or "b").upper().replace("IB", "").replace("B", "")
+    return {"requested": int(float(want) * {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[unit])}
+
+
 def ray_asked(match: re.Match[str], line: str, before: list[str], after: list[str]) -> dict:
     """What Ray's message says /dev/shm should hold: its `--shm-size=N.NNgb` (GiB: Ray divides by 2**30), the
     object store it was configured with (GB: it divides by 1e9), or the plasma store's request in bytes."""
@@ -635,6 +644,12 @@ def enospc_unplaced(ctx: Context, s: Signal | None) -> Diagnosis:
                         f"Something ran out of space (No space left on device), and df in the log shows /dev/shm "
                         f"full ({format_size(full.details['size'])}, 98% used or more): most likely it is /dev/shm "
                         f"that had no room left.", fix, s, needed)
+    disk = next((line for line in ctx.marks.get("df-full-disk", ())), None)
+    if disk is not None and not any(df.details.get("full") for df in ctx.all("df-shm")):
+        return ctx.make(NOT_SHARED_MEMORY, "disk-full",
+                        f"Something ran out of space (No space left on device), and df in the log shows a disk full "
+                        f"({advice.quote(disk.strip(), 120)}), not /dev/shm.",
+                        "free space on that filesystem or write elsewhere.", s)
     roomy = any(not df.details.get("full") for df in ctx.all("df-shm"))  # df says /dev/shm had room: not it
     for mark, why in () if roomy else UNPLACED_SHM_WITNESSES:  # a line elsewhere that places it in /dev/shm (round 7)
         witness = (s.details["shm_beside"],) if mark == "shm-beside" and s is not None and s.details.get(

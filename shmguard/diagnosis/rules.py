@@ -49,6 +49,9 @@ ENOSPC = (d.ENOSPC,)
 # Lines the rules look for beside the signals: where the job used /dev/shm (for an OOM kill under Slurm).
 MARKERS = {"shm-use": (d.SHM_IN_LOG,), "shm-mount": (d.SHM_MOUNT,), "shm-said-full": (d.SHM_SAID_FULL,),
            "shm-pickling": (d.SHM_PICKLING,),
+           # df's line of a disk 98-100% used (not /dev/shm's, not a snap's squashfs, always full; round 11)
+           "df-full-disk": compile_all(r"^\s{0,16}/dev/\S{1,60}\s{1,40}\S{1,20}\s{1,40}\S{1,20}\s{1,40}\S{1,20}\s{1,40}"
+                                       r"(?:9[89]|100)% {1,8}/(?!snap/|dev/shm)\S{0,200}\s{0,8}$"),
            # NCCL's WARN lines, in its format since 2.x (`NCCL WARN …`) and before it (`host:pid:tid [0] file:line WARN …`)
            "nccl-warn": compile_all(r"NCCL WARN [^\n]{1,300}", r"\] \S{1,200}:\d{1,6} WARN [^\n]{1,300}"),
            # words that place a job in a container (round 8): the gate of decisions.contained
@@ -270,6 +273,22 @@ RULES: tuple[Rule, ...] = (
                  "at least as large as MEMORY_TARGET (or SGA_MAX_SIZE).",
          fix=shm_advice, source="Oracle's error reference, ORA-00845",
          case="tests/data/explain/judged/held-out-7/puerto53-dev-shm-ora-00845-memory-target.log"),
+    # A program's own check that its /dev/shm is too small, in any case (round 11: Frigate's "The current SHM size
+    # of 268.4MB is too small, recommend increasing it to at least 674.7MB").
+    Rule("shm-full", SHARED_MEMORY, kind="shm-too-small", any_case=True, where=d.shm_wanted,
+         patterns=compile_all(r"\bshm size (?:of )?[\d.]{1,20} ?[kmgt]?i?b is too small\b[^\n]{0,120}?"
+                              r"at least (?P<want>[\d.]{1,30}) ?(?P<unit>[kmgt]?i?b)",
+                              r"\bshm size (?:of )?[\d.]{1,20} ?[kmgt]?i?b is too small\b"),
+         summary="The program says its /dev/shm is too small ({line}).", fix=shm_advice,
+         case=RULE_TESTS + "test_a_programs_own_shm_check_and_ucx_without_resources_are_shared_memory"),
+    # UCX could not create a worker for want of resources: its shared-memory transports in a small /dev/shm
+    # (round 11: MPICH over UCX on Kubernetes with 24 MB of /dev/shm).
+    Rule("shm-full", LIKELY, kind="ucx-no-resource", any_case=True,
+         patterns=compile_all(r"\binit_worker\b[^\n]{0,160}?no resources are available to initiate the operation"),
+         summary="UCX could not create its worker (No resources are available): in a container that is most often "
+                 "its shared-memory transports, whose segments did not fit in /dev/shm.",
+         fix=shm_advice, source="openucx/ucx UCS_ERR_NO_RESOURCE",
+         case=RULE_TESTS + "test_a_programs_own_shm_check_and_ucx_without_resources_are_shared_memory"),
     # pandarallel's own message (pandarallel/core.py): its memory file system is /dev/shm.
     Rule("shm-enospc", SHARED_MEMORY, kind="pandarallel-shm",
          patterns=compile_all(r"you use Memory File System and you don't have enough available space in `?/?dev/shm"),
@@ -289,7 +308,10 @@ RULES: tuple[Rule, ...] = (
                               r"We detected that the (?:Chrom(?:e|ium)|Electron) (?:Renderer )?process just crashed",
                               # Chromium's crashed page and its SIGTRAP (round 9; Kasm's troubleshooting guide: a
                               # Chromium SIGTRAP is /dev/shm exhausted)
-                              r"\bAw, Snap!", r"\bError code: SIGTRAP\b"),
+                              r"\bAw, Snap!", r"\bError code: SIGTRAP\b",
+                              # Firefox's content process gone under its parent (ipc_channel_posix.cc; docker-selenium
+                              # asks Firefox for --shm-size=2g too; round 11)
+                              r"\bpipe error[^\n]{0,300}?ipc_channel_posix\.cc"),
          source="chromium base/process/memory.cc (TerminateBecauseOutOfMemory), chromedriver, puppeteer, playwright, "
                 "cypress", case=ROUND_6 + "rebirth-6-chrome-memory-fatal.log"),
     Rule("ray-object-store", kind="ray-object-store-crash", decide=d.ray_object_store, where=d.ray_asked,
@@ -446,7 +468,7 @@ RULES: tuple[Rule, ...] = (
                               r"\bOOM when allocating tensor\b",
                               r"\bRESOURCE_EXHAUSTED: Out of memory while trying to allocate",
                               r"\b(?:HIP|XPU) out of memory\b", r"\bMPS backend out of memory\b",
-                              r"\bCUBLAS_STATUS_ALLOC_FAILED\b"),
+                              r"\bCUBLAS_STATUS_ALLOC_FAILED\b", r"\bcudaMalloc\b[^\n]{0,80}? out of memory\b"),
          summary="The GPU ran out of memory (CUDA out of memory{size_text}): that is the GPU's own memory, not "
                  "/dev/shm, so a bigger shm would not help.",
          fix="lower the batch size or what the model keeps on the GPU (mixed precision, activation checkpointing); "
@@ -592,7 +614,11 @@ RULES: tuple[Rule, ...] = (
                               r"\bFatal Python error: Aborted\b", r"\bline \d{1,9}: {1,8}\d{1,10} Aborted\b",
                               r"\bSIGABRT\b", r"\bsignal 6 \(SIGABRT\)", r"<Signals\.SIGABRT: 6>",
                               # Open MPI's and glog's own words (round 8)
-                              r"\bSignal: Aborted \(6\)", r"\*\*\* Check failure stack trace: \*\*\*"),
+                              r"\bSignal: Aborted \(6\)", r"\*\*\* Check failure stack trace: \*\*\*",
+                              # round 11: glibc's heap checks, a CHECK of glog or Ray, a signal 6 in a runner's words
+                              r"\bdouble free or corruption\b", r"\bfree\(\): invalid (?:pointer|size)\b",
+                              r"\bmalloc\(\): (?:corrupted|memory corruption)\b", r"\bCheck failed: ",
+                              r"\b(?:terminated|killed|died|exited) (?:by|with|on|from) signal 6\b"),
          summary="A process aborted itself (SIGABRT: {line}): a C++ exception nothing caught, a failed assertion, or "
                  "a corrupt heap, said just above. Not /dev/shm's size.",
          fix=fixes.aborted_fix() + ".",
@@ -611,6 +637,7 @@ RULES: tuple[Rule, ...] = (
                               # to its workers; PBS's delete; a shell's Terminated after a spinner (round 10)
                               r"\bReceived (?:1|2|15) death signal\b", r"\bclosing signal SIG(?:HUP|INT)\b",
                               r"\bJob deleted at request of \S{1,200}", r"[\\|/-]Terminated\s{0,16}$",
+                              r"\b(?:terminated|killed|died|exited) (?:by|with|on|from) signal 15\b",
                               r"^\s{0,16}Terminated\s{0,16}$"),
          summary="A DataLoader worker was stopped by SIGTERM, sent from outside it: the scheduler, the kubelet, "
                  "or the launcher stopping the job after another failure. Not /dev/shm's size.",
@@ -618,6 +645,14 @@ RULES: tuple[Rule, ...] = (
          case=JUDGED + "mmseg-2085-worker-terminated.log"),
     # Open MPI's shared-memory transport (opal/mca/btl/vader/btl_vader_get.c, opal/mca/smsc/cma): its single-copy
     # read between ranks (process_vm_readv) refused: a container without ptrace, not /dev/shm's size.
+    # UCX's CMA transport (src/uct/sm/scopy/cma/cma_ep.c): the same single-copy read refused (round 11).
+    Rule("mpi-cma", NOT_SHARED_MEMORY, kind="ucx-cma",
+         patterns=compile_all(r"process_vm_(?:readv|writev)\([^\n]{0,300}?\) returned -1: (?P<error>Operation not "
+                              r"permitted|Permission denied)"),
+         summary="UCX's single-copy transport could not read another rank's memory (process_vm_readv: {error}): a "
+                 "container forbids it without ptrace. Not /dev/shm's size.",
+         fix=fixes.mpi_cma_fix() + "; UCX: UCX_TLS without cma.", source="openucx/ucx src/uct/sm/scopy/cma/cma_ep.c",
+         case=RULE_TESTS + "test_round_11s_classes"),
     Rule("mpi-cma", NOT_SHARED_MEMORY, kind="mpi-cma",
          patterns=compile_all(r"\b(?:CMA r|R)ead -1, expected \S{1,40}, errno ?= ?(?P<errno>\d{1,4})"),
          summary="Open MPI's shared-memory transport could not read another rank's memory (process_vm_readv, "
@@ -632,6 +667,8 @@ RULES: tuple[Rule, ...] = (
          case=JUDGED + "reid-365-pin-memory.log"),
     # 4. Symptoms typical of shared memory that prove nothing on their own.
     Rule("", kind="bus-error", crash=CRASH_BUS, patterns=compile_all(r"\bBus error\b", r"\bSIGBUS\b", r"<Signals\.SIGBUS: 7>",
+                                                                     r"\b(?:terminated|killed|died|exited) (?:by|with|on|from) "
+                                                                     r"signal 7\b",
                                                                      r"\b(?:zsh|bash|sh): bus error\b",
                                                                      r"\b[Bb]us error ?\(core dump(?:ed)?\)")),
     Rule("sigbus", decide=d.sigbus, case=PUBLIC + "mlsh-17-mpirun-docker-bus-error.log"),
@@ -642,6 +679,14 @@ RULES: tuple[Rule, ...] = (
          fix="fix the error in the dataset or collate_fn the traceback names (num_workers=0 runs it in the main "
              "process, where a debugger reaches it).",
          case=PUBLIC + "transformers-tutorial-1-worker-keyerror.log"),
+    # torch re-raises a worker's exception in the trainer (torch/_utils.py ExceptionWrapper.reraise; round 11).
+    Rule("worker-exception", NOT_SHARED_MEMORY, kind="worker-reraise",
+         patterns=compile_all(r"\bdata\.reraise\(\)"),
+         summary="Your dataset's code raised an exception in a DataLoader worker, re-raised in the trainer "
+                 "(data.reraise()): its own error follows. Not shared memory.",
+         fix="fix the error in the dataset or collate_fn the traceback names (num_workers=0 runs it in the main "
+             "process, where a debugger reaches it).", source="torch/_utils.py (ExceptionWrapper.reraise)",
+         case=RULE_TESTS + "test_round_11s_classes"),
     # A worker that exited with a code (not a signal): it ended itself, on an error of its own.
     Rule("worker-exception", NOT_SHARED_MEMORY, kind="worker-exit-code",
          patterns=compile_all(r"DataLoader worker \(pid (?P<pid>\d{1,10})\) exited unexpectedly with exit code "
@@ -692,6 +737,10 @@ RULES: tuple[Rule, ...] = (
                               r"(?:it/s|s/it)\]\s{0,4}Killed\s{0,16}$", r"^\s{0,16}已杀死\s{0,16}$", r"\bwas sent SIGKILL!",
                               # quoted in a sentence, and torchrun's agent killed (round 10)
                               r"[\"'`]Killed(?:: 9)?[\"'`]", r"\bReceived 9 death signal\b",
+                              # round 11: a runner's "terminated by signal 9" (GNU time, make), a shell's job report
+                              # without its line number, zh_CN's word at a progress line's end
+                              r"\b(?:terminated|killed|died|exited) (?:by|with|on|from) signal 9\b",
+                              r"\b\d{1,10} Killed {1,8}\S", r"(?:已被杀死|已杀死)\s{0,16}$",
                               # round 7: zsh's and macOS's words, a shell's job table, Go's exec, a signal named
                               r"\b(?:zsh|bash|sh): killed\b", r"^\s{0,16}Killed: 9\b", r"^\s{0,16}[+-]? {0,8}Killed {1,40}(?!process\b)\S",
                               r"\bsignal: killed\b", r"\b(?:by|with|received) (?:signal )?SIGKILL\b",
@@ -724,6 +773,13 @@ RULES: tuple[Rule, ...] = (
     # dump_header and by a failed page allocation: beside a SIGKILL it names the OOM killer (round 6).
     Rule("", kind="kernel-memory", patterns=compile_all(r"\bkernel: {0,4}(?:\[[\d. ]{1,20}\] {0,4})?(?:Mem-Info:|"
                                                         r"Free swap {1,4}= {0,4}\d{1,20}kB)")),
+    # Out of memory in any program's words and case, where nothing above named it (round 11: Coq's "Error: Out of
+    # memory.", Ray's RayOutOfMemoryError, strace's mmap ENOMEM); not a GPU's nor shared memory's.
+    Rule("oom", UNDETERMINED, kind="out-of-memory", any_case=True,
+         patterns=compile_all(r"^(?![^\n]{0,300}(?:cuda|gpu|/dev/shm|shared memory|object store))[^\n]{0,300}?"
+                              r"(?:\bout of memory\b|outofmemoryerror|= -1 enomem \(cannot allocate memory\))"),
+         summary="A program ran out of memory ({line}): the process's own memory (the RAM, a memory limit, an rlimit), "
+                 "not /dev/shm.", fix=fixes.memory_error_fix() + ".", case=RULE_TESTS + "test_round_11s_classes"),
     Rule("unknown", kind="error", decide=d.unknown_failure, always=True, gives=("unknown", "none"),
          patterns=compile_all(r"Traceback \(most recent call last\)", r"^\s{0,16}[\w.]{0,200}(?:Error|Exception): ",
                               r"Segmentation fault|core dumped|Fatal Python error|terminate called after throwing",
