@@ -1,6 +1,6 @@
 """`shmguard explain` scored on the judged corpus of issue 41, both halves side by side.
 
-Each log of tests/data/explain/judged/{development,held-out,held-out-2,...,held-out-10}/ is diagnosed as a new user pipes it in (no job,
+Each log of tests/data/explain/judged/{development,held-out,held-out-2,...,held-out-11}/ is diagnosed as a new user pipes it in (no job,
 no --shm-size, no --platform), and scored as tests/support/explain_corpus.faults says:
 
 - a shared-memory death scores when the verdict blames shared memory, the fix names each platform's knob, and,
@@ -27,7 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 GOAL = 0.9
 PARTS = ("development", "held-out", "held-out-2", "held-out-3", "held-out-4", "held-out-5", "held-out-6",
-         "held-out-7", "held-out-8", "held-out-9", "held-out-10")  # SPLIT.md: one held-out set a round
+         "held-out-7", "held-out-8", "held-out-9", "held-out-10", "held-out-11")  # SPLIT.md: a held-out set a round
 
 SCORE = r"""
 import json, sys
