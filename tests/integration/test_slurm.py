@@ -112,8 +112,11 @@ def test_the_torchrun_script_runs_the_command_as_python_would(cluster):
     train.py` (or `torchrun … -u train.py`), which fails after the allocation. The script now runs that interpreter's
     torchrun (`-m torch.distributed.run`) with -u as PYTHONUNBUFFERED, and the ranks start."""
     hello = cluster.path / "jobs" / "hello_rank.py"
-    hello.write_text("import os, sys\nprint('rank', os.environ['LOCAL_RANK'], 'of', os.environ['LOCAL_WORLD_SIZE'], "
-                     "'unbuffered', os.environ.get('PYTHONUNBUFFERED'), 'args', sys.argv[1:], flush=True)\n")
+    # one write(2) per line: the two ranks share the job's output file, and an unbuffered print() writes its words
+    # one by one, which a loaded machine interleaves ("rankrank  01  ofof"; stop 47's CI run of 11f6e12)
+    hello.write_text("import os, sys\nline = ' '.join(['rank', os.environ['LOCAL_RANK'], 'of', "
+                     "os.environ['LOCAL_WORLD_SIZE'], 'unbuffered', str(os.environ.get('PYTHONUNBUFFERED')), 'args', "
+                     "str(sys.argv[1:])])\nos.write(1, (line + '\\n').encode())\n")
     hello.chmod(0o644)
     rendered = subprocess.run([sys.executable, "-m", "shmguard", "render", "slurm", "--workers", "0", "--batch-size", "8",
                                "--sample-shape", "3,32,32", "--procs-per-node", "2", "--launcher", "torchrun",
