@@ -8,6 +8,7 @@ the Context; standard library only.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -15,6 +16,7 @@ from shmguard import fixes, sizing
 from shmguard.diagnosis import advice
 from shmguard.diagnosis.advice import memory_advice, nofile_advice, peak_full, peak_low, peak_of, shm_advice
 from shmguard.diagnosis.machinery import CONTEXT_LINES, Context
+from shmguard.diagnosis.platforms import seen_in
 from shmguard.diagnosis.records import (
     LIKELY,
     NO_FAILURE,
@@ -164,26 +166,31 @@ def errno_pool(library: str, what: str):
     """A pool message that gives its errno as a number (MPICH's): the number read as its reason."""
     def where(match: re.Match[str], line: str, before: list[str], after: list[str]) -> dict:
         details = {**groups(match, line, before, after), "library": library, "what": what}
-        errno = int(details.pop("errno", "0"))
-        details["reason"] = {28: "No space left on device", 12: "Cannot allocate memory"}.get(errno, f"errno {errno}")
+        details["reason"] = os.strerror(int(details.pop("errno", "0")))  # NO_ROOM reads ENOSPC's and ENOMEM's words
         return details
     return where
 
 
+def stated_size(number: str | None, unit: str) -> int | None:
+    """A size a message states (`674.7` and `MB`), in bytes as parse_size reads it (MB as MiB: the larger); None
+    when it is not one."""
+    try:
+        return parse_size(f"{number}{unit}") if number else None
+    except ValueError:
+        return None
+
+
 def desktop_vm_ram(match: re.Match[str], line: str, before: list[str], after: list[str]) -> dict:
-    """Docker Desktop's check of /dev/shm against its VM's RAM, in MB (MiB read: the larger)."""
+    """Docker Desktop's check of /dev/shm against its VM's RAM, in MB."""
     return {"library": "Docker Desktop", "what": "VM memory", "reason": "not enough space",
-            "available": int(float(match.group("available_mb")) * 2**20),
-            "requested": int(float(match.group("required_mb")) * 2**20)}
+            "available": stated_size(match.group("available_mb"), "mb"),
+            "requested": stated_size(match.group("required_mb"), "mb")}
 
 
 def shm_wanted(match: re.Match[str], line: str, before: list[str], after: list[str]) -> dict:
     """The /dev/shm a program's own check asks for (`at least 674.7MB`), in bytes as `requested`."""
-    want = match.groupdict().get("want")
-    if not want:
-        return {}
-    unit = (match.group("unit") or "b").upper().replace("IB", "").replace("B", "")
-    return {"requested": int(float(want) * {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}[unit])}
+    requested = stated_size(match.groupdict().get("want"), match.groupdict().get("unit") or "")
+    return {"requested": requested} if requested is not None else {}
 
 
 def ray_asked(match: re.Match[str], line: str, before: list[str], after: list[str]) -> dict:
@@ -544,7 +551,7 @@ def contained(ctx: Context) -> bool:
     """The evidence or the log shows a container or a cluster's job, or the log names /dev/shm or torch's segments."""
     ev = ctx.ev
     return (ev.platform is not None or ev.shm_size is not None or ev.shm_peak is not None or ev.shm_unbounded
-            or any(ctx.marks.get(f"platform:{name}") for name in CONTAINED)
+            or bool(seen_in(ctx.marks) & set(CONTAINED))
             or bool(ctx.marks.get("container-words")) or bool(ctx.marks.get("shm-use")))
 
 
@@ -651,9 +658,9 @@ def enospc_unplaced(ctx: Context, s: Signal | None) -> Diagnosis:
                         f"({advice.quote(disk.strip(), 120)}), not /dev/shm.",
                         "free space on that filesystem or write elsewhere.", s)
     roomy = any(not df.details.get("full") for df in ctx.all("df-shm"))  # df says /dev/shm had room: not it
-    for mark, why in () if roomy else UNPLACED_SHM_WITNESSES:  # a line elsewhere that places it in /dev/shm (round 7)
-        witness = (s.details["shm_beside"],) if mark == "shm-beside" and s is not None and s.details.get(
-            "shm_beside") else ctx.marks.get(mark, ())
+    beside = (s.details["shm_beside"],) if s is not None and s.details.get("shm_beside") else ()
+    for mark, why in () if roomy else UNPLACED_SHM_WITNESSES:  # a line that places it in /dev/shm (rounds 7, 9)
+        witness = beside if mark == "shm-beside" else ctx.marks.get(mark, ())
         if witness and not peak_low(ev):
             fix, needed = shm_advice(ctx)
             return ctx.make(LIKELY, "shm-enospc", "Something ran out of space (No space left on device) "
@@ -840,17 +847,17 @@ def nccl_system_error(ctx: Context, s: Signal | None) -> Diagnosis:
     reasons = [line for line in (s.details.get("last", ""), *ctx.marks.get("nccl-warn", ()))
                if line and not NCCL_SHM_REASON.search(line)]
     # the network's reason first: NCCL warns of an InfiniBand library it did not find before the socket that failed
-    other = next((line for line in reasons if NCCL_NETWORK_REASON.search(line)), reasons[0] if reasons else None)
-    if other is not None and NCCL_NETWORK_REASON.search(other):
+    network = next((line for line in reasons if NCCL_NETWORK_REASON.search(line)), None)
+    if network is not None:
         return ctx.make(NOT_SHARED_MEMORY, "connection",
                         f"NCCL failed with a system error, and says it was the network: "
-                        f"{advice.quote(other.strip(), 160)}. Not /dev/shm.",
+                        f"{advice.quote(network.strip(), 160)}. Not /dev/shm.",
                         "check the interfaces NCCL may use (NCCL_SOCKET_IFNAME, docker run --network host for a "
                         "container's), and that the ranks reach each other on them.", s)
-    if other is not None:
+    if reasons:
         return ctx.make(UNDETERMINED, "unknown",
                         f"NCCL failed with a system error, and says which call failed: "
-                        f"{advice.quote(other.strip(), 160)}. Not /dev/shm's size.",
+                        f"{advice.quote(reasons[0].strip(), 160)}. Not /dev/shm's size.",
                         "follow that call's error (NCCL_DEBUG=INFO prints each rank's; NCCL's troubleshooting guide "
                         "lists them).", s)
     fix, needed = shm_advice(ctx)
