@@ -82,27 +82,19 @@ RULES: tuple[Rule, ...] = (
          fix=shm_advice, case=PUBLIC + "nnunet-1910-unable-to-write.log"),
     # torch's DataLoader (torch/csrc/DataLoader.cpp, torch/utils/data/_utils/signal_handling.py): the worker's
     # SIGBUS, its handler's message, and the hint it adds; wrapped by terminals and pastes.
-    Rule("worker-bus-error", kind="worker-bus-error", decide=d.worker_bus_error, crash=CRASH_BUS, wraps=True,
-         # (the handler's sentences in any case: titles and prose quote them lower-cased; round 5)
-         patterns=wrapped(r"DataLoader worker \(pid (?P<pid>\d{1,10})\) is killed by signal: Bus error",
-                          r"[Uu]nexpected [Bb]us [Ee]rror encountered in worker",
-                          r"UNEXPECTED BUS ERROR ENCOUNTERED IN WORKER",
-                          # PaddlePaddle's (python/paddle/io/dataloader/worker.py; round 7)
-                          r"[Uu]nexpected BUS [Ee]rror encountered in DataLoader worker",
-                          r"[Ii]nsufficient shared memory \(shm\)",
-                          r"dataloader's workers are out of shared memory",
-                          # a SIGBUS said in words beside shared memory having run out (titles, prose; round 6)
-                          r"\b[Bb]us [Ee]rror\b[^\n]{0,40}?\b(?:out of|insufficient|not enough|no more) shared "
-                          r"memory\b"),
-         source="torch/csrc/DataLoader.cpp", case=JUDGED + "mdtvsfa-10-docker-bus-error.log"),
-    # The same messages in any letter case, as titles and retyped posts give them (round 10: "bus ERROR … Shared
-    # memory (SHM)"), and the pid glued to its words.
+    # Its sentences in any letter case (titles and prose quote them lower-cased, round 5; retyped posts in mixed
+    # case, round 10), PaddlePaddle's copy of them ("in DataLoader worker", python/paddle/io/dataloader/worker.py;
+    # round 7), and the pid glued to its words.
     Rule("worker-bus-error", kind="worker-bus-error", decide=d.worker_bus_error, crash=CRASH_BUS, wraps=True,
          any_case=True,
-         patterns=wrapped(r"unexpected bus error encountered in (?:dataloader )?worker",
-                          r"insufficient shared memory \(shm\)", r"dataloader's workers are out of shared memory",
-                          r"dataloader worker \(pid (?P<pid>\d{1,10})\)\s{0,3}is killed by signal: bus error"),
-         source="torch/csrc/DataLoader.cpp", case=RULE_TESTS + "test_known_messages_in_any_letter_case"),
+         patterns=wrapped(r"dataloader worker \(pid (?P<pid>\d{1,10})\)\s{0,3}is killed by signal: bus error",
+                          r"unexpected bus error encountered in (?:dataloader )?worker",
+                          r"insufficient shared memory \(shm\)", r"dataloader's workers are out of shared memory"),
+         source="torch/csrc/DataLoader.cpp", case=JUDGED + "mdtvsfa-10-docker-bus-error.log"),
+    # A SIGBUS said in words beside shared memory having run out (titles, prose; round 6).
+    Rule("", kind="worker-bus-error", wraps=True,
+         patterns=wrapped(r"\b[Bb]us [Ee]rror\b[^\n]{0,40}?\b(?:out of|insufficient|not enough|no more) shared "
+                          r"memory\b")),
     # System V shared memory (shmget) refused: its own limits (kernel.shmmni, shmall, shmmax), not a tmpfs's
     # size. Before the ENOSPC rules, which would read its "No space left on device" as a disk.
     Rule("sysv-shm", NOT_SHARED_MEMORY, kind="sysv-shm",
@@ -459,7 +451,7 @@ RULES: tuple[Rule, ...] = (
          case=RULE_TESTS + "test_a_cpu_allocator_that_ran_out_is_memory"),
     Rule("cuda-oom", NOT_SHARED_MEMORY, kind="cuda-oom", where=d.cuda_size,
          patterns=compile_all(r"CUDA out of memory\. Tried to allocate (?P<size>[\d.]{1,20} [KMGT]?i?B)",
-                              r"CUDA out of memory|torch\.cuda\.OutOfMemoryError|CUDA error: out of memory",
+                              r"torch\.cuda\.OutOfMemoryError",  # (CUDA's own words: the any-case rule below)
                               r"cuda runtime error \(2\) : out of memory", r"THCudaCheck FAIL .{0,300} : out of memory",
                               r"\bCUDA_ERROR_OUT_OF_MEMORY\b",
                               # the GPU memory of other frameworks and devices (round 7): TensorFlow's GPU
@@ -476,7 +468,7 @@ RULES: tuple[Rule, ...] = (
          case=PUBLIC + "atacworks-251-cuda-oom.log"),
     # The same in any letter case (round 10: titles and retyped posts).
     Rule("", kind="cuda-oom", where=d.cuda_size, any_case=True,
-         patterns=compile_all(r"\bcuda out of memory\b", r"\bcuda error: out of memory\b")),
+         patterns=compile_all(r"cuda out of memory", r"cuda error: out of memory")),
     # The GPU's other errors (c10's "CUDA error: …", THC's check before 1.x, the driver API's names).
     Rule("cuda-error", NOT_SHARED_MEMORY, kind="cuda-error",
          patterns=compile_all(r"\bCUDA error: (?P<error>[^\n]{1,200})",
@@ -695,15 +687,14 @@ RULES: tuple[Rule, ...] = (
                  "sys.exit), not a signal, so not a SIGBUS in a full /dev/shm.",
          fix="run with DataLoader(num_workers=0) to see the worker's own error, or look above this line for it.",
          source="torch/csrc/DataLoader.cpp", case=JUDGED + "weightslab-111-worker-exit-code-1.log"),
+    # torch's SIGKILL line, and a worker killed by a signal no rule above named, in any case and words (round 10:
+    # "is killed by signal" with the name left out, Paddle's "DataLoader process (pid N) exited is killed by signal:
+    # Killed").
     Rule("worker-killed", kind="worker-killed", decide=d.workers, fires_on=("worker-killed", "workers-exited"),
-         gives=("worker-killed", "workers-exited"),
-         patterns=compile_all(r"DataLoader worker \(pid (?P<pid>\d{1,10})\) is killed by signal: Killed"),
-         case=PUBLIC + "torchssl-4-worker-killed.log"),
-    # A worker killed by a signal no rule above named, in any case and words (round 10: "is killed by signal" with
-    # the name left out, Paddle's "DataLoader process (pid N) exited is killed by signal: Killed").
-    Rule("", kind="worker-killed", any_case=True,
+         gives=("worker-killed", "workers-exited"), any_case=True,
          patterns=compile_all(r"dataloader (?:worker|process) \(pid (?P<pid>[^)\s]{1,10})\) ?(?:exited )?is killed by "
-                              r"signal(?:: killed)?(?![:\w])")),
+                              r"signal(?:: killed)?(?![:\w])"),
+         case=PUBLIC + "torchssl-4-worker-killed.log"),
     Rule("", kind="workers-exited", where=d.worker_pids,
          patterns=compile_all(r"DataLoader worker \(pid\(s\) (?P<pids>[\d, ]{1,400})\) exited unexpectedly")),
     # NCCL's ncclSystemError with no reason kept (round 7): its shared-memory transport, most often, in a container.
