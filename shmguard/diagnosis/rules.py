@@ -46,6 +46,12 @@ TESTS = "tests/unit/diagnosis/test_init.py::"
 RULE_TESTS = "tests/unit/diagnosis/test_rules.py::"
 
 ENOSPC = (d.ENOSPC,)
+
+
+def signalled(number: int) -> str:
+    """A signal by its number in a runner's words: GNU time's and make's `Command terminated by signal 9`, `killed
+    by signal 15` (round 11)."""
+    return rf"\b(?:terminated|killed|died|exited) (?:by|with|on|from) signal {number}\b"
 # Lines the rules look for beside the signals: where the job used /dev/shm (for an OOM kill under Slurm).
 MARKERS = {"shm-use": (d.SHM_IN_LOG,), "shm-mount": (d.SHM_MOUNT,), "shm-said-full": (d.SHM_SAID_FULL,),
            "shm-pickling": (d.SHM_PICKLING,),
@@ -610,7 +616,7 @@ RULES: tuple[Rule, ...] = (
                               # round 11: glibc's heap checks, a CHECK of glog or Ray, a signal 6 in a runner's words
                               r"\bdouble free or corruption\b", r"\bfree\(\): invalid (?:pointer|size)\b",
                               r"\bmalloc\(\): (?:corrupted|memory corruption)\b", r"\bCheck failed: ",
-                              r"\b(?:terminated|killed|died|exited) (?:by|with|on|from) signal 6\b"),
+                              signalled(6)),
          summary="A process aborted itself (SIGABRT: {line}): a C++ exception nothing caught, a failed assertion, or "
                  "a corrupt heap, said just above. Not /dev/shm's size.",
          fix=fixes.aborted_fix() + ".",
@@ -629,7 +635,7 @@ RULES: tuple[Rule, ...] = (
                               # to its workers; PBS's delete; a shell's Terminated after a spinner (round 10)
                               r"\bReceived (?:1|2|15) death signal\b", r"\bclosing signal SIG(?:HUP|INT)\b",
                               r"\bJob deleted at request of \S{1,200}", r"[\\|/-]Terminated\s{0,16}$",
-                              r"\b(?:terminated|killed|died|exited) (?:by|with|on|from) signal 15\b",
+                              signalled(15),
                               r"^\s{0,16}Terminated\s{0,16}$"),
          summary="A DataLoader worker was stopped by SIGTERM, sent from outside it: the scheduler, the kubelet, "
                  "or the launcher stopping the job after another failure. Not /dev/shm's size.",
@@ -659,8 +665,7 @@ RULES: tuple[Rule, ...] = (
          case=JUDGED + "reid-365-pin-memory.log"),
     # 4. Symptoms typical of shared memory that prove nothing on their own.
     Rule("", kind="bus-error", crash=CRASH_BUS, patterns=compile_all(r"\bBus error\b", r"\bSIGBUS\b", r"<Signals\.SIGBUS: 7>",
-                                                                     r"\b(?:terminated|killed|died|exited) (?:by|with|on|from) "
-                                                                     r"signal 7\b",
+                                                                     signalled(7),
                                                                      r"\b(?:zsh|bash|sh): bus error\b",
                                                                      r"\b[Bb]us error ?\(core dump(?:ed)?\)")),
     Rule("sigbus", decide=d.sigbus, case=PUBLIC + "mlsh-17-mpirun-docker-bus-error.log"),
@@ -730,7 +735,7 @@ RULES: tuple[Rule, ...] = (
                               r"[\"'`]Killed(?:: 9)?[\"'`]", r"\bReceived 9 death signal\b",
                               # round 11: a runner's "terminated by signal 9" (GNU time, make), a shell's job report
                               # without its line number, zh_CN's word at a progress line's end
-                              r"\b(?:terminated|killed|died|exited) (?:by|with|on|from) signal 9\b",
+                              signalled(9),
                               r"\b\d{1,10} Killed {1,8}\S", r"(?:已被杀死|已杀死)\s{0,16}$",
                               # round 7: zsh's and macOS's words, a shell's job table, Go's exec, a signal named
                               r"\b(?:zsh|bash|sh): killed\b", r"^\s{0,16}Killed: 9\b", r"^\s{0,16}[+-]? {0,8}Killed {1,40}(?!process\b)\S",
