@@ -34,9 +34,8 @@ Sources: docs/design/kubelet.md (the kubelet's rules, with the Kubernetes source
 
 from __future__ import annotations
 
-import posixpath
-
 from shmguard.budget import check
+from shmguard.engine.flags import clean_path
 from shmguard.errors import UsageError
 from shmguard.job import describes_job, env_values
 from shmguard.record import Record
@@ -208,8 +207,9 @@ def _dashes(name: str):
 
 def is_shm_path(path) -> bool:
     """A mount target that is /dev/shm, however it is spelled (`/dev/shm/`, `/dev//shm`, `/dev/./shm`): the
-    runtime cleans the path before it mounts (runc, crun), so each of these is the container's /dev/shm."""
-    return isinstance(path, str) and path.startswith("/") and posixpath.normpath("/" + path.lstrip("/")) == SHM_PATH
+    runtime cleans the path before it mounts (runc, crun; engine.flags.clean_path, the engine's rule), so each of
+    these is the container's /dev/shm."""
+    return isinstance(path, str) and path.startswith("/") and clean_path(path) == SHM_PATH
 
 
 def shm_mounts(container) -> list[dict]:
