@@ -16,7 +16,7 @@ from shmguard import fixes, sizing
 from shmguard.diagnosis import advice
 from shmguard.diagnosis.advice import memory_advice, nofile_advice, peak_full, peak_low, peak_of, shm_advice
 from shmguard.diagnosis.machinery import CONTEXT_LINES, Context
-from shmguard.diagnosis.platforms import seen_in
+from shmguard.diagnosis.platforms import CONTAINED, seen_in
 from shmguard.diagnosis.records import (
     LIKELY,
     NO_FAILURE,
@@ -544,7 +544,6 @@ def disk_full(ctx: Context, s: Signal | None) -> Diagnosis:
 # misses: a dataset's bug and an OOM said in the same words). A bare SIGBUS is not gated so: the answered threads
 # of held-out-4 and held-out-7 showing only `Bus error (core dumped)` were /dev/shm in a container the log did not
 # name.
-CONTAINED = ("docker", "kubernetes", "slurm", "ray")
 
 
 def contained(ctx: Context) -> bool:

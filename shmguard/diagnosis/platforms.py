@@ -18,6 +18,8 @@ from shmguard.fixes import CONTAINER_PLATFORMS
 
 WINDOWS, MACOS = "windows", "macos"
 NO_DEV_SHM = (WINDOWS, MACOS)  # systems without a /dev/shm tmpfs
+# Where a job runs in a container or a cluster's job on Linux: a /dev/shm of its own, small enough to run out.
+CONTAINED = ("kubernetes", "docker", "slurm", "ray")
 
 
 def _any(*patterns: str) -> tuple[re.Pattern[str], ...]:
@@ -67,4 +69,4 @@ def has_dev_shm(seen: set[str], given: str | None = None) -> bool:
     """False when the log shows only systems without /dev/shm (Windows, macOS) and nothing that runs Linux."""
     if given is not None or not seen & set(NO_DEV_SHM):
         return True
-    return bool(seen & {"kubernetes", "docker", "slurm", "ray"})
+    return bool(seen & set(CONTAINED))
